@@ -1,0 +1,169 @@
+"""``Agent``: harness x model endpoint x sampling x limits.
+
+``agent.chat(task)`` opens the exchange (a ``ChatSession``); ``agent.run(task)`` is
+the one-call special case. Inside an eval, the episode builds its agents (stamped
+with the shared ``EpisodeInfo``, joined to the episode at close); in a script or
+test, build one directly: ``Agent("me", AgentConfig(model="builtin/echo"))``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from engine.boundary import ModelBoundary
+from engine.builtin import BuiltinModel, is_builtin
+from engine.config import AgentConfig, Sampling
+from engine.errors import ConfigError, HarnessError, TurnError
+from engine.harness import Harness, Rollout, can_chat
+from engine.model import ModelClient
+from engine.registry import harnesses
+from engine.rubric import Rubric
+from engine.session import ChatSession
+from engine.task import Task
+from engine.trace import AgentStamp, EpisodeInfo, Trace
+
+__all__ = ["Agent", "Agents"]
+
+
+class Agent:
+    """One role. ``client`` defaults to the built-in model named by ``config.model``
+    (an endpoint model needs an explicit client: the eval runner builds those);
+    ``harness`` defaults to the registered harness ``config.harness``."""
+
+    def __init__(
+        self,
+        name: str,
+        config: AgentConfig | None = None,
+        *,
+        client: ModelClient | None = None,
+        harness: Harness | None = None,
+        rubric: Rubric | None = None,
+        episode: EpisodeInfo | None = None,
+        sampling: Sampling | None = None,
+        limiter: trio.CapacityLimiter | None = None,
+        tools: Sequence[Callable[..., Any]] = (),
+        services: Mapping[str, Any] | None = None,
+        on_close: Callable[[Trace], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.config = config = config if config is not None else AgentConfig()
+        self.model = config.model or "builtin/bracket"
+        if client is None:
+            if not is_builtin(self.model) or config.base_url is not None:
+                raise ConfigError(
+                    f"{name}.model: {self.model!r} is served by an endpoint; "
+                    "pass client=OpenAIClient(...) or use builtin/<policy>"
+                )
+            client = BuiltinModel.from_model_name(self.model, field=f"{name}.model")
+        self.client = client
+        self.harness = harness if harness is not None else harnesses.create(config.harness)
+        self.rubric = rubric if rubric is not None else Rubric()
+        self.episode = episode
+        self.sampling = config.sampling.over(sampling) if sampling else config.sampling
+        self._request_fields = self.sampling.request_fields()
+        self.limiter = limiter
+        self.tools = tuple(tools)
+        self.services = services
+        self._on_close = on_close
+        self.sessions: list[ChatSession] = []
+
+    @property
+    def stamp(self) -> AgentStamp:
+        return AgentStamp(self.name, self.model, self.config.harness, self.config.trainable)
+
+    def chat(self, task: Task, *, mask_prompt: bool = False) -> ChatSession:
+        """Open a session on ``task``; use as ``async with agent.chat(task) as s``.
+
+        With ``mask_prompt=True`` the task's prompt never reaches the model and the
+        trace keeps a masked view (``task.idx`` for provenance); the rubric still
+        scores the real row. Raises ``HarnessError`` at once when the harness cannot
+        hold a multi-turn session."""
+        if not can_chat(self.harness):
+            raise HarnessError(
+                f"harness {self.config.harness!r} cannot chat: it has no native resume and "
+                "its launch takes only text; use agent.run(task) or a chat-capable harness"
+            )
+        return self._open(task, mask_prompt=mask_prompt, join=True)
+
+    def _open(self, task: Task, *, mask_prompt: bool, join: bool) -> ChatSession:
+        episode = self.episode or EpisodeInfo("", "", task.idx)
+        view = attrs.evolve(task, prompt=None) if mask_prompt else task
+        trace = Trace(self.stamp, episode, view, masked=mask_prompt)
+        trace.timing.started_at = time.time()
+        boundary = ModelBoundary(
+            trace,
+            self.client,
+            model=self.model,
+            sampling=self._request_fields,
+            limits=self.config.limits,
+            rubric=self.rubric,
+            limiter=self.limiter,
+        )
+        rollout = Rollout(trace, boundary, task=view, tools=self.tools, services=self.services)
+        session = ChatSession(
+            task,
+            trace,
+            rollout,
+            self.harness,
+            self.rubric,
+            self.config.timeouts,
+            mask_prompt=mask_prompt,
+            on_close=self._joined if join else None,
+        )
+        self.sessions.append(session)
+        return session
+
+    def _joined(self, session: ChatSession) -> None:
+        if self._on_close is not None and not session.discard:
+            self._on_close(session.trace)
+
+    async def run(self, task: Task) -> Trace:
+        """One shot: open, one segment on the prompt, close with ``agent_completed``.
+        A run whose segment failed (a harness or model error) is retried up to
+        ``config.retries`` times; only the last attempt's trace is kept."""
+        if task.prompt is None:
+            raise TurnError("agent.run(task) needs a prompted task; use agent.chat(task)")
+        attempts = self.config.retries + 1
+        for attempt in range(attempts):
+            session = self._open(task, mask_prompt=False, join=True)
+            async with session:
+                await session.turn()
+                if attempt < attempts - 1 and _failed(session.trace):
+                    session.discard = True  # a retried attempt never joins the episode
+                    await session.close(reason="retried")
+                    continue
+                session.trace.info["attempts"] = attempt + 1
+                await session.close(reason="agent_completed")
+            return session.trace
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _failed(trace: Trace) -> bool:
+    return trace.stop_condition in ("harness_error", "model_error")
+
+
+class Agents(Mapping[str, Agent]):
+    """The agents of one episode by role: ``agents["player0"]`` or ``agents.player0``."""
+
+    def __init__(self, agents: Mapping[str, Agent]) -> None:
+        self._agents = dict(agents)
+
+    def __getitem__(self, role: str) -> Agent:
+        return self._agents[role]
+
+    def __getattr__(self, role: str) -> Agent:
+        try:
+            return self._agents[role]
+        except KeyError:
+            raise AttributeError(f"no agent {role!r}; roles: {sorted(self._agents)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._agents)
+
+    def __len__(self) -> int:
+        return len(self._agents)

@@ -1,0 +1,118 @@
+"""Configuration records. Every option is an attrs field; ``engine.settings`` loads
+them from TOML and dotted command-line overrides and refuses bad values by name.
+
+Range checks live in attrs validators, so a config built in Python is checked the
+same way as one loaded from a file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+__all__ = ["AgentConfig", "EnvConfig", "EvalConfig", "Limits", "Sampling", "Timeouts"]
+
+
+def _positive(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise ValueError(f"{attribute.name} must be > 0 (got {value!r})")
+
+
+def _non_negative(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0 (got {value!r})")
+
+
+@attrs.define
+class Sampling:
+    """Request fields sent with every model call; None means "the endpoint's default".
+    ``extra`` is merged into the request body as is (e.g. vLLM's ``top_k``)."""
+
+    temperature: float | None = attrs.field(default=None, validator=_non_negative)
+    top_p: float | None = attrs.field(default=None, validator=_non_negative)
+    max_tokens: int | None = attrs.field(default=None, validator=_positive)
+    seed: int | None = None
+    stop: list[str] | None = None
+    logprobs: bool | None = None
+    extra: dict[str, Any] = attrs.field(factory=dict)
+
+    def request_fields(self) -> dict[str, Any]:
+        fields = {
+            k: v for k, v in attrs.asdict(self, recurse=False).items() if v is not None
+        }
+        fields.pop("extra", None)
+        return {**fields, **self.extra}
+
+    def over(self, base: Sampling) -> Sampling:
+        """This sampling with its unset fields taken from ``base``."""
+        merged = {
+            f.name: getattr(base, f.name) if getattr(self, f.name) is None else getattr(self, f.name)
+            for f in attrs.fields(Sampling)
+            if f.name != "extra"
+        }
+        return Sampling(**merged, extra={**base.extra, **self.extra})
+
+
+@attrs.define
+class Limits:
+    """Per-rollout budgets, checked before every model call and before a segment
+    launches. Token limits count what the rollout has used so far."""
+
+    max_turns: int | None = attrs.field(default=None, validator=_positive)
+    max_input_tokens: int | None = attrs.field(default=None, validator=_positive)
+    max_output_tokens: int | None = attrs.field(default=None, validator=_positive)
+    max_total_tokens: int | None = attrs.field(default=None, validator=_positive)
+
+
+@attrs.define
+class Timeouts:
+    """Seconds. ``segment_s`` bounds one segment; ``rollout_s`` is the agent budget,
+    spent only while the rollout's own segments run; ``scoring_s`` bounds finalize +
+    scoring at close."""
+
+    segment_s: float | None = attrs.field(default=None, validator=_positive)
+    rollout_s: float | None = attrs.field(default=None, validator=_positive)
+    scoring_s: float = attrs.field(default=30.0, validator=_positive)
+
+
+@attrs.define
+class AgentConfig:
+    """One role of an env. Unset endpoint fields (None) take the eval's values."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key_var: str | None = None
+    harness: str = "null"
+    harness_options: dict[str, Any] = attrs.field(factory=dict)
+    sampling: Sampling = attrs.field(factory=Sampling)
+    limits: Limits = attrs.field(factory=Limits)
+    timeouts: Timeouts = attrs.field(factory=Timeouts)
+    retries: int = attrs.field(default=0, validator=_non_negative)
+    trainable: bool = True
+    max_concurrent_calls: int | None = attrs.field(default=None, validator=_positive)
+
+
+@attrs.define
+class EnvConfig:
+    """Base of every env's config. Subclasses add ``AgentConfig`` fields (one per
+    role) and their own options."""
+
+
+@attrs.define
+class EvalConfig:
+    """One eval run. ``env`` holds the env's own config (its class comes from the env)."""
+
+    env_id: str
+    num_tasks: int = attrs.field(default=10, validator=_positive)
+    rollouts: int = attrs.field(default=1, validator=_positive)
+    concurrency: int = attrs.field(default=32, validator=_positive)
+    model: str = "builtin/bracket"
+    base_url: str | None = None
+    api_key_var: str = "OPENAI_API_KEY"
+    sampling: Sampling = attrs.field(factory=Sampling)
+    max_concurrent_calls: int | None = attrs.field(default=None, validator=_positive)
+    episode_timeout_s: float | None = attrs.field(default=None, validator=_positive)
+    request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
+    output_dir: str | None = None
+    env: Any = None

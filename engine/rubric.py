@@ -1,0 +1,136 @@
+"""Rubrics: ``@reward`` / ``@metric`` functions that score a trace against its task,
+and ``@stop`` hooks that end a rollout.
+
+A reward or metric is ``fn(task, trace) -> float`` (sync or async); a stop hook is
+``fn(trace) -> bool`` (sync or async), checked before every model call and before a
+segment launches. Mark methods on an env or taskset class, or plain functions, and
+collect them with ``Rubric.of(obj)`` / ``Rubric(fns)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import attrs
+import trio
+
+from engine.errors import ScoringError
+from engine.task import Task
+from engine.trace import ErrorInfo, Trace
+
+__all__ = ["Rubric", "metric", "reward", "stop"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+_MARK = "__taketurns_rubric__"
+
+
+def reward(fn: F | None = None, *, weight: float = 1.0) -> Any:
+    """Mark ``fn(task, trace) -> float`` as a reward; ``trace.reward`` is the weighted
+    sum of rewards. Use bare (``@reward``) or with a weight (``@reward(weight=0.5)``)."""
+
+    def mark(f: F) -> F:
+        setattr(f, _MARK, ("reward", weight))
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+def metric(fn: F) -> F:
+    """Mark ``fn(task, trace) -> float`` as a metric: recorded, never weighted."""
+    setattr(fn, _MARK, ("metric", 0.0))
+    return fn
+
+
+def stop(fn: F) -> F:
+    """Mark ``fn(trace) -> bool`` as a stop hook; its name becomes the stop condition."""
+    setattr(fn, _MARK, ("stop", 0.0))
+    return fn
+
+
+@attrs.frozen
+class _Scorer:
+    name: str
+    fn: Callable[..., Any]
+    weight: float
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    value = fn(*args)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+@attrs.frozen
+class Rubric:
+    rewards: tuple[_Scorer, ...] = ()
+    metrics: tuple[_Scorer, ...] = ()
+    stops: tuple[_Scorer, ...] = ()
+
+    @classmethod
+    def from_functions(cls, fns: Iterable[Callable[..., Any]]) -> Rubric:
+        groups: dict[str, list[_Scorer]] = {"reward": [], "metric": [], "stop": []}
+        for fn in fns:
+            kind, weight = getattr(fn, _MARK, ("reward", 1.0))
+            groups[kind].append(_Scorer(getattr(fn, "__name__", "reward"), fn, weight))
+        return cls(tuple(groups["reward"]), tuple(groups["metric"]), tuple(groups["stop"]))
+
+    @classmethod
+    def of(cls, *owners: object) -> Rubric:
+        """Collect every marked method or function found on ``owners``, in order."""
+        fns = []
+        for owner in owners:
+            for name in dir(owner):
+                if name.startswith("__"):
+                    continue
+                value = inspect.getattr_static(owner, name, None)
+                target = getattr(value, "__func__", value)
+                if hasattr(target, _MARK):
+                    fns.append(getattr(owner, name))
+        return cls.from_functions(fns)
+
+    def __add__(self, other: Rubric) -> Rubric:
+        return Rubric(
+            self.rewards + other.rewards, self.metrics + other.metrics, self.stops + other.stops
+        )
+
+    async def check_stops(self, trace: Trace) -> str | None:
+        """The name of the first stop hook that fires, or None. A hook that raises
+        stops the rollout too (its error is on the trace): never a checkpoint when
+        there are no hooks."""
+        for hook in self.stops:
+            try:
+                if await _call(hook.fn, trace):
+                    return hook.name
+            except Exception as exc:
+                trace.errors.append(ErrorInfo.of("scoring", exc))
+                return hook.name
+        return None
+
+    async def score(self, task: Task, trace: Trace) -> None:
+        """Run every reward and metric once, writing ``rewards``, ``reward`` and
+        ``metrics`` on the trace. A function that raises (or returns a non-number)
+        scores 0.0 and its error is recorded; the caller bounds the time."""
+        total = 0.0
+        for scorer in self.rewards:
+            value = await self._one(scorer, task, trace)
+            trace.rewards[scorer.name] = value
+            total += scorer.weight * value
+            trace.reward = total
+        for scorer in self.metrics:
+            trace.metrics[scorer.name] = await self._one(scorer, task, trace)
+
+    @staticmethod
+    async def _one(scorer: _Scorer, task: Task, trace: Trace) -> float:
+        try:
+            value = float(await _call(scorer.fn, task, trace))
+            if math.isnan(value):
+                raise ScoringError(f"{scorer.name} returned NaN")
+            return value
+        except (Exception, trio.TooSlowError) as exc:
+            error = ScoringError(f"{scorer.name} failed: {type(exc).__name__}: {exc}")
+            trace.errors.append(ErrorInfo.of("scoring", error))
+            return 0.0

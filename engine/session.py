@@ -1,0 +1,307 @@
+"""``ChatSession``: the exchange. Whoever calls ``turn(message)`` is the user.
+
+Each ``turn()`` runs exactly one harness segment under the session's lock (trio's
+lock is fair, so concurrent callers are served FIFO and segments never interleave).
+``close()`` runs finalize and scoring exactly once, shielded and timed, then hands the
+trace to its owner. Leaving ``async with agent.chat(task)`` closes the session however
+the block is left.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from engine.errors import (
+    ModelEndpointError,
+    RolloutStopped,
+    SessionClosed,
+    SessionOver,
+    TurnError,
+)
+from engine.harness import Harness, Prompt, Rollout, last_text, takes_text
+from engine.messages import Message, SystemMessage, UserMessage, text_of
+from engine.rubric import Rubric
+from engine.task import Task
+from engine.trace import ErrorInfo, Trace
+
+if TYPE_CHECKING:
+    from engine.config import Timeouts
+
+__all__ = ["ChatSession", "Reply", "SessionState"]
+
+UserInput = str | Message | Sequence[Message]
+
+
+@attrs.frozen
+class Reply:
+    """What one turn produced. ``text`` is the last assistant text of the segment;
+    ``messages`` its assistant and tool messages in order. ``stopped`` means the run
+    ended instead of answering; ``stop_condition`` says why."""
+
+    text: str
+    messages: tuple[Message, ...] = ()
+    stopped: bool = False
+    stop_condition: str | None = None
+
+
+class SessionState(enum.Enum):
+    FRESH = "fresh"  # opened, no turn taken yet
+    READY = "ready"  # waiting for the user's next message
+    OVER = "over"  # the run ended instead of answering; close() still owed
+    CLOSED = "closed"
+
+
+def _as_messages(message: UserInput) -> list[Message]:
+    if isinstance(message, str):
+        return [UserMessage(message)]
+    if isinstance(message, SystemMessage | UserMessage) or hasattr(message, "role"):
+        return [message]  # type: ignore[list-item]
+    return list(message)
+
+
+def _stop_of(exc: BaseException) -> str | None:
+    if isinstance(exc, RolloutStopped):
+        return exc.stop_condition
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _stop_of(inner)
+            if found is not None:
+                return found
+    return None
+
+
+class ChatSession:
+    """Created by ``Agent.chat``; not constructed directly.
+
+    ``turn`` and ``close`` are checkpoints. ``turn`` raises ``TurnError`` (a
+    ValueError) for the wrong opening, ``SessionOver`` after the run ended and
+    ``SessionClosed`` after close; everything that goes wrong inside the segment is
+    recorded on the trace and reported as ``Reply(stopped=True)``."""
+
+    def __init__(
+        self,
+        task: Task,
+        trace: Trace,
+        rollout: Rollout,
+        harness: Harness,
+        rubric: Rubric,
+        timeouts: Timeouts,
+        *,
+        mask_prompt: bool,
+        on_close: Callable[[ChatSession], None] | None = None,
+    ) -> None:
+        self.task = task
+        self.rollout = rollout
+        self.harness = harness
+        self.rubric = rubric
+        self.timeouts = timeouts
+        self.mask_prompt = mask_prompt
+        self._trace = trace
+        self._on_close = on_close
+        self._lock = trio.Lock()
+        self._state = SessionState.FRESH
+        self._closing = False
+        self._closed = trio.Event()
+        self._segment_scope: trio.CancelScope | None = None
+        self.discard = False  # set by Agent.run for a retried attempt
+
+    @property
+    def trace(self) -> Trace:
+        """The live trace (final once ``close()`` returned)."""
+        return self._trace
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def speaks_first(self) -> bool:
+        """True when the first call must be a bare ``turn()``."""
+        return self.task.prompt is not None and not self.mask_prompt
+
+    async def turn(self, message: UserInput | None = None) -> Reply:
+        """Send one user turn and run one harness segment; see the class docstring."""
+        async with self._lock:
+            if self._state is SessionState.CLOSED or self._closing:
+                raise SessionClosed()
+            if self._state is SessionState.OVER:
+                raise SessionOver(self._trace.stop_condition)
+            new = self._accept(message)
+            return await self._run_segment(new)
+
+    def _accept(self, message: UserInput | None) -> list[Message]:
+        if self._state is SessionState.FRESH:
+            if self.speaks_first and message is not None:
+                raise TurnError(
+                    "this task has a prompt, so the agent speaks first: open the session "
+                    "with a bare `await session.turn()` and send messages after its reply"
+                )
+            if not self.speaks_first and message is None:
+                why = "its prompt is masked" if self.task.prompt is not None else "it has no prompt"
+                raise TurnError(
+                    f"this task cannot open the session ({why}): open it with "
+                    "`await session.turn(message)`"
+                )
+            return self._open(message)
+        if message is None:
+            raise TurnError("the session is open: pass the user's message, `turn(message)`")
+        new = _as_messages(message)
+        self._trace.messages.extend(new)
+        return new
+
+    def _open(self, message: UserInput | None) -> list[Message]:
+        conversation = self._trace.messages
+        if self.task.system_prompt is not None:
+            conversation.append(SystemMessage(self.task.system_prompt))
+            self.rollout.synthesized_system = True
+        new = list(self.task.opening_messages()) if self.speaks_first else []
+        if message is not None:
+            new.extend(_as_messages(message))
+        conversation.extend(new)
+        return new
+
+    def _deadline(self) -> tuple[float, str | None]:
+        now = trio.current_time()
+        deadline, which = math.inf, None
+        if self.timeouts.segment_s is not None:
+            deadline, which = now + self.timeouts.segment_s, "segment_timeout"
+        if self.timeouts.rollout_s is not None:
+            left = now + self.timeouts.rollout_s - self._trace.timing.agent_s
+            if left < deadline:
+                deadline, which = left, "rollout_timeout"
+        return deadline, which
+
+    async def _run_segment(self, new: list[Message]) -> Reply:
+        first = self._state is SessionState.FRESH
+        self._state = SessionState.READY
+        rollout, trace = self.rollout, self._trace
+        condition = await rollout.boundary.refusal()
+        deadline, which = self._deadline()
+        if condition is None and deadline <= trio.current_time():
+            condition = which
+        if condition is not None:
+            return self._end(condition, ())
+        rollout._start_segment()
+        start = trio.current_time()
+        try:
+            with trio.CancelScope(deadline=deadline) as scope:
+                self._segment_scope = scope
+                if not first:
+                    await self.harness.resume(rollout, new)
+                elif takes_text(type(self.harness)):
+                    await self.harness.launch(rollout, self._prompt_text(new))
+                else:
+                    await self.harness.launch(rollout, rollout.relaunch_prompt())
+        except ModelEndpointError:
+            condition = "model_error"  # the boundary recorded it as a turn with an error
+        except Exception as exc:
+            condition = _stop_of(exc)
+            if condition is None:
+                trace.errors.append(ErrorInfo.of("harness", exc))
+                condition = "harness_error"
+        finally:
+            self._segment_scope = None
+            trace.timing.agent_s += trio.current_time() - start
+        if condition is None and scope.cancelled_caught:
+            condition = "user_closed" if self._closing else which
+        if condition is None and trace.stop_condition is not None:
+            condition = trace.stop_condition  # a refusal the harness swallowed
+        if condition is not None:
+            return self._end(condition, rollout._segment_messages())
+        messages = rollout._segment_messages()
+        return Reply(last_text(messages), messages)
+
+    def _prompt_text(self, new: list[Message]) -> str:
+        if isinstance(self.task.prompt, str) and self.speaks_first:
+            return self.task.prompt
+        return "\n".join(text_of(m.content) for m in new)
+
+    def _end(self, condition: str, messages: tuple[Message, ...]) -> Reply:
+        if self._trace.stop_condition is None:
+            self._trace.stop_condition = condition
+        self._state = SessionState.OVER
+        return Reply(last_text(messages), messages, True, self._trace.stop_condition)
+
+    async def close(self, *, reason: str = "user_closed") -> Trace:
+        """Close the session: idempotent. If the run is still open it is stamped with
+        ``reason``; a segment still running is cancelled. Finalize and scoring run
+        exactly once, shielded from outside cancellation and bounded by the scoring
+        timeout; then the trace joins its episode."""
+        if self._state is SessionState.CLOSED:
+            return self._trace
+        if self._closing:
+            await self._closed.wait()
+            return self._trace
+        self._closing = True
+        if self._segment_scope is not None:
+            self._segment_scope.cancel()
+        with trio.CancelScope(shield=True):
+            async with self._lock:
+                await self._finish(reason)
+        return self._trace
+
+    async def _finish(self, reason: str) -> None:
+        trace = self._trace
+        if trace.stop_condition is None:
+            trace.stop_condition = reason
+        self._state = SessionState.CLOSED
+        start = trio.current_time()
+        with trio.move_on_after(self.timeouts.scoring_s) as scope:
+            try:
+                await self.harness.aclose(self.rollout)
+            except Exception as exc:
+                trace.errors.append(ErrorInfo.of("harness", exc))
+            await self.rubric.score(self.task, trace)
+        if scope.cancelled_caught:
+            trace.errors.append(
+                ErrorInfo(
+                    "scoring",
+                    f"finalize and scoring took longer than {self.timeouts.scoring_s}s "
+                    "(timeouts.scoring_s); unfinished rewards score 0.0",
+                    "ScoringError",
+                )
+            )
+        self.rollout._remove_scratch()
+        trace.timing.scoring_s = trio.current_time() - start
+        trace.timing.ended_at = _wall()
+        self._closed.set()
+        if self._on_close is not None:
+            self._on_close(self)
+
+    async def __aenter__(self) -> ChatSession:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            reason = "user_closed"
+        elif _is_cancel(exc):
+            reason = "cancelled"
+        else:
+            reason = "env_error"
+        await self.close(reason=reason)
+
+
+def _is_cancel(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_cancel(e) for e in exc.exceptions)
+    return False
+
+
+def _wall() -> float:
+    import time
+
+    return time.time()

@@ -1,0 +1,117 @@
+"""``Trace``: one agent's rollout, recorded as it happens.
+
+A trace is created when a session opens (stamped with the agent and the episode),
+grows one ``Turn`` per model call, and is scored exactly once when the session closes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from engine.messages import AssistantMessage, Message
+from engine.task import Task
+
+__all__ = ["AgentStamp", "EpisodeInfo", "ErrorInfo", "Timing", "Trace", "Turn", "Usage"]
+
+
+@attrs.frozen
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@attrs.frozen
+class AgentStamp:
+    """Who produced a trace."""
+
+    name: str
+    model: str
+    harness: str
+    trainable: bool = True
+
+
+@attrs.frozen
+class EpisodeInfo:
+    """The episode a trace belongs to, shared by every trace of that episode."""
+
+    id: str
+    env: str
+    task_idx: int
+    rollout: int = 0
+
+
+@attrs.frozen
+class ErrorInfo:
+    """An error recorded as data: ``kind`` is one of harness, model, scoring, env,
+    timeout, cancelled; ``type`` the exception class name."""
+
+    kind: str
+    message: str
+    type: str = ""
+
+    @classmethod
+    def of(cls, kind: str, exc: BaseException) -> ErrorInfo:
+        return cls(kind, str(exc) or type(exc).__name__, type(exc).__name__)
+
+
+@attrs.frozen
+class Turn:
+    """One model call: exactly what was sent and what came back."""
+
+    index: int
+    request: tuple[Message, ...]
+    response: AssistantMessage | None
+    usage: Usage = Usage()
+    finish_reason: str | None = None
+    latency_s: float = 0.0
+    error: str | None = None
+    tools: tuple[str, ...] = ()
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+
+@attrs.define
+class Timing:
+    """Seconds. ``agent_s`` counts only time spent inside this rollout's own segments."""
+
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    agent_s: float = 0.0
+    scoring_s: float = 0.0
+
+
+@attrs.define(eq=False)
+class Trace:
+    """One agent's rollout. ``task`` is the view the agent saw: with a masked prompt
+    its ``prompt`` is None and ``masked`` is True (``task.idx`` keeps provenance)."""
+
+    agent: AgentStamp
+    episode: EpisodeInfo
+    task: Task
+    masked: bool = False
+    turns: list[Turn] = attrs.field(factory=list)
+    messages: list[Message] = attrs.field(factory=list)
+    rewards: dict[str, float] = attrs.field(factory=dict)
+    reward: float = 0.0
+    metrics: dict[str, float] = attrs.field(factory=dict)
+    stop_condition: str | None = None
+    errors: list[ErrorInfo] = attrs.field(factory=list)
+    info: dict[str, Any] = attrs.field(factory=dict)
+    timing: Timing = attrs.field(factory=Timing)
+    usage: Usage = Usage()
+
+    @property
+    def last_text(self) -> str:
+        from engine.messages import text_of
+
+        for message in reversed(self.messages):
+            if isinstance(message, AssistantMessage) and message.content:
+                return text_of(message.content)
+        return ""
