@@ -11,17 +11,44 @@ from typing import Any
 
 import attrs
 
-__all__ = ["AgentConfig", "EnvConfig", "EvalConfig", "Limits", "Sampling", "Timeouts"]
+__all__ = [
+    "AgentConfig",
+    "EnvConfig",
+    "EvalConfig",
+    "Limits",
+    "OptionError",
+    "Sampling",
+    "Timeouts",
+    "at_least",
+]
 
 
-def _positive(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and value <= 0:
-        raise ValueError(f"{attribute.name} must be > 0 (got {value!r})")
+class OptionError(ValueError):
+    """Raised by config validators: ``field`` was given ``value``; ``accepted`` says
+    what would do. ``engine.settings`` renders it with the option's dotted path."""
+
+    def __init__(self, field: str, value: Any, accepted: str) -> None:
+        self.field, self.value, self.accepted = field, value, accepted
+        super().__init__(f"{field} = {value!r} is not accepted; expected {accepted}")
 
 
-def _non_negative(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and value < 0:
-        raise ValueError(f"{attribute.name} must be >= 0 (got {value!r})")
+def at_least(minimum: float, *, exclusive: bool = False) -> Any:
+    """An attrs validator: None, or a number >= minimum (> minimum if exclusive)."""
+    sign = ">" if exclusive else ">="
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+        if value is None:
+            return
+        bad = value <= minimum if exclusive else value < minimum
+        if bad or isinstance(value, bool):
+            kind = "a number" if "float" in str(attribute.type) else "an integer"
+            raise OptionError(attribute.name, value, f"{kind} {sign} {minimum:g}")
+
+    return check
+
+
+_positive = at_least(0, exclusive=True)
+_non_negative = at_least(0)
 
 
 @attrs.define

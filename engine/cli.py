@@ -1,0 +1,168 @@
+"""The ``taketurns`` command line.
+
+``taketurns eval ENV [-n N] [-r R] [-c C] [--model M] [--base-url URL]
+[--api-key-var VAR] [-C run.toml] [--env.<field>=V ...] [-o DIR] [--resume|--overwrite]``
+
+Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
+underscores are interchangeable. Exit codes: 0 done, 2 bad config or usage, 130
+interrupted (finished episodes are on disk; ``--resume`` continues).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import trio
+from rich.console import Console
+
+from engine.errors import ConfigError
+from engine.output import RunDir
+from engine.registry import envs
+from engine.runner import Interrupted, run_eval
+from engine.settings import dump_toml, load_eval_config, read_toml
+
+__all__ = ["main"]
+
+_FLAGS = {
+    "num_tasks": "num_tasks",
+    "rollouts": "rollouts",
+    "concurrency": "concurrency",
+    "model": "model",
+    "base_url": "base_url",
+    "api_key_var": "api_key_var",
+    "episode_timeout": "episode_timeout_s",
+    "max_concurrent_calls": "max_concurrent_calls",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="taketurns", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("eval", help="run an env's tasks and record every episode")
+    ev.add_argument("env", nargs="?", help="env id (see `taketurns envs`)")
+    ev.add_argument("-n", "--num-tasks", type=int)
+    ev.add_argument("-r", "--rollouts", type=int)
+    ev.add_argument("-c", "--concurrency", type=int, help="episodes at once")
+    ev.add_argument("--model", help="model name; builtin/<policy> runs in process")
+    ev.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://host:8000/v1")
+    ev.add_argument("--api-key-var", help="environment variable holding the API key")
+    ev.add_argument("--episode-timeout", type=float, help="seconds per episode")
+    ev.add_argument("--max-concurrent-calls", type=int, help="cap on model calls at once")
+    ev.add_argument("-C", "--config", help="TOML config file")
+    ev.add_argument("-o", "--output-dir", help="run directory")
+    mode = ev.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="continue the run in -o DIR")
+    mode.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sub.add_parser("envs", help="list registered envs and harnesses")
+    return parser
+
+
+def _split_overrides(extra: Sequence[str]) -> list[tuple[str, str]]:
+    """``--a.b=V`` / ``--a.b V`` pairs; anything else is a usage error."""
+    pairs: list[tuple[str, str]] = []
+    items = list(extra)
+    while items:
+        item = items.pop(0)
+        if not item.startswith("--") or "." not in item.split("=", 1)[0]:
+            raise ConfigError(
+                f"{item!r}: unknown argument; options of a config section are dotted, "
+                "e.g. --env.invalid_retries=2 or --sampling.temperature 0.7"
+            )
+        key, eq, value = item[2:].partition("=")
+        if not eq:
+            if not items:
+                raise ConfigError(f"--{key}: needs a value (--{key}=VALUE)")
+            value = items.pop(0)
+        pairs.append((key, value))
+    return pairs
+
+
+def _default_dir(env_id: str, model: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("outputs") / f"{env_id}--{model.replace('/', '_')}--{stamp}"
+
+
+def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
+    overrides = _split_overrides(extra)
+    flags = [(field, getattr(args, flag)) for flag, field in _FLAGS.items()]
+    overrides = [(f, str(v)) for f, v in flags if v is not None] + overrides
+    file_data = read_toml(args.config) if args.config else {}
+    if args.resume and args.output_dir and not args.config:
+        stored = Path(args.output_dir) / "config.toml"
+        file_data = read_toml(stored) if stored.exists() else {}
+    env_id = args.env or file_data.get("env_id")
+    if not env_id:
+        raise ConfigError("env: name the env to run (taketurns eval ENV); see `taketurns envs`")
+    file_data = {**file_data, "env_id": env_id}
+    env_cls = envs.get(env_id, field="env")
+    config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
+    out = args.output_dir or config.output_dir or _default_dir(env_id, config.model)
+    config.output_dir = str(out)
+    run_dir = RunDir(out)
+    run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
+    text = dump_toml(config)
+    if args.resume and run_dir.config_path.exists():
+        if read_toml(run_dir.config_path) != read_toml_text(text):
+            raise ConfigError(
+                f"--resume: the config differs from {run_dir.config_path}; resume with the "
+                "same options (or none: the stored config is reused)"
+            )
+    else:
+        run_dir.write_config(text)
+    try:
+        result = trio.run(
+            lambda: run_eval(
+                config, run_dir, progress=not args.no_progress, handle_signals=True
+            )
+        )
+    except Interrupted as exc:
+        console.print(f"[yellow]{exc}; continue with --resume -o {run_dir.path}")
+        return 130
+    s = result.summary
+    console.print(
+        f"[green]{s['episodes']} episodes[/] ({s['failed']} failed) in {run_dir.path} "
+        f"({s.get('episodes_per_s', 0):.1f} episodes/s)"
+    )
+    for name, stats in s["agents"].items():
+        console.print(
+            f"  {name}: reward {stats['reward_mean']:+.3f} ± {stats['reward_stderr']:.3f}  "
+            f"stops {stats['stop_conditions']}"
+        )
+    return 0
+
+
+def read_toml_text(text: str) -> dict[str, object]:
+    import tomllib
+
+    return tomllib.loads(text)
+
+
+def _envs(console: Console) -> int:
+    for env_id in envs.ids():
+        console.print(env_id)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, extra = _parser().parse_known_args(argv)
+    console = Console(stderr=True)
+    try:
+        if args.command == "eval":
+            return _eval(args, extra, console)
+        if extra:
+            raise ConfigError(f"unknown arguments: {' '.join(extra)}")
+        return _envs(console)
+    except ConfigError as exc:
+        console.print("[red]error: the configuration was refused:", highlight=False)
+        for problem in exc.problems:
+            console.print(f"  - {problem}", highlight=False, markup=False)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The run directory: ``config.toml``, ``episodes.jsonl``, ``summary.json``.
+
+Episodes are appended one JSON line each, flushed as each finishes, so a crash
+loses at most the line being written (``--resume`` drops such a torn line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from engine.episode import Episode
+from engine.errors import ConfigError
+from engine.records import dumps_episode, read_episodes
+
+__all__ = ["RunDir"]
+
+EPISODES = "episodes.jsonl"
+CONFIG = "config.toml"
+SUMMARY = "summary.json"
+
+
+class RunDir:
+    """One eval's output directory. ``prepare`` refuses a non-empty directory unless
+    resuming or overwriting; ``open`` / ``close`` bracket the episode writer."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._file: IO[str] | None = None
+
+    @property
+    def episodes_path(self) -> Path:
+        return self.path / EPISODES
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY
+
+    def prepare(self, *, resume: bool, overwrite: bool) -> None:
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigError(f"-o {self.path}: exists and is not a directory")
+        busy = self.path.is_dir() and any(self.path.iterdir())
+        if busy and not (resume or overwrite):
+            raise ConfigError(
+                f"-o {self.path}: the directory is not empty; pass --resume to continue "
+                "that run or --overwrite to replace it"
+            )
+        if resume and not self.config_path.exists():
+            raise ConfigError(f"--resume: {self.path} holds no {CONFIG}; nothing to resume")
+        self.path.mkdir(parents=True, exist_ok=True)
+        if overwrite and not resume:
+            for name in (EPISODES, SUMMARY, CONFIG, "report.html"):
+                (self.path / name).unlink(missing_ok=True)
+
+    def finished(self) -> list[dict[str, Any]]:
+        """Episodes already on disk. A torn last line (no newline: the process died
+        mid-write) is cut off the file; every complete line is kept as it is."""
+        if not self.episodes_path.exists():
+            return []
+        data = self.episodes_path.read_bytes()
+        cut = data.rfind(b"\n") + 1
+        if cut < len(data):
+            with self.episodes_path.open("r+b") as f:
+                f.truncate(cut)
+        return list(read_episodes(self.episodes_path))
+
+    def write_config(self, text: str) -> None:
+        tmp = self.config_path.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, self.config_path)
+
+    def open(self) -> None:
+        self._file = self.episodes_path.open("a", encoding="utf-8")
+
+    def append(self, episode: Episode) -> str:
+        """Write one episode line and flush it (a page-cache write: microseconds, so
+        done inline rather than through a thread). Returns the line."""
+        assert self._file is not None, "RunDir.open() first"
+        line = dumps_episode(episode)
+        self._file.write(line + "\n")
+        self._file.flush()
+        return line
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        tmp = self.summary_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, self.summary_path)

@@ -1,0 +1,63 @@
+"""The eval's progress bar (rich, on stderr): episodes, rate, running mean reward,
+error rate and tokens. Updating it is synchronous and cheap; rich redraws from its
+own refresh thread (a library-owned thread, stopped in ``close``)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from engine.episode import Episode
+
+__all__ = ["EvalProgress"]
+
+
+class EvalProgress:
+    def __init__(self, total: int, *, done: int = 0, enabled: bool = True) -> None:
+        self.total = total
+        self.episodes = done
+        self.failed = 0
+        self.reward_sum = 0.0
+        self.rewarded = 0
+        self.tokens = 0
+        self._bar = Progress(
+            TextColumn("[bold]eval"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            disable=not enabled,
+        )
+        self._task = self._bar.add_task("eval", total=total, completed=done, stats="")
+
+    def __enter__(self) -> EvalProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
+
+    def add(self, episode: Episode) -> None:
+        self.episodes += 1
+        self.failed += not episode.ok
+        for trace in episode.traces:
+            self.reward_sum += trace.reward
+            self.rewarded += 1
+            self.tokens += trace.usage.total_tokens
+        elapsed = self._bar.tasks[0].elapsed or 0.0
+        rate = self._bar.tasks[0].completed / elapsed if elapsed else 0.0
+        mean = self.reward_sum / self.rewarded if self.rewarded else 0.0
+        stats = (
+            f"reward {mean:+.3f}  errors {self.failed / self.episodes:.1%}  "
+            f"{rate:.1f} ep/s  {self.tokens:,} tok"
+        )
+        self._bar.update(self._task, advance=1, stats=stats)

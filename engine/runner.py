@@ -1,0 +1,213 @@
+"""The eval runner: every planned (task, rollout) pair becomes one episode.
+
+Structure (DESIGN.md "who owns what")::
+
+    run_eval (one nursery: signal watcher, episodes)
+     └─ episode limiter (CapacityLimiter c), taken before an episode opens any
+        session and held until it is written; the only other gate is the optional
+        model-call limiter, held for one request at a time.
+
+Each finished episode is appended to ``episodes.jsonl`` at once (also a failed,
+timed-out or cancelled one). SIGINT/SIGTERM cancel the running episodes, which are
+closed, scored and written as cancelled; a second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from engine.agent import Agent
+from engine.builtin import BuiltinModel, is_builtin
+from engine.config import AgentConfig, EvalConfig
+from engine.env import Env
+from engine.episode import Episode, episode_id, run_episode
+from engine.errors import ConfigError
+from engine.model import ModelClient
+from engine.output import RunDir
+from engine.progress import EvalProgress
+from engine.registry import envs, harnesses
+from engine.summary import summarize
+from engine.task import Task
+from engine.trace import EpisodeInfo, Trace
+
+__all__ = ["EvalRun", "Interrupted", "run_eval"]
+
+
+class Interrupted(Exception):
+    """The eval was stopped by SIGINT/SIGTERM; finished episodes are on disk."""
+
+
+@attrs.define
+class EvalRun:
+    """What ``run_eval`` returns: the summary and where everything was written."""
+
+    summary: dict[str, Any]
+    run_dir: RunDir
+    written: int
+
+
+def resolve_role(config: EvalConfig, role: str, agent: AgentConfig) -> AgentConfig:
+    """The role's config with its unset endpoint fields taken from the eval."""
+    return attrs.evolve(
+        agent,
+        model=agent.model or config.model,
+        base_url=agent.base_url if agent.base_url is not None else config.base_url,
+        api_key_var=agent.api_key_var or config.api_key_var,
+        sampling=agent.sampling.over(config.sampling),
+    )
+
+
+def _client_for(config: EvalConfig, role: str, agent: AgentConfig) -> ModelClient:
+    if agent.base_url is None:
+        if not is_builtin(agent.model):
+            raise ConfigError(
+                f"env.{role}.model = {agent.model!r}: an endpoint model needs a base URL "
+                f"(--base-url or --env.{role}.base_url); without one use builtin/<policy>"
+            )
+        return BuiltinModel.from_model_name(agent.model, field=f"env.{role}.model")
+    from engine.client import OpenAIClient
+
+    return OpenAIClient(
+        agent.base_url,
+        api_key_var=agent.api_key_var,
+        timeout=config.request_timeout_s,
+        concurrency=config.concurrency * 2,
+    )
+
+
+class _Plan:
+    """Clients, harnesses and limiters per role, built (and validated) before any
+    episode starts."""
+
+    def __init__(self, config: EvalConfig, env: Env) -> None:
+        self.env = env
+        self.roles = {r: resolve_role(config, r, a) for r, a in env.roles.items()}
+        self.clients: dict[tuple[Any, ...], ModelClient] = {}
+        self.role_clients: dict[str, ModelClient] = {}
+        self.harnesses = {}
+        self.limiters: dict[str, trio.CapacityLimiter | None] = {}
+        shared = config.max_concurrent_calls
+        shared_limiter = trio.CapacityLimiter(shared) if shared else None
+        for role, agent in self.roles.items():
+            key = (agent.model, agent.base_url, agent.api_key_var)
+            if key not in self.clients:
+                self.clients[key] = _client_for(config, role, agent)
+            self.role_clients[role] = self.clients[key]
+            self.harnesses[role] = harnesses.create(agent.harness, field=f"env.{role}.harness")
+            cap = agent.max_concurrent_calls
+            self.limiters[role] = trio.CapacityLimiter(cap) if cap else shared_limiter
+        self.rubrics = {role: env.rubric(role) for role in self.roles}
+
+    def make_agent(
+        self, role: str, _config: AgentConfig, info: EpisodeInfo, on_close: Callable[[Trace], None]
+    ) -> Agent:
+        return Agent(
+            role,
+            self.roles[role],
+            client=self.role_clients[role],
+            harness=self.harnesses[role],
+            rubric=self.rubrics[role],
+            episode=info,
+            limiter=self.limiters[role],
+            on_close=on_close,
+        )
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            for client in self.clients.values():
+                await client.aclose()
+
+
+def make_env(config: EvalConfig) -> Env:
+    env_cls = envs.get(config.env_id, field="env_id")
+    env: Env = env_cls(config.env)
+    return env
+
+
+async def _watch_signals(cancel: trio.CancelScope, task_status: Any) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for _ in signals:
+            if cancel.cancel_called:
+                os._exit(130)  # second signal: exit at once, as promised
+            cancel.cancel()
+
+
+async def run_eval(
+    config: EvalConfig,
+    run_dir: RunDir,
+    *,
+    env: Env | None = None,
+    progress: bool = True,
+    handle_signals: bool = False,
+) -> EvalRun:
+    """Run every (task, rollout) pair not yet in ``run_dir`` and write the summary.
+    Raises ``ConfigError`` before any episode starts; ``Interrupted`` after a signal
+    (with every finished and cancelled episode written)."""
+    env = env if env is not None else make_env(config)
+    plan = _Plan(config, env)
+    tasks = list(env.tasks(config.num_tasks))
+    finished = run_dir.finished()
+    done = {(e["task"]["idx"], e["rollout"]) for e in finished}
+    todo = [
+        (task, r) for task in tasks for r in range(config.rollouts) if (task.idx, r) not in done
+    ]
+    start = time.monotonic()
+    written = 0
+    limiter = trio.CapacityLimiter(config.concurrency)
+    interrupted = False
+    run_dir.open()
+    try:
+        await env.setup()
+        with EvalProgress(len(tasks) * config.rollouts, done=len(done), enabled=progress) as bar:
+
+            async def play(task: Task, rollout: int) -> None:
+                nonlocal written
+                episode = Episode(episode_id(env.id, task.idx, rollout), env.id, task, rollout)
+                try:
+                    await run_episode(
+                        env, episode, plan.make_agent, timeout=config.episode_timeout_s
+                    )
+                finally:
+                    _order(episode, list(plan.roles))
+                    run_dir.append(episode)
+                    written += 1
+                    bar.add(episode)
+                    limiter.release_on_behalf_of((task.idx, rollout))
+
+            with trio.CancelScope() as cancel:
+                async with trio.open_nursery() as nursery:
+                    if handle_signals:
+                        await nursery.start(_watch_signals, cancel)
+                    async with trio.open_nursery() as episodes:
+                        for task, rollout in todo:
+                            # taken here, released by play(): holds for the whole episode
+                            await limiter.acquire_on_behalf_of((task.idx, rollout))
+                            episodes.start_soon(play, task, rollout)
+                    nursery.cancel_scope.cancel()
+            interrupted = cancel.cancelled_caught
+    finally:
+        run_dir.close()
+        with trio.CancelScope(shield=True):
+            await env.finalize()
+        await plan.aclose()
+    wall = time.monotonic() - start
+    summary = summarize(run_dir.finished(), rollouts=config.rollouts, wall_s=wall)
+    summary["interrupted"] = interrupted
+    run_dir.write_summary(summary)
+    if interrupted:
+        raise Interrupted(f"interrupted; {written} episodes written this run to {run_dir.path}")
+    return EvalRun(summary, run_dir, written)
+
+
+def _order(episode: Episode, roles: list[str]) -> None:
+    rank = {r: i for i, r in enumerate(roles)}
+    episode.traces.sort(key=lambda t: rank.get(t.agent.name, math.inf))

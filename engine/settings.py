@@ -1,0 +1,207 @@
+"""Loading configs: TOML file + dotted command-line overrides -> validated attrs records.
+
+Precedence: command line > file > defaults. Every problem is reported at once, one
+line each, naming the dotted path, the value given and what is accepted; nothing
+runs until the whole config is valid. ``settings`` is the private (strict) cattrs
+converter for this format: an int field takes only integers, a float field only
+numbers, a bool field only booleans; unknown keys are refused.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+import tomli_w
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+from engine.config import EvalConfig, OptionError
+from engine.errors import ConfigError
+
+__all__ = ["Raw", "apply_override", "dump_toml", "load_eval_config", "read_toml", "structure"]
+
+
+class Raw(str):
+    """A value typed on the command line: converted by the field's type, not guessed."""
+
+
+_NONE = {"none", "null"}
+
+
+def _strict(kind: type, accept: tuple[type, ...], parse: Any) -> Any:
+    def hook(value: Any, _: Any) -> Any:
+        if isinstance(value, Raw):
+            try:
+                return parse(value)
+            except ValueError:
+                raise OptionError("", str(value), _WHAT[kind]) from None
+        if isinstance(value, bool) and kind is not bool:
+            raise OptionError("", value, _WHAT[kind])
+        if not isinstance(value, accept):
+            raise OptionError("", value, _WHAT[kind])
+        return kind(value)
+
+    return hook
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+_WHAT = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+settings = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+settings.register_structure_hook(int, _strict(int, (int,), int))
+settings.register_structure_hook(float, _strict(float, (int, float), float))
+settings.register_structure_hook(bool, _strict(bool, (bool,), _parse_bool))
+settings.register_structure_hook(str, _strict(str, (str,), str))
+settings.register_structure_hook(typing.Any, lambda value, _: _plain(value))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Raw):
+        return _literal(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _literal(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return str(raw)
+
+
+def _render(exc: BaseException, path: str) -> list[str]:
+    if isinstance(exc, ClassValidationError | IterableValidationError):
+        with_notes, without = exc.group_exceptions()
+        lines = []
+        for inner, note in with_notes:
+            name = getattr(note, "name", getattr(note, "index", "?"))
+            lines += _render(inner, f"{path}.{name}" if isinstance(name, str) else f"{path}[{name}]")
+        for inner in without:
+            lines += _render(inner, path)
+        return lines
+    if isinstance(exc, ForbiddenExtraKeysError):
+        known = sorted(f.name for f in attrs.fields(exc.cl)) if attrs.has(exc.cl) else []
+        return [
+            f"{path}.{key}: unknown option; known options here: {', '.join(known)}"
+            for key in sorted(exc.extra_fields)
+        ]
+    if isinstance(exc, OptionError):
+        where = f"{path}.{exc.field}" if exc.field and not path.endswith(exc.field) else path
+        return [f"{where} = {exc.value!r}: expected {exc.accepted}"]
+    if isinstance(exc, KeyError):
+        return [f"{path}.{exc.args[0]}: required option is missing"]
+    return [f"{path}: {exc}"]
+
+
+def structure(data: Mapping[str, Any], cls: type, *, path: str) -> Any:
+    """Build ``cls`` from ``data`` or raise ``ConfigError`` listing every problem."""
+    try:
+        return settings.structure(dict(data), cls)
+    except (ClassValidationError, IterableValidationError, OptionError, ValueError) as exc:
+        raise ConfigError(_render(exc, path)) from None
+
+
+def _key(segment: str) -> str:
+    return segment.strip().replace("-", "_")
+
+
+def apply_override(tree: dict[str, Any], dotted: str, raw: str) -> None:
+    """Set ``tree[a][b][c] = Raw(raw)`` for ``dotted == "a.b.c"`` (dashes or
+    underscores); ``none``/``null`` set the option to None (its default)."""
+    parts = [_key(p) for p in dotted.split(".")]
+    if not all(parts):
+        raise ConfigError(f"--{dotted}: an option path cannot have empty parts")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--{dotted}: {part!r} is a value, not a section")
+        node = child
+    value: Any = Raw(raw)
+    if raw.strip().lower() in _NONE:
+        value = None
+    elif raw.strip()[:1] in ("[", "{"):
+        value = _literal(raw)
+    node[parts[-1]] = value
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"-C {path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"-C {path}: not valid TOML ({exc})") from None
+
+
+def _drop_none(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _drop_none(v) for k, v in data.items() if v is not None}
+    if isinstance(data, list):
+        return [_drop_none(v) for v in data]
+    return data
+
+
+def dump_toml(config: EvalConfig) -> str:
+    """The fully resolved config as TOML (None values are the defaults: omitted)."""
+    return tomli_w.dumps(_drop_none(settings.unstructure(config)))
+
+
+def load_eval_config(
+    env_config_class: type,
+    *,
+    file_data: Mapping[str, Any] | None = None,
+    overrides: Iterable[tuple[str, str]] = (),
+) -> EvalConfig:
+    """Merge ``file_data`` and ``overrides`` (dotted path, raw text) and validate the
+    whole eval config, its ``env`` section with ``env_config_class``."""
+    tree: dict[str, Any] = _deep_copy(file_data or {})
+    problems: list[str] = []
+    for dotted, raw in overrides:
+        try:
+            apply_override(tree, dotted, raw)
+        except ConfigError as exc:
+            problems += exc.problems
+    env_data = tree.pop("env", None) or {}
+    if not isinstance(env_data, dict):
+        problems.append(f"env: expected a section of env options, got {env_data!r}")
+        env_data = {}
+    config = env = None
+    try:
+        config = structure(tree, EvalConfig, path="$")
+    except ConfigError as exc:
+        problems += exc.problems
+    try:
+        env = structure(env_data, env_config_class, path="env")
+    except ConfigError as exc:
+        problems += exc.problems
+    if problems or config is None:
+        raise ConfigError([p.replace("$.", "", 1) for p in problems])
+    config.env = env
+    return config
+
+
+def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+
+
+# ``EvalConfig.env`` is typed Any; keep the converter from guessing at it.
+settings.register_structure_hook(types.NoneType, lambda value, _: value)
