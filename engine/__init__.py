@@ -2,7 +2,16 @@
 
 from engine.agent import Agent, Agents
 from engine.builtin import BuiltinModel
-from engine.config import AgentConfig, EnvConfig, EvalConfig, Limits, Sampling, Timeouts
+from engine.config import (
+    AgentConfig,
+    EnvConfig,
+    EvalConfig,
+    Limits,
+    OptionError,
+    Sampling,
+    Timeouts,
+    at_least,
+)
 from engine.env import Env, register_env, roles_of
 from engine.episode import Episode, run_episode
 from engine.errors import (
@@ -60,6 +69,7 @@ __all__ = [
     "ModelEndpointError",
     "ModelRequest",
     "ModelResponse",
+    "OptionError",
     "Prompt",
     "Reply",
     "Rollout",
@@ -83,6 +93,7 @@ __all__ = [
     "TurnError",
     "Usage",
     "UserMessage",
+    "at_least",
     "can_chat",
     "envs",
     "harnesses",

@@ -1,0 +1,101 @@
+"""Kuhn self-play on the built-in model at latency 0: throughput and engine cost.
+
+Prints episodes/s, turns/s and microseconds of engine CPU time per model call at
+c = 1, 16, 256 (the cost is the slope between two run sizes, so start-up cancels
+out), and the memory of one open idle session (10,000 sessions, each held by its
+own task, as in an eval). Run: ``python benchmarks/bench_exchange.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import tempfile
+import time
+import tracemalloc
+
+import trio
+
+from engine import Agent, AgentConfig, Task
+from engine.output import RunDir
+from engine.registry import envs
+from engine.runner import run_eval
+from engine.settings import load_eval_config
+
+
+def _run(num: int, concurrency: int) -> tuple[float, float, int]:
+    """(wall s, cpu s, model calls) for one eval of ``num`` episodes."""
+    config = load_eval_config(
+        envs.get("kuhn-poker").config_class,
+        file_data={"env_id": "kuhn-poker", "num_tasks": num, "concurrency": concurrency},
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = RunDir(tmp)
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = trio.run(lambda: run_eval(config, run_dir, progress=False))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    agents = result.summary["agents"].values()
+    calls = round(sum(a["turns_mean"] * a["traces"] for a in agents))
+    return wall, cpu, calls
+
+
+def throughput(concurrency: int, small: int, large: int, repeats: int) -> dict[str, float]:
+    slopes, rates, turn_rates = [], [], []
+    for _ in range(repeats):
+        w1, c1, t1 = _run(small, concurrency)
+        w2, c2, t2 = _run(large, concurrency)
+        slopes.append((c2 - c1) / (t2 - t1) * 1e6)
+        rates.append(large / w2)
+        turn_rates.append(t2 / w2)
+    return {
+        "episodes_per_s": statistics.median(rates),
+        "turns_per_s": statistics.median(turn_rates),
+        "us_per_call": statistics.median(slopes),
+    }
+
+
+async def _idle_sessions(count: int) -> float:
+    agent = Agent("a", AgentConfig(model="builtin/echo"))
+    release = trio.Event()
+    opened = trio.Semaphore(0)
+
+    async def hold(i: int) -> None:
+        async with agent.chat(Task(i)) as session:
+            await session.turn("hello")
+            opened.release()
+            await release.wait()
+
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    async with trio.open_nursery() as nursery:
+        for i in range(count):
+            nursery.start_soon(hold, i)
+        for _ in range(count):
+            await opened.acquire()
+        gc.collect()
+        during = tracemalloc.get_traced_memory()[0]
+        release.set()
+    tracemalloc.stop()
+    return (during - before) / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--small", type=int, default=200)
+    parser.add_argument("--large", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sessions", type=int, default=10_000)
+    args = parser.parse_args()
+    print(f"{'c':>5} {'episodes/s':>11} {'turns/s':>9} {'engine us/call':>15}")
+    for c in (1, 16, 256):
+        r = throughput(c, args.small, args.large, args.repeats)
+        print(f"{c:>5} {r['episodes_per_s']:>11.0f} {r['turns_per_s']:>9.0f} {r['us_per_call']:>15.1f}")
+    per_session = trio.run(_idle_sessions, args.sessions)
+    print(f"memory per open idle session ({args.sessions} sessions, each in its task): "
+          f"{per_session / 1024:.1f} KiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""``kuhn-poker``: two seats play one hand of Kuhn poker; the env is the referee.
+
+The self-play reference. Each seat is a live chat session told the rules and only its
+own card (in its system prompt). The host asks the seat to act with the betting so
+far and the legal actions as bracketed options; a reply counts when it names exactly
+one legal bracketed action. A seat that keeps answering badly (more than
+``invalid_retries`` re-prompts) or whose run stops instead of answering forfeits.
+The payoff is written on both traces before the sessions close, so the ``payoff``
+reward scores it. Rules live in ``envs.kuhn_rules``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from engine import (
+    AgentConfig,
+    Agents,
+    ChatSession,
+    Env,
+    EnvConfig,
+    OptionError,
+    Task,
+    Trace,
+    metric,
+    reward,
+)
+from envs import kuhn_rules as rules
+
+__all__ = ["KuhnConfig", "KuhnPoker", "ask_text", "rules_prompt"]
+
+
+def _retries(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise OptionError(attribute.name, value, "an integer >= 0")
+
+
+def _an_int(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OptionError(attribute.name, value, "an integer")
+
+
+@attrs.define
+class KuhnConfig(EnvConfig):
+    """``player0`` acts first. ``invalid_retries``: how many times a seat is re-prompted
+    after a reply that does not count before it forfeits. ``seed`` varies the deals."""
+
+    player0: AgentConfig = attrs.field(factory=AgentConfig)
+    player1: AgentConfig = attrs.field(factory=AgentConfig)
+    invalid_retries: int = attrs.field(default=1, validator=_retries)
+    seed: int = attrs.field(default=0, validator=_an_int)
+
+
+def rules_prompt(seat: int, card: str, invalid_retries: int, hand: int = 0) -> str:
+    """The system prompt of ``seat``: the rules and its own card, nothing else."""
+    return (
+        f"You are player{seat} in hand #{hand} of Kuhn poker against one opponent. "
+        "The deck has three cards, ranked J < Q < K. Each player antes 1 chip and is "
+        "dealt one card; the third card is not used. player0 acts first and may check "
+        "or bet 1 chip. After a check, player1 may check (showdown) or bet 1 chip. "
+        "Facing a bet, a player may fold (losing what they put in) or call 1 chip "
+        "(showdown). At showdown the higher card wins the pot. "
+        f"Your card: {card}. "
+        "When it is your turn you are shown the betting so far and your legal actions; "
+        "answer with exactly one of them in square brackets, for example [call]. "
+        "An answer that does not name exactly one legal action is refused: you get "
+        f"{_retries_text(invalid_retries)} per turn, then a refused answer forfeits the "
+        "hand (you lose 1 chip)."
+    )
+
+
+def _retries_text(n: int) -> str:
+    return "1 retry" if n == 1 else f"{n} retries"
+
+
+def ask_text(history: Sequence[str]) -> str:
+    """What the seat to act is asked."""
+    return (
+        f"Betting so far: {rules.narrate(history)}. "
+        f"Your legal actions: {rules.options(rules.legal_actions(history))}. "
+        "Answer with exactly one bracketed action."
+    )
+
+
+def _feedback(problem: str, history: Sequence[str], left: int) -> str:
+    tries = "1 try left" if left == 1 else f"{left} tries left"
+    return f"That answer does not count: {problem} ({tries}). {ask_text(history)}"
+
+
+class KuhnPoker(Env):
+    id = "kuhn-poker"
+    config_class = KuhnConfig
+    config: KuhnConfig
+
+    def tasks(self, num_tasks: int) -> list[Task]:
+        return [
+            Task(
+                idx=i,
+                name=f"kuhn-{i}",
+                prompt=None,
+                info={"seed": rules.task_seed(self.config.seed, i)},
+            )
+            for i in range(num_tasks)
+        ]
+
+    async def run(self, task: Task, agents: Agents) -> None:
+        seed = task.info["seed"]
+        cards = rules.deal(seed)
+        retries = self.config.invalid_retries
+        seat0, seat1 = (
+            attrs.evolve(
+                task, system_prompt=rules_prompt(seat, cards[seat], retries, task.idx)
+            )
+            for seat in (0, 1)
+        )
+        async with agents.player0.chat(seat0) as s0, agents.player1.chat(seat1) as s1:
+            seats = (s0, s1)
+            for seat, session in enumerate(seats):
+                session.trace.info.update(
+                    seat=seat, card=cards[seat], history=[], seed=seed, forfeited=False
+                )
+            history: list[str] = []
+            forfeiter = None
+            while not rules.is_over(history):
+                seat = rules.to_act(history)
+                action = await self._ask(seats[seat], history)
+                if action is None:
+                    forfeiter = seat
+                    break
+                history.append(action)
+                for session in seats:
+                    session.trace.info["history"] = list(history)
+            if forfeiter is None:
+                payoff = rules.payoffs(cards, history)
+            else:
+                payoff = rules.forfeit_payoffs(forfeiter)
+            for seat, session in enumerate(seats):
+                session.trace.info.update(forfeited=seat == forfeiter, payoff=payoff[seat])
+
+    async def _ask(self, session: ChatSession, history: Sequence[str]) -> str | None:
+        """The seat's action, or None when it forfeits (it stopped, or used up its
+        re-prompts)."""
+        legal = rules.legal_actions(history)
+        left = self.config.invalid_retries
+        message = ask_text(history)
+        while True:
+            reply = await session.turn(message)
+            if reply.stopped:
+                return None
+            try:
+                return rules.parse_action(reply.text, legal)
+            except rules.InvalidAnswer as exc:
+                if left == 0:
+                    return None
+                message = _feedback(str(exc), history, left)
+                left -= 1
+
+    @reward(weight=1.0)
+    def payoff(self, task: Task, trace: Trace) -> float:
+        """The seat's chips won (+) or lost (-) in the hand."""
+        return float(trace.info.get("payoff", 0.0))
+
+    @metric
+    def forfeit(self, task: Task, trace: Trace) -> float:
+        """1.0 when the seat forfeited the hand."""
+        return 1.0 if trace.info.get("forfeited") else 0.0
