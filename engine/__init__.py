@@ -43,7 +43,29 @@ from engine.registry import envs, harnesses, tasksets
 from engine.rubric import Rubric, metric, reward, stop
 from engine.session import ChatSession, Reply, SessionState
 from engine.task import Task
+from engine.tools import Tool, as_tools, tool_schema
 from engine.trace import AgentStamp, EpisodeInfo, ErrorInfo, Trace, Turn, Usage
+from engine.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
+
+# Names whose modules pull in the HTTP stack (hypercorn, quart, httpx2): imported on
+# first use so `import engine` stays light for in-process work.
+_LAZY = {
+    "Endpoint": "engine.interception",
+    "InterceptionServer": "engine.interception",
+    "OpenAIClient": "engine.client",
+    "ServedHarness": "engine.interception",
+    "open_interception_server": "engine.interception",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "Agent",
@@ -54,6 +76,7 @@ __all__ = [
     "BuiltinModel",
     "ChatSession",
     "ConfigError",
+    "Endpoint",
     "Env",
     "EnvConfig",
     "Episode",
@@ -63,12 +86,14 @@ __all__ = [
     "Harness",
     "HarnessError",
     "ImagePart",
+    "InterceptionServer",
     "Limits",
     "Message",
     "ModelClient",
     "ModelEndpointError",
     "ModelRequest",
     "ModelResponse",
+    "OpenAIClient",
     "OptionError",
     "Prompt",
     "Reply",
@@ -77,15 +102,17 @@ __all__ = [
     "Rubric",
     "Sampling",
     "ScoringError",
+    "ServedHarness",
     "SessionClosed",
     "SessionError",
     "SessionOver",
     "SessionState",
     "SystemMessage",
-    "Task",
     "TaketurnsError",
+    "Task",
     "TextPart",
     "Timeouts",
+    "Tool",
     "ToolCall",
     "ToolMessage",
     "Trace",
@@ -93,11 +120,16 @@ __all__ = [
     "TurnError",
     "Usage",
     "UserMessage",
+    "as_tools",
     "at_least",
     "can_chat",
     "envs",
+    "from_wire",
     "harnesses",
+    "messages_from_wire",
+    "messages_to_wire",
     "metric",
+    "open_interception_server",
     "register_env",
     "reward",
     "roles_of",
@@ -105,4 +137,6 @@ __all__ = [
     "stop",
     "tasksets",
     "text_of",
+    "to_wire",
+    "tool_schema",
 ]

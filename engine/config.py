@@ -141,5 +141,6 @@ class EvalConfig:
     max_concurrent_calls: int | None = attrs.field(default=None, validator=_positive)
     episode_timeout_s: float | None = attrs.field(default=None, validator=_positive)
     request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
+    interception_host: str = "127.0.0.1"
     output_dir: str | None = None
     env: Any = None

@@ -64,6 +64,7 @@ class Rollout:
         self.tools = tuple(tools)
         self.services = dict(services or {})
         self.synthesized_system = False
+        self.state: dict[str, Any] = {}  # per-rollout state a harness keeps between segments
         self._segment: list[Message] = []
         self._scratch: Path | None = None
 

@@ -29,7 +29,8 @@ from engine.builtin import BuiltinModel, is_builtin
 from engine.config import AgentConfig, EvalConfig
 from engine.env import Env
 from engine.episode import Episode, episode_id, run_episode
-from engine.errors import ConfigError
+from engine.errors import ConfigError, HarnessError
+from engine.harness import Harness
 from engine.model import ModelClient
 from engine.output import RunDir
 from engine.progress import EvalProgress
@@ -101,10 +102,11 @@ class _Plan:
             if key not in self.clients:
                 self.clients[key] = _client_for(config, role, agent)
             self.role_clients[role] = self.clients[key]
-            self.harnesses[role] = harnesses.create(agent.harness, field=f"env.{role}.harness")
+            self.harnesses[role] = _harness(role, agent)
             cap = agent.max_concurrent_calls
             self.limiters[role] = trio.CapacityLimiter(cap) if cap else shared_limiter
         self.rubrics = {role: env.rubric(role) for role in self.roles}
+        self.services: dict[str, Any] = {}
 
     def make_agent(
         self, role: str, _config: AgentConfig, info: EpisodeInfo, on_close: Callable[[Trace], None]
@@ -117,13 +119,32 @@ class _Plan:
             rubric=self.rubrics[role],
             episode=info,
             limiter=self.limiters[role],
+            services=self.services,
             on_close=on_close,
         )
+
+    @property
+    def needs_interception(self) -> bool:
+        from engine.interception import ServedHarness
+
+        return any(isinstance(h, ServedHarness) for h in self.harnesses.values())
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
             for client in self.clients.values():
                 await client.aclose()
+
+
+def _harness(role: str, agent: AgentConfig) -> Harness:
+    cls = harnesses.get(agent.harness, field=f"env.{role}.harness")
+    try:
+        harness: Harness = cls(**agent.harness_options)
+    except (TypeError, ValueError, HarnessError) as exc:
+        raise ConfigError(
+            f"env.{role}.harness_options = {agent.harness_options!r}: refused by harness "
+            f"{agent.harness!r} ({exc})"
+        ) from None
+    return harness
 
 
 def make_env(config: EvalConfig) -> Env:
@@ -187,6 +208,11 @@ async def run_eval(
                 async with trio.open_nursery() as nursery:
                     if handle_signals:
                         await nursery.start(_watch_signals, cancel)
+                    if plan.needs_interception:
+                        from engine.interception import InterceptionServer
+
+                        server = InterceptionServer(host=config.interception_host)
+                        plan.services["interception"] = await nursery.start(server.run)
                     async with trio.open_nursery() as episodes:
                         for task, rollout in todo:
                             # taken here, released by play(): holds for the whole episode

@@ -1,0 +1,3 @@
+"""Reference agent programs run out of process by the ``program`` and ``stateful``
+harnesses. They know nothing of taketurns: they read ``OPENAI_BASE_URL`` and
+``OPENAI_API_KEY`` like any OpenAI client, and exchange JSON files with the harness."""

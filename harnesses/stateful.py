@@ -1,0 +1,50 @@
+"""The ``stateful`` harness: native resume, like an agent CLI with ``exec resume``.
+
+Its program keeps its own session in the rollout's scratch directory (removed when
+the session closes, also on error and cancellation) and continues it with a resume
+flag and only the new user message. A first segment, including one opened by the
+user's message, launches fresh.
+
+Options as for ``program``; ``command`` defaults to the reference program
+``python -m harnesses.programs.stateful``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+
+import trio
+
+from engine import Message, Prompt, Rollout, messages_to_wire
+from harnesses.program import ProgramHarness
+
+DEFAULT_COMMAND = (sys.executable, "-m", "harnesses.programs.stateful")
+
+
+class StatefulHarness(ProgramHarness):
+    id = "stateful"
+
+    def __init__(
+        self,
+        command: Sequence[str] = DEFAULT_COMMAND,
+        *,
+        env: Mapping[str, str] | None = None,
+        tail_chars: int = 2000,
+    ) -> None:
+        super().__init__(command, env=env, tail_chars=tail_chars)
+
+    async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
+        workdir, n = self._files(rollout)
+        prompt_file = trio.Path(workdir / f"prompt-{n}.json")
+        await prompt_file.write_text(json.dumps(self.prompt_body(rollout, prompt.wire_messages())))
+        args = ["--session-dir", str(workdir), "--prompt-file", str(prompt_file)]
+        await self.run_program(rollout, args, workdir / f"output-{n}.json")
+
+    async def resume(self, rollout: Rollout, messages: Sequence[Message]) -> None:
+        workdir, n = self._files(rollout)
+        message_file = trio.Path(workdir / f"message-{n}.json")
+        await message_file.write_text(json.dumps({"messages": messages_to_wire(messages)}))
+        args = ["--session-dir", str(workdir), "--resume", "--message-file", str(message_file)]
+        await self.run_program(rollout, args, workdir / f"output-{n}.json")
