@@ -43,7 +43,7 @@ def _run(num: int, concurrency: int) -> tuple[float, float, int]:
 def throughput(concurrency: int, small: int, large: int, repeats: int) -> dict[str, float]:
     slopes, rates, turn_rates = [], [], []
     for _ in range(repeats):
-        w1, c1, t1 = _run(small, concurrency)
+        _, c1, t1 = _run(small, concurrency)
         w2, c2, t2 = _run(large, concurrency)
         slopes.append((c2 - c1) / (t2 - t1) * 1e6)
         rates.append(large / w2)
@@ -91,10 +91,15 @@ def main() -> None:
     print(f"{'c':>5} {'episodes/s':>11} {'turns/s':>9} {'engine us/call':>15}")
     for c in (1, 16, 256):
         r = throughput(c, args.small, args.large, args.repeats)
-        print(f"{c:>5} {r['episodes_per_s']:>11.0f} {r['turns_per_s']:>9.0f} {r['us_per_call']:>15.1f}")
+        print(
+            f"{c:>5} {r['episodes_per_s']:>11.0f} {r['turns_per_s']:>9.0f} "
+            f"{r['us_per_call']:>15.1f}"
+        )
     per_session = trio.run(_idle_sessions, args.sessions)
-    print(f"memory per open idle session ({args.sessions} sessions, each in its task): "
-          f"{per_session / 1024:.1f} KiB")
+    print(
+        f"memory per open idle session ({args.sessions} sessions, each in its task): "
+        f"{per_session / 1024:.1f} KiB"
+    )
 
 
 if __name__ == "__main__":

@@ -70,30 +70,55 @@ class Agent:
         self.tools = tuple(tools)
         self.services = services
         self._on_close = on_close
-        self.sessions: list[ChatSession] = []
+        self._open_sessions: dict[int, ChatSession] = {}
+        # what a cancellation that closes one of this agent's sessions means
+        self.cancel_reason: Callable[[], str] = lambda: "cancelled"
+
+    @property
+    def sessions(self) -> list[ChatSession]:
+        """This agent's sessions not yet closed."""
+        return list(self._open_sessions.values())
 
     @property
     def stamp(self) -> AgentStamp:
         return AgentStamp(self.name, self.model, self.config.harness, self.config.trainable)
 
-    def chat(self, task: Task, *, mask_prompt: bool = False) -> ChatSession:
+    def chat(
+        self,
+        task: Task,
+        *,
+        mask_prompt: bool = False,
+        tools: Sequence[Callable[..., Any]] | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> ChatSession:
         """Open a session on ``task``; use as ``async with agent.chat(task) as s``.
 
         With ``mask_prompt=True`` the task's prompt never reaches the model and the
         trace keeps a masked view (``task.idx`` for provenance); the rubric still
-        scores the real row. Raises ``HarnessError`` at once when the harness cannot
-        hold a multi-turn session."""
+        scores the real row. ``tools`` (default: the agent's) are offered to tool
+        harnesses; ``state`` goes on ``trace.state`` for the rubric (never persisted).
+        Raises ``HarnessError`` at once when the harness cannot hold a multi-turn
+        session."""
         if not can_chat(self.harness):
             raise HarnessError(
                 f"harness {self.config.harness!r} cannot chat: it has no native resume and "
                 "its launch takes only text; use agent.run(task) or a chat-capable harness"
             )
-        return self._open(task, mask_prompt=mask_prompt, join=True)
+        return self._open(task, mask_prompt=mask_prompt, tools=tools, state=state)
 
-    def _open(self, task: Task, *, mask_prompt: bool, join: bool) -> ChatSession:
+    def _open(
+        self,
+        task: Task,
+        *,
+        mask_prompt: bool,
+        tools: Sequence[Callable[..., Any]] | None,
+        state: Mapping[str, Any] | None,
+    ) -> ChatSession:
         episode = self.episode or EpisodeInfo("", "", task.idx)
         view = attrs.evolve(task, prompt=None) if mask_prompt else task
         trace = Trace(self.stamp, episode, view, masked=mask_prompt)
+        if state:
+            trace.state.update(state)
         trace.timing.started_at = time.time()
         boundary = ModelBoundary(
             trace,
@@ -104,7 +129,8 @@ class Agent:
             rubric=self.rubric,
             limiter=self.limiter,
         )
-        rollout = Rollout(trace, boundary, task=view, tools=self.tools, services=self.services)
+        offered = self.tools if tools is None else tuple(tools)
+        rollout = Rollout(trace, boundary, task=view, tools=offered, services=self.services)
         session = ChatSession(
             task,
             trace,
@@ -113,24 +139,33 @@ class Agent:
             self.rubric,
             self.config.timeouts,
             mask_prompt=mask_prompt,
-            on_close=self._joined if join else None,
+            on_close=self._closed,
         )
-        self.sessions.append(session)
+        session.cancel_reason = self.cancel_reason
+        self._open_sessions[id(session)] = session
         return session
 
-    def _joined(self, session: ChatSession) -> None:
+    def _closed(self, session: ChatSession) -> None:
+        self._open_sessions.pop(id(session), None)
         if self._on_close is not None and not session.discard:
             self._on_close(session.trace)
 
-    async def run(self, task: Task) -> Trace:
+    async def run(
+        self,
+        task: Task,
+        *,
+        tools: Sequence[Callable[..., Any]] | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> Trace:
         """One shot: open, one segment on the prompt, close with ``agent_completed``.
         A run whose segment failed (a harness or model error) is retried up to
-        ``config.retries`` times; only the last attempt's trace is kept."""
+        ``config.retries`` times; only the last attempt's trace is kept (and scored).
+        ``tools`` and ``state`` as for ``chat`` (the same state for every attempt)."""
         if task.prompt is None:
             raise TurnError("agent.run(task) needs a prompted task; use agent.chat(task)")
         attempts = self.config.retries + 1
         for attempt in range(attempts):
-            session = self._open(task, mask_prompt=False, join=True)
+            session = self._open(task, mask_prompt=False, tools=tools, state=state)
             async with session:
                 await session.turn()
                 if attempt < attempts - 1 and _failed(session.trace):

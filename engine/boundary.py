@@ -121,8 +121,14 @@ class ModelBoundary:
             assert error is not None
             trace.errors.append(ErrorInfo.of("model", error))
             trace.turns.append(
-                Turn(len(trace.turns), request.messages, None, latency_s=latency,
-                     error=str(error), tools=tool_names)
+                Turn(
+                    len(trace.turns),
+                    request.messages,
+                    None,
+                    latency_s=latency,
+                    error=str(error),
+                    tools=tool_names,
+                )
             )
             return
         usage = response.usage

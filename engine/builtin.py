@@ -111,7 +111,8 @@ def tools(request: ModelRequest, seed: int) -> AssistantMessage:
     fn = request.tools[0].get("function", {})
     call_id = f"call_{_digest(request.messages, seed) % 10**8:08d}"
     args = _derive_arguments(fn, _latest_prompt_text(request.messages))
-    return AssistantMessage(None, (ToolCall(call_id, fn.get("name", "tool"), json.dumps(args)),))
+    call = ToolCall(call_id, fn.get("name", "tool"), json.dumps(args))
+    return AssistantMessage(None, (call,))
 
 
 Policy = Callable[[ModelRequest, int], AssistantMessage]
@@ -126,11 +127,13 @@ class BuiltinModel(ModelClient):
     """A scripted model called in process. ``complete`` is a checkpoint: it sleeps
     ``latency`` seconds (or just checkpoints when latency is 0)."""
 
-    def __init__(self, policy: str = "bracket", *, latency: float = 0.0, seed: int = 0):
+    def __init__(
+        self, policy: str = "bracket", *, latency: float = 0.0, seed: int = 0, field: str = "model"
+    ):
         if policy not in POLICIES:
             raise ConfigError(
-                f"model: unknown built-in policy {policy!r}; "
-                f"choose one of {', '.join(sorted(POLICIES))}"
+                f"{field}: unknown built-in policy {policy!r}; "
+                f"choose one of {', '.join(f'builtin/{p}' for p in sorted(POLICIES))}"
             )
         self.policy = policy
         self.latency = latency
@@ -160,6 +163,7 @@ class BuiltinModel(ModelClient):
             spec or "bracket",
             latency=opts.get("latency_ms", 0.0) / 1000,
             seed=int(opts.get("seed", 0)),
+            field=field,
         )
 
     def respond(self, request: ModelRequest) -> ModelResponse:

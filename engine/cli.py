@@ -21,11 +21,13 @@ from rich.console import Console
 
 from engine.errors import ConfigError
 from engine.output import RunDir
-from engine.registry import envs
-from engine.runner import Interrupted, run_eval
+from engine.registry import envs, tasksets
+from engine.runner import Interrupted, Plan, make_env, run_eval
 from engine.settings import dump_toml, load_eval_config, read_toml
 
 __all__ = ["main"]
+
+SINGLE_AGENT = "single-agent"
 
 _FLAGS = {
     "num_tasks": "num_tasks",
@@ -98,10 +100,19 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     env_id = args.env or file_data.get("env_id")
     if not env_id:
         raise ConfigError("env: name the env to run (taketurns eval ENV); see `taketurns envs`")
+    name = env_id
+    if env_id not in envs.ids() and env_id in tasksets.ids():
+        # a bare taskset runs under the single-agent env (one-shot agent.run)
+        env_section = dict(file_data.get("env") or {})
+        env_section.setdefault("taskset", env_id)
+        file_data = {**file_data, "env": env_section}
+        env_id = SINGLE_AGENT
     file_data = {**file_data, "env_id": env_id}
     env_cls = envs.get(env_id, field="env")
     config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
-    out = args.output_dir or config.output_dir or _default_dir(env_id, config.model)
+    env = make_env(config)
+    plan = Plan(config, env)
+    out = args.output_dir or config.output_dir or _default_dir(name, config.model)
     config.output_dir = str(out)
     run_dir = RunDir(out)
     run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
@@ -117,7 +128,12 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     try:
         result = trio.run(
             lambda: run_eval(
-                config, run_dir, progress=not args.no_progress, handle_signals=True
+                config,
+                run_dir,
+                env=env,
+                plan=plan,
+                progress=not args.no_progress,
+                handle_signals=True,
             )
         )
     except Interrupted as exc:

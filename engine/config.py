@@ -65,19 +65,17 @@ class Sampling:
     extra: dict[str, Any] = attrs.field(factory=dict)
 
     def request_fields(self) -> dict[str, Any]:
-        fields = {
-            k: v for k, v in attrs.asdict(self, recurse=False).items() if v is not None
-        }
+        fields = {k: v for k, v in attrs.asdict(self, recurse=False).items() if v is not None}
         fields.pop("extra", None)
         return {**fields, **self.extra}
 
     def over(self, base: Sampling) -> Sampling:
         """This sampling with its unset fields taken from ``base``."""
-        merged = {
-            f.name: getattr(base, f.name) if getattr(self, f.name) is None else getattr(self, f.name)
-            for f in attrs.fields(Sampling)
-            if f.name != "extra"
-        }
+        merged = {}
+        for f in attrs.fields(Sampling):
+            if f.name != "extra":
+                mine = getattr(self, f.name)
+                merged[f.name] = getattr(base, f.name) if mine is None else mine
         return Sampling(**merged, extra={**base.extra, **self.extra})
 
 

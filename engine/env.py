@@ -84,8 +84,8 @@ class Env(abc.ABC):
         """Python tool functions offered to ``role`` on ``task`` (for tool harnesses)."""
         return ()
 
-    async def setup(self) -> None:
+    async def setup(self) -> None:  # noqa: B027 - optional hook
         """Called once per eval before the first episode."""
 
-    async def finalize(self) -> None:
+    async def finalize(self) -> None:  # noqa: B027 - optional hook
         """Called once per eval after the last episode (also on error or cancel)."""

@@ -69,7 +69,7 @@ async def run_episode(
     episode: Episode,
     make_agent: AgentFactory,
     *,
-    timeout: float | None = None,
+    timeout: float | None = None,  # noqa: ASYNC109 - a per-episode budget, not a call option
 ) -> Episode:
     """Play ``episode`` (filled in place and returned). Checkpoint. Re-raises
     ``Cancelled`` after recording it and closing every session; any other error of
@@ -84,8 +84,15 @@ async def run_episode(
     episode.timing.started_at = time.time()
     start = trio.current_time()
     reason = "user_closed"
+    deadline = math.inf if timeout is None else start + timeout
+
+    def cancel_reason() -> str:
+        return "episode_timeout" if trio.current_time() >= deadline else "cancelled"
+
+    for agent in agents.values():
+        agent.cancel_reason = cancel_reason
     try:
-        with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
+        with trio.CancelScope(deadline=deadline) as scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(env.run, episode.task, agents)
         if scope.cancelled_caught:

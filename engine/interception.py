@@ -28,7 +28,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -219,8 +219,8 @@ class InterceptionServer:
             parsed = parse_chat_body(raw, registration.rollout.boundary.model)
         except ValueError as exc:
             return error_response(str(exc), 400)
-        key = hashlib.blake2b(raw, digest_size=16).digest()
-        call = registration.calls.get(key) if _is_retry(request.headers) else None
+        key = hashlib.blake2b(_bytes(raw), digest_size=16).digest()
+        call = registration.calls.get(key) if _is_retry(request.headers.get(RETRY_HEADER)) else None
         if call is None or (call.done.is_set() and call.status != 200):
             call = _Call()
             registration.calls[key] = call
@@ -315,11 +315,15 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def _is_retry(headers: Mapping[str, str]) -> bool:
+def _is_retry(header: str | None) -> bool:
     try:
-        return int(headers.get(RETRY_HEADER, "0")) > 0
+        return int(header or "0") > 0
     except ValueError:
         return False
+
+
+def _bytes(raw: str | bytes) -> bytes:
+    return raw.encode() if isinstance(raw, str) else raw
 
 
 @asynccontextmanager

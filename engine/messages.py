@@ -7,7 +7,7 @@ knows about JSON.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import attrs
@@ -58,6 +58,10 @@ class ToolCall:
     arguments: str = "{}"
 
 
+def _calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class SystemMessage:
     content: Content = attrs.field(converter=_content)
@@ -73,7 +77,7 @@ class UserMessage:
 @attrs.frozen
 class AssistantMessage:
     content: Content | None = None
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
     role: Literal["assistant"] = "assistant"
 
 

@@ -35,7 +35,7 @@ class ModelRequest:
 @attrs.frozen
 class ModelResponse:
     message: AssistantMessage
-    usage: Usage = Usage()
+    usage: Usage = Usage()  # noqa: RUF009 - Usage is frozen: one shared default is safe
     finish_reason: str | None = "stop"
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None

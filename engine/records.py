@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from engine.episode import Episode
 from engine.messages import Message
 from engine.task import Task
-from engine.trace import Usage
+from engine.trace import Trace, Usage
 from engine.wire import from_wire, register_messages, to_wire
 
 __all__ = ["dumps_episode", "loads_episode", "read_episodes", "record"]
@@ -69,7 +70,15 @@ record.register_unstructure_hook(Usage, _usage_out)
 record.register_structure_hook(
     Usage, lambda raw, _: Usage(raw.get("prompt_tokens", 0), raw.get("completion_tokens", 0))
 )
-record.register_structure_hook(Message, lambda raw, _: from_wire(raw))  # type: ignore[arg-type]
+record.register_structure_hook(Message, lambda raw, _: from_wire(raw))
+record.register_unstructure_hook(
+    Trace,
+    make_dict_unstructure_fn(Trace, record, state=override(omit=True)),
+)
+record.register_structure_hook(
+    Trace,
+    make_dict_structure_fn(Trace, record, state=override(omit=True)),
+)
 
 
 def dumps_episode(episode: Episode) -> str:

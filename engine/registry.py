@@ -61,7 +61,7 @@ class Registry:
             ) from exc
         self._items[id] = obj
         if isinstance(obj, type) and not getattr(obj, "id", ""):
-            obj.id = id
+            obj.id = id  # type: ignore[attr-defined]
         return obj
 
     def create(self, id: str, *args: Any, field: str | None = None, **kwargs: Any) -> Any:

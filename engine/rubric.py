@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -64,6 +64,17 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     return value
 
 
+def _definition_order(owner: object) -> list[str]:
+    """Attribute names in definition order: base classes first, then the owner's own
+    (a module or instance's namespace last); each name once."""
+    cls = owner if isinstance(owner, type) else type(owner)
+    spaces: list[Mapping[str, Any]] = [vars(k) for k in reversed(cls.__mro__)]
+    if not isinstance(owner, type) and hasattr(owner, "__dict__"):
+        spaces.append(vars(owner))
+    names = dict.fromkeys(name for space in spaces for name in space)
+    return [name for name in names if not name.startswith("__")]
+
+
 @attrs.frozen
 class Rubric:
     rewards: tuple[_Scorer, ...] = ()
@@ -83,9 +94,7 @@ class Rubric:
         """Collect every marked method or function found on ``owners``, in order."""
         fns = []
         for owner in owners:
-            for name in dir(owner):
-                if name.startswith("__"):
-                    continue
+            for name in _definition_order(owner):
                 value = inspect.getattr_static(owner, name, None)
                 target = getattr(value, "__func__", value)
                 if hasattr(target, _MARK):

@@ -39,7 +39,7 @@ from engine.summary import summarize
 from engine.task import Task
 from engine.trace import EpisodeInfo, Trace
 
-__all__ = ["EvalRun", "Interrupted", "run_eval"]
+__all__ = ["EvalRun", "Interrupted", "Plan", "make_env", "run_eval"]
 
 
 class Interrupted(Exception):
@@ -84,9 +84,9 @@ def _client_for(config: EvalConfig, role: str, agent: AgentConfig) -> ModelClien
     )
 
 
-class _Plan:
-    """Clients, harnesses and limiters per role, built (and validated) before any
-    episode starts."""
+class Plan:
+    """Clients, harnesses and limiters per role, built (and validated, raising
+    ``ConfigError``) before any episode starts; ``run_eval`` builds one if not given."""
 
     def __init__(self, config: EvalConfig, env: Env) -> None:
         self.env = env
@@ -167,6 +167,7 @@ async def run_eval(
     run_dir: RunDir,
     *,
     env: Env | None = None,
+    plan: Plan | None = None,
     progress: bool = True,
     handle_signals: bool = False,
 ) -> EvalRun:
@@ -174,7 +175,7 @@ async def run_eval(
     Raises ``ConfigError`` before any episode starts; ``Interrupted`` after a signal
     (with every finished and cancelled episode written)."""
     env = env if env is not None else make_env(config)
-    plan = _Plan(config, env)
+    plan = plan if plan is not None else Plan(config, env)
     tasks = list(env.tasks(config.num_tasks))
     finished = run_dir.finished()
     done = {(e["task"]["idx"], e["rollout"]) for e in finished}

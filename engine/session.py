@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import math
+import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -25,7 +26,7 @@ from engine.errors import (
     SessionOver,
     TurnError,
 )
-from engine.harness import Harness, Prompt, Rollout, last_text, takes_text
+from engine.harness import Harness, Rollout, last_text, takes_text
 from engine.messages import Message, SystemMessage, UserMessage, text_of
 from engine.rubric import Rubric
 from engine.task import Task
@@ -108,9 +109,12 @@ class ChatSession:
         self._lock = trio.Lock()
         self._state = SessionState.FRESH
         self._closing = False
+        self._close_reason = "user_closed"
         self._closed = trio.Event()
         self._segment_scope: trio.CancelScope | None = None
-        self.discard = False  # set by Agent.run for a retried attempt
+        self.discard = False  # set by Agent.run for a retried attempt: not scored
+        # what a cancellation means when it closes the session (the episode knows)
+        self.cancel_reason: Callable[[], str] = lambda: "cancelled"
 
     @property
     def trace(self) -> Trace:
@@ -183,6 +187,8 @@ class ChatSession:
         self._state = SessionState.READY
         rollout, trace = self.rollout, self._trace
         condition = await rollout.boundary.refusal()
+        if condition is None and self._closing:
+            condition = self._close_reason  # close() came in while a stop hook ran
         deadline, which = self._deadline()
         if condition is None and deadline <= trio.current_time():
             condition = which
@@ -203,6 +209,8 @@ class ChatSession:
             condition = "model_error"  # the boundary recorded it as a turn with an error
         except Exception as exc:
             condition = _stop_of(exc)
+            if condition is None and _has(exc, ModelEndpointError):
+                condition = "model_error"
             if condition is None:
                 trace.errors.append(ErrorInfo.of("harness", exc))
                 condition = "harness_error"
@@ -210,7 +218,7 @@ class ChatSession:
             self._segment_scope = None
             trace.timing.agent_s += trio.current_time() - start
         if condition is None and scope.cancelled_caught:
-            condition = "user_closed" if self._closing else which
+            condition = self._close_reason if self._closing else which
         if condition is None and trace.stop_condition is not None:
             condition = trace.stop_condition  # a refusal the harness swallowed
         if condition is not None:
@@ -234,12 +242,11 @@ class ChatSession:
         ``reason``; a segment still running is cancelled. Finalize and scoring run
         exactly once, shielded from outside cancellation and bounded by the scoring
         timeout; then the trace joins its episode."""
-        if self._state is SessionState.CLOSED:
-            return self._trace
         if self._closing:
-            await self._closed.wait()
+            await self._closed.wait()  # a checkpoint even when already closed
             return self._trace
         self._closing = True
+        self._close_reason = reason
         if self._segment_scope is not None:
             self._segment_scope.cancel()
         with trio.CancelScope(shield=True):
@@ -253,27 +260,34 @@ class ChatSession:
             trace.stop_condition = reason
         self._state = SessionState.CLOSED
         start = trio.current_time()
-        with trio.move_on_after(self.timeouts.scoring_s) as scope:
-            try:
-                await self.harness.aclose(self.rollout)
-            except Exception as exc:
-                trace.errors.append(ErrorInfo.of("harness", exc))
-            await self.rubric.score(self.task, trace)
-        if scope.cancelled_caught:
-            trace.errors.append(
-                ErrorInfo(
-                    "scoring",
-                    f"finalize and scoring took longer than {self.timeouts.scoring_s}s "
-                    "(timeouts.scoring_s); unfinished rewards score 0.0",
-                    "ScoringError",
+        try:
+            with trio.move_on_after(self.timeouts.scoring_s) as scope:
+                try:
+                    await self.harness.aclose(self.rollout)
+                except Exception as exc:
+                    trace.errors.append(ErrorInfo.of("harness", exc))
+                if not self.discard:
+                    await self.rubric.score(self.task, trace)
+            if scope.cancelled_caught:
+                for scorer in self.rubric.rewards:
+                    trace.rewards.setdefault(scorer.name, 0.0)
+                for scorer in self.rubric.metrics:
+                    trace.metrics.setdefault(scorer.name, 0.0)
+                trace.errors.append(
+                    ErrorInfo(
+                        "scoring",
+                        f"finalize and scoring took longer than {self.timeouts.scoring_s}s "
+                        "(timeouts.scoring_s); unfinished rewards score 0.0",
+                        "ScoringError",
+                    )
                 )
-            )
-        self.rollout._remove_scratch()
-        trace.timing.scoring_s = trio.current_time() - start
-        trace.timing.ended_at = _wall()
-        self._closed.set()
-        if self._on_close is not None:
-            self._on_close(self)
+            self.rollout._remove_scratch()
+            trace.timing.scoring_s = trio.current_time() - start
+            trace.timing.ended_at = _wall()
+            if self._on_close is not None:
+                self._on_close(self)
+        finally:
+            self._closed.set()  # later close() calls return only once this one is done
 
     async def __aenter__(self) -> ChatSession:
         return self
@@ -287,10 +301,16 @@ class ChatSession:
         if exc is None:
             reason = "user_closed"
         elif _is_cancel(exc):
-            reason = "cancelled"
+            reason = self.cancel_reason()
         else:
             reason = "env_error"
         await self.close(reason=reason)
+
+
+def _has(exc: BaseException, kind: type[BaseException]) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_has(e, kind) for e in exc.exceptions)
+    return isinstance(exc, kind)
 
 
 def _is_cancel(exc: BaseException) -> bool:
@@ -302,6 +322,4 @@ def _is_cancel(exc: BaseException) -> bool:
 
 
 def _wall() -> float:
-    import time
-
     return time.time()

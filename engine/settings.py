@@ -92,7 +92,8 @@ def _render(exc: BaseException, path: str) -> list[str]:
         lines = []
         for inner, note in with_notes:
             name = getattr(note, "name", getattr(note, "index", "?"))
-            lines += _render(inner, f"{path}.{name}" if isinstance(name, str) else f"{path}[{name}]")
+            where = f"{path}.{name}" if isinstance(name, str) else f"{path}[{name}]"
+            lines += _render(inner, where)
         for inner in without:
             lines += _render(inner, path)
         return lines
@@ -124,13 +125,18 @@ def _key(segment: str) -> str:
 
 def apply_override(tree: dict[str, Any], dotted: str, raw: str) -> None:
     """Set ``tree[a][b][c] = Raw(raw)`` for ``dotted == "a.b.c"`` (dashes or
-    underscores); ``none``/``null`` set the option to None (its default)."""
+    underscores); ``none``/``null`` set the option to None (its default).
+
+    A section may be named by id: ``--env.taskset=jsonl --env.taskset.path=f.jsonl``
+    gives ``{"taskset": {"id": "jsonl", "path": "f.jsonl"}}`` in either order."""
     parts = [_key(p) for p in dotted.split(".")]
     if not all(parts):
         raise ConfigError(f"--{dotted}: an option path cannot have empty parts")
     node = tree
     for part in parts[:-1]:
         child = node.setdefault(part, {})
+        if isinstance(child, str):
+            child = node[part] = {"id": child}
         if not isinstance(child, dict):
             raise ConfigError(f"--{dotted}: {part!r} is a value, not a section")
         node = child
@@ -139,6 +145,9 @@ def apply_override(tree: dict[str, Any], dotted: str, raw: str) -> None:
         value = None
     elif raw.strip()[:1] in ("[", "{"):
         value = _literal(raw)
+    if isinstance(node.get(parts[-1]), dict) and isinstance(value, str):
+        node[parts[-1]]["id"] = value
+        return
     node[parts[-1]] = value
 
 

@@ -106,6 +106,8 @@ class Trace:
     info: dict[str, Any] = attrs.field(factory=dict)
     timing: Timing = attrs.field(factory=Timing)
     usage: Usage = Usage()
+    # live objects for the rubric (a task's store, say); never written to disk
+    state: dict[str, Any] = attrs.field(factory=dict, metadata={"persist": False})
 
     @property
     def last_text(self) -> str:

@@ -147,8 +147,8 @@ def _register(converter: cattrs.Converter) -> None:
     for cls in (SystemMessage, UserMessage, AssistantMessage, ToolMessage):
         converter.register_unstructure_hook(cls, to_wire)
         converter.register_structure_hook(cls, lambda raw, _cls: from_wire(raw))
-    converter.register_unstructure_hook(Message, to_wire)  # type: ignore[arg-type]
-    converter.register_structure_hook(Message, lambda raw, _t: from_wire(raw))  # type: ignore[arg-type]
+    converter.register_unstructure_hook(Message, to_wire)
+    converter.register_structure_hook(Message, lambda raw, _t: from_wire(raw))
     converter.register_unstructure_hook(ToolCall, _tool_call_out)
     converter.register_structure_hook(ToolCall, lambda raw, _t: _tool_call_in(raw, "tool_call"))
 

@@ -111,9 +111,7 @@ class KuhnPoker(Env):
         cards = rules.deal(seed)
         retries = self.config.invalid_retries
         seat0, seat1 = (
-            attrs.evolve(
-                task, system_prompt=rules_prompt(seat, cards[seat], retries, task.idx)
-            )
+            attrs.evolve(task, system_prompt=rules_prompt(seat, cards[seat], retries, task.idx))
             for seat in (0, 1)
         )
         async with agents.player0.chat(seat0) as s0, agents.player1.chat(seat1) as s1:

@@ -24,18 +24,30 @@ def test_kuhn_eval_writes_zero_sum_episodes(tmp_path: Path) -> None:
     assert len(episodes) == 40
     assert sorted(e["task"]["idx"] for e in episodes) == list(range(40))
     for e in episodes:
-        assert e["ok"] and e["errors"] == []
+        assert e["ok"]
+        assert e["errors"] == []
         assert [t["agent"]["name"] for t in e["traces"]] == ["player0", "player1"]
         assert sum(t["rewards"]["payoff"] for t in e["traces"]) == 0
         for t in e["traces"]:
             assert set(t) >= {
-                "agent", "episode", "turns", "messages", "rewards", "reward",
-                "metrics", "stop_condition", "errors", "info", "timing",
+                "agent",
+                "episode",
+                "turns",
+                "messages",
+                "rewards",
+                "reward",
+                "metrics",
+                "stop_condition",
+                "errors",
+                "info",
+                "timing",
             }
             assert t["episode"]["id"] == e["id"]
             assert t["agent"] == {
-                "name": t["agent"]["name"], "model": "builtin/bracket",
-                "harness": "null", "trainable": True,
+                "name": t["agent"]["name"],
+                "model": "builtin/bracket",
+                "harness": "null",
+                "trainable": True,
             }
             assert len(t["turns"]) >= 1
     # every line re-reads into the same records
@@ -55,7 +67,7 @@ def test_bad_env_option_is_refused_before_any_episode(tmp_path: Path, capsys) ->
     code = main(["eval", "kuhn-poker", "-n", "3", "-o", str(out), "--env.invalid_retries=-1"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "invalid_retries" in err and "-1" in err
+    assert "env.invalid_retries = -1" in err
     assert not (out / "episodes.jsonl").exists()
 
 
@@ -81,7 +93,8 @@ def test_bad_options_name_the_field(tmp_path: Path, capsys, args, needle) -> Non
 def test_unknown_env_lists_known(capsys) -> None:
     assert main(["eval", "no-such-env", "-n", "1"]) == 2
     err = capsys.readouterr().err
-    assert "unknown env 'no-such-env'" in err and "kuhn-poker" in err
+    assert "unknown env 'no-such-env'" in err
+    assert "kuhn-poker" in err
 
 
 def test_non_empty_dir_refused_then_resume_runs_only_owed_pairs(tmp_path: Path) -> None:
@@ -101,7 +114,10 @@ def test_console_script_runs(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "engine.cli", "eval", "kuhn-poker", "-n", "4", "-o", str(out)],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert len(_episodes(out)) == 4

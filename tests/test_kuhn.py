@@ -66,15 +66,22 @@ async def play(
 ) -> tuple[Trace, Trace]:
     """Run ``task`` through ``env.run`` directly; the two seats' closed traces."""
     clients = {"player0": p0, "player1": p1}
+    closed: dict[str, list[Trace]] = {"player0": [], "player1": []}
     agents = Agents(
         {
-            role: Agent(role, config, client=clients[role], rubric=env.rubric(role))
+            role: Agent(
+                role,
+                config,
+                client=clients[role],
+                rubric=env.rubric(role),
+                on_close=closed[role].append,
+            )
             for role, config in env.roles.items()
         }
     )
     await env.run(task, agents)
-    (s0,), (s1,) = agents.player0.sessions, agents.player1.sessions
-    return s0.trace, s1.trace
+    (t0,), (t1,) = closed["player0"], closed["player1"]
+    return t0, t1
 
 
 def factory(
