@@ -43,6 +43,7 @@ from engine.registry import envs, harnesses, tasksets
 from engine.rubric import Rubric, metric, reward, stop
 from engine.session import ChatSession, Reply, SessionState
 from engine.task import Task
+from engine.taskset import Resources, Taskset, TasksetConfig, open_taskset, register_taskset
 from engine.tools import Tool, as_tools, tool_schema
 from engine.trace import AgentStamp, EpisodeInfo, ErrorInfo, Trace, Turn, Usage
 from engine.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
@@ -97,6 +98,7 @@ __all__ = [
     "OptionError",
     "Prompt",
     "Reply",
+    "Resources",
     "Rollout",
     "RolloutStopped",
     "Rubric",
@@ -110,6 +112,8 @@ __all__ = [
     "SystemMessage",
     "TaketurnsError",
     "Task",
+    "Taskset",
+    "TasksetConfig",
     "TextPart",
     "Timeouts",
     "Tool",
@@ -130,7 +134,9 @@ __all__ = [
     "messages_to_wire",
     "metric",
     "open_interception_server",
+    "open_taskset",
     "register_env",
+    "register_taskset",
     "reward",
     "roles_of",
     "run_episode",

@@ -61,7 +61,10 @@ class Agent:
                 )
             client = BuiltinModel.from_model_name(self.model, field=f"{name}.model")
         self.client = client
-        self.harness = harness if harness is not None else harnesses.create(config.harness)
+        if harness is None:
+            harness = harnesses.create(config.harness or "null", field=f"{name}.harness")
+        self.harness: Harness = harness
+        self.harness_id: str = config.harness or type(harness).id or "null"
         self.rubric = rubric if rubric is not None else Rubric()
         self.episode = episode
         self.sampling = config.sampling.over(sampling) if sampling else config.sampling
@@ -81,7 +84,7 @@ class Agent:
 
     @property
     def stamp(self) -> AgentStamp:
-        return AgentStamp(self.name, self.model, self.config.harness, self.config.trainable)
+        return AgentStamp(self.name, self.model, self.harness_id, self.config.trainable)
 
     def chat(
         self,
@@ -101,7 +104,7 @@ class Agent:
         session."""
         if not can_chat(self.harness):
             raise HarnessError(
-                f"harness {self.config.harness!r} cannot chat: it has no native resume and "
+                f"harness {self.harness_id!r} cannot chat: it has no native resume and "
                 "its launch takes only text; use agent.run(task) or a chat-capable harness"
             )
         return self._open(task, mask_prompt=mask_prompt, tools=tools, state=state)

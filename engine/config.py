@@ -108,7 +108,7 @@ class AgentConfig:
     model: str | None = None
     base_url: str | None = None
     api_key_var: str | None = None
-    harness: str = "null"
+    harness: str | None = None  # None: the env's choice (env.default_harness), else null
     harness_options: dict[str, Any] = attrs.field(factory=dict)
     sampling: Sampling = attrs.field(factory=Sampling)
     limits: Limits = attrs.field(factory=Limits)

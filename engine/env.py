@@ -80,9 +80,9 @@ class Env(abc.ABC):
         ``@metric`` and ``@stop`` method of this env."""
         return Rubric.of(self)
 
-    def tools(self, role: str, task: Task) -> Sequence[Callable[..., Any]]:
-        """Python tool functions offered to ``role`` on ``task`` (for tool harnesses)."""
-        return ()
+    def default_harness(self, role: str) -> str:
+        """The harness ``role`` runs when its config names none."""
+        return "null"
 
     async def setup(self) -> None:  # noqa: B027 - optional hook
         """Called once per eval before the first episode."""

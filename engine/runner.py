@@ -55,10 +55,11 @@ class EvalRun:
     written: int
 
 
-def resolve_role(config: EvalConfig, role: str, agent: AgentConfig) -> AgentConfig:
+def resolve_role(config: EvalConfig, env: Env, role: str, agent: AgentConfig) -> AgentConfig:
     """The role's config with its unset endpoint fields taken from the eval."""
     return attrs.evolve(
         agent,
+        harness=agent.harness or env.default_harness(role),
         model=agent.model or config.model,
         base_url=agent.base_url if agent.base_url is not None else config.base_url,
         api_key_var=agent.api_key_var or config.api_key_var,
@@ -90,7 +91,7 @@ class Plan:
 
     def __init__(self, config: EvalConfig, env: Env) -> None:
         self.env = env
-        self.roles = {r: resolve_role(config, r, a) for r, a in env.roles.items()}
+        self.roles = {r: resolve_role(config, env, r, a) for r, a in env.roles.items()}
         self.clients: dict[tuple[Any, ...], ModelClient] = {}
         self.role_clients: dict[str, ModelClient] = {}
         self.harnesses = {}
@@ -136,7 +137,7 @@ class Plan:
 
 
 def _harness(role: str, agent: AgentConfig) -> Harness:
-    cls = harnesses.get(agent.harness, field=f"env.{role}.harness")
+    cls = harnesses.get(agent.harness or "null", field=f"env.{role}.harness")
     try:
         harness: Harness = cls(**agent.harness_options)
     except (TypeError, ValueError, HarnessError) as exc:

@@ -54,6 +54,9 @@ def register_taskset(id: str) -> Callable[[T], T]:
 class Taskset(abc.ABC):
     id: ClassVar[str] = ""
     config_class: ClassVar[type] = TasksetConfig
+    # the harness its tasks are meant for when the config names none ("tools" for a
+    # taskset whose resources offer tools)
+    harness: ClassVar[str] = "null"
 
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.config_class()
