@@ -11,6 +11,7 @@ interrupted (finished episodes are on disk; ``--resume`` continues).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -22,8 +23,9 @@ from rich.console import Console
 from engine.errors import ConfigError
 from engine.output import RunDir
 from engine.registry import envs, tasksets
-from engine.runner import Interrupted, Plan, make_env, run_eval
+from engine.runner import Interrupted, Plan, make_env, preflight, run_eval
 from engine.settings import dump_toml, load_eval_config, read_toml
+from engine.summary import render
 
 __all__ = ["main"]
 
@@ -60,7 +62,15 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--resume", action="store_true", help="continue the run in -o DIR")
     mode.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
     ev.add_argument("--no-progress", action="store_true", help="no progress bar")
-    sub.add_parser("envs", help="list registered envs and harnesses")
+    sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
+    rep = sub.add_parser("report", help="write DIR/report.html for a run directory")
+    rep.add_argument("dir", help="run directory (holds episodes.jsonl)")
+    srv = sub.add_parser("serve", help="serve the built-in model over OpenAI-compatible HTTP")
+    srv.add_argument("--policy", default="bracket", help="built-in policy (default bracket)")
+    srv.add_argument("--latency-ms", type=float, default=0.0, help="fixed latency per call")
+    srv.add_argument("--seed", type=int, default=0)
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     return parser
 
 
@@ -112,6 +122,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
     env = make_env(config)
     plan = Plan(config, env)
+    trio.run(preflight, config, env)
     out = args.output_dir or config.output_dir or _default_dir(name, config.model)
     config.output_dir = str(out)
     run_dir = RunDir(out)
@@ -123,6 +134,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
                 f"--resume: the config differs from {run_dir.config_path}; resume with the "
                 "same options (or none: the stored config is reused)"
             )
+        run_dir.set_aside_cancelled()
     else:
         run_dir.write_config(text)
     try:
@@ -140,15 +152,20 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
         console.print(f"[yellow]{exc}; continue with --resume -o {run_dir.path}")
         return 130
     s = result.summary
+    console.print(render(s))
     console.print(
-        f"[green]{s['episodes']} episodes[/] ({s['failed']} failed) in {run_dir.path} "
-        f"({s.get('episodes_per_s', 0):.1f} episodes/s)"
+        f"[green]wrote {run_dir.path}[/] ({result.written} new episodes, "
+        f"{s.get('episodes_per_s', 0):.1f} episodes/s)"
     )
-    for name, stats in s["agents"].items():
-        console.print(
-            f"  {name}: reward {stats['reward_mean']:+.3f} ± {stats['reward_stderr']:.3f}  "
-            f"stops {stats['stop_conditions']}"
-        )
+    return 0
+
+
+def _report(run_dir: Path, console: Console) -> int:
+    from engine.report import write_report
+
+    if not (run_dir / "episodes.jsonl").exists():
+        raise ConfigError(f"report: {run_dir} holds no episodes.jsonl")
+    console.print(f"wrote {write_report(run_dir)}")
     return 0
 
 
@@ -158,9 +175,33 @@ def read_toml_text(text: str) -> dict[str, object]:
     return tomllib.loads(text)
 
 
-def _envs(console: Console) -> int:
-    for env_id in envs.ids():
-        console.print(env_id)
+def _serve(args: argparse.Namespace, console: Console) -> int:
+    from functools import partial
+
+    from engine.builtin import BuiltinModel
+    from engine.server import serve
+
+    model = BuiltinModel(
+        args.policy, latency=args.latency_ms / 1000, seed=args.seed, field="--policy"
+    )
+
+    async def run() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                url = await nursery.start(partial(serve, model, host=args.host, port=args.port))
+                console.print(f"serving builtin/{args.policy} at {url} (Ctrl-C stops)")
+                print(url, flush=True)
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+
+    try:
+        trio.run(run)
+    except* OSError as group:
+        where = f"{args.host}:{args.port}"
+        raise ConfigError(
+            f"--host/--port: cannot listen on {where} ({group.exceptions[0]})"
+        ) from None
     return 0
 
 
@@ -172,9 +213,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _eval(args, extra, console)
         if extra:
             raise ConfigError(f"unknown arguments: {' '.join(extra)}")
-        return _envs(console)
+        if args.command == "serve":
+            return _serve(args, console)
+        if args.command == "report":
+            return _report(Path(args.dir), console)
+        from engine.catalog import print_catalog
+
+        out = Console()
+        print_catalog(out if out.is_terminal else Console(width=160))
+        return 0
     except ConfigError as exc:
-        console.print("[red]error: the configuration was refused:", highlight=False)
+        console.print("[red]error:", highlight=False)
         for problem in exc.problems:
             console.print(f"  - {problem}", highlight=False, markup=False)
         return 2

@@ -147,6 +147,20 @@ class OpenAIClient(ModelClient):
             await trio.sleep(delay)
             attempt += 1
 
+    async def preflight(self, model: str) -> None:
+        """One tiny call (``max_tokens=1``) before an eval starts, so that a wrong base
+        URL, key or model name becomes one clear ``ConfigError`` instead of a failed
+        trace per episode. A checkpoint."""
+        from engine.messages import UserMessage
+
+        request = ModelRequest(model, (UserMessage("Say OK."),), (), {"max_tokens": 1})
+        try:
+            await self.complete(request)
+        except ModelEndpointError as exc:
+            raise ConfigError(
+                f"preflight: model {model!r} at {self.base_url} did not answer: {exc}"
+            ) from None
+
     def _delay(self, retry: int, wait: float | None) -> float:
         if wait is None:
             wait = self.backoff * 2 ** (retry - 1) * (1 - 0.25 * random.random())

@@ -23,6 +23,27 @@ __all__ = [
 ]
 
 
+class Raw(str):
+    """A value typed on the command line: converted by the field's type, not guessed.
+    In an untyped field (``Any``) it stays text until its consumer gives it a type;
+    ``harness_options`` and ``sampling.extra`` read it as a TOML literal."""
+
+
+def literal(raw: str) -> Any:
+    """``raw`` read as a TOML value (``4`` -> 4, ``[1, 2]`` -> list), else the text."""
+    import tomllib
+
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return str(raw)
+
+
+def _literals(value: dict[str, Any]) -> dict[str, Any]:
+    """Command-line values in an options table, read as TOML literals."""
+    return {k: literal(v) if isinstance(v, Raw) else v for k, v in value.items()}
+
+
 class OptionError(ValueError):
     """Raised by config validators: ``field`` was given ``value``; ``accepted`` says
     what would do. ``engine.settings`` renders it with the option's dotted path."""
@@ -62,7 +83,7 @@ class Sampling:
     seed: int | None = None
     stop: list[str] | None = None
     logprobs: bool | None = None
-    extra: dict[str, Any] = attrs.field(factory=dict)
+    extra: dict[str, Any] = attrs.field(factory=dict, converter=_literals)
 
     def request_fields(self) -> dict[str, Any]:
         fields = {k: v for k, v in attrs.asdict(self, recurse=False).items() if v is not None}
@@ -109,7 +130,7 @@ class AgentConfig:
     base_url: str | None = None
     api_key_var: str | None = None
     harness: str | None = None  # None: the env's choice (env.default_harness), else null
-    harness_options: dict[str, Any] = attrs.field(factory=dict)
+    harness_options: dict[str, Any] = attrs.field(factory=dict, converter=_literals)
     sampling: Sampling = attrs.field(factory=Sampling)
     limits: Limits = attrs.field(factory=Limits)
     timeouts: Timeouts = attrs.field(factory=Timeouts)

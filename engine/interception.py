@@ -16,6 +16,12 @@ flight, or gets its recorded answer: never a duplicate turn. The model call runs
 the server's own nursery, not the request handler, so an original whose client gave
 up still finishes and answers its retry. An unmarked identical request is a new turn.
 
+A program's tool loop runs the rollout's Python tools at
+``POST .../rollouts/<id>/v1/tools/call`` (``{"id", "name", "arguments"}`` in, an
+OpenAI tool message out); bad arguments, an unknown tool or a failing tool answer 200
+with an ``Error: ...`` tool message for the model, as the in-process ``tools`` harness
+does.
+
 A call refused by a limit or hook answers 400 with ``type: rollout_stopped`` and the
 stop condition as ``code`` (terminal for OpenAI SDKs). Upstream failures answer 502
 when retrying makes sense, else 424; either is already recorded on the trace.
@@ -24,6 +30,7 @@ when retrying makes sense, else 424; either is already recorded on the trace.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import secrets
 import time
@@ -42,6 +49,7 @@ from werkzeug.exceptions import HTTPException
 
 from engine.errors import HarnessError, ModelEndpointError, RolloutStopped
 from engine.harness import Harness, Rollout
+from engine.messages import ToolCall, ToolMessage
 from engine.model import ModelResponse
 from engine.openai_http import (
     completion_json,
@@ -86,6 +94,11 @@ class _Registration:
     rollout: Rollout
     calls: dict[bytes, _Call] = attrs.field(factory=dict)
     scopes: set[trio.CancelScope] = attrs.field(factory=set)
+    closed: bool = False  # unregistered: requests already past the secret check are refused
+
+
+def _closed() -> Response:
+    return error_response("this rollout is closed; its key no longer works", 409, "rollout_closed")
 
 
 def _stopped(condition: str) -> Response:
@@ -147,7 +160,9 @@ class InterceptionServer:
     def unregister(self, endpoint: Endpoint) -> None:
         """Close the rollout's endpoint: its secret is refused (409) from now on."""
         self.cancel_inflight(endpoint)
-        self._by_id.pop(endpoint.rollout_id, None)
+        registration = self._by_id.pop(endpoint.rollout_id, None)
+        if registration is not None:
+            registration.closed = True
         if self._by_secret.pop(endpoint.secret, None) is not None:
             self._closed.add(_digest(endpoint.secret))
 
@@ -164,9 +179,7 @@ class InterceptionServer:
         registration = self._by_secret.get(secret.strip())
         if registration is None:
             if _digest(secret.strip()) in self._closed:
-                return error_response(
-                    "this rollout is closed; its key no longer works", 409, "rollout_closed"
-                )
+                return _closed()
             return error_response("unknown API key", 401, "authentication_error")
         if rollout_id is not None and rollout_id != registration.endpoint.rollout_id:
             return error_response(
@@ -181,6 +194,11 @@ class InterceptionServer:
         overrides = {
             k: v for k, v in req.sampling.items() if k not in registration.rollout.boundary.sampling
         }
+        if registration.closed:  # closed while this request's body was arriving
+            call.status, call.error = 409, _closed()
+            call.done.set()
+            await trio.lowlevel.checkpoint()
+            return
         try:
             with trio.CancelScope() as scope:
                 registration.scopes.add(scope)
@@ -246,17 +264,26 @@ class InterceptionServer:
         registration = self._authenticate(rollout_id, request.headers.get("authorization"))
         if isinstance(registration, Response):
             return registration
-        body = await request.get_json(force=True, silent=True)
+        try:
+            body = json.loads(await request.get_data(as_text=False))
+        except (ValueError, RecursionError):
+            body = None
         if not isinstance(body, dict) or not isinstance(body.get("name"), str):
             return error_response('expected {"name": ..., "arguments": "{...}"}', 400)
-        from engine.messages import ToolCall
-
+        if registration.closed:
+            return _closed()
         tools = as_tools(registration.rollout.tools)
         tool = tools.get(body["name"])
-        call = ToolCall(str(body.get("id", "")), body["name"], str(body.get("arguments", "{}")))
-        if tool is None:
-            return error_response(f"no tool named {body['name']!r}; tools: {', '.join(tools)}", 404)
-        message = await tool.call(call)
+        arguments = body.get("arguments", "{}")
+        if not isinstance(arguments, str):  # an object instead of its JSON text
+            arguments = json.dumps(arguments)
+        call = ToolCall(str(body.get("id", "")), body["name"], arguments)
+        if tool is None:  # the model's mistake: it goes back to the model, as in `tools`
+            known = ", ".join(tools) or "none"
+            text = f"Error: no tool named {call.name!r}; tools: {known}"
+            message = ToolMessage(call.id, text, call.name)
+        else:
+            message = await tool.call(call)
         return {
             "role": "tool",
             "tool_call_id": message.tool_call_id,

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 import attrs
+import trio
 
 from engine.messages import AssistantMessage, Message
 from engine.trace import Usage
@@ -51,3 +52,8 @@ class ModelClient(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most clients hold nothing
         """Release connections. Idempotent."""
+
+    async def preflight(self, model: str) -> None:
+        """Check the endpoint answers for ``model`` before an eval starts; raise
+        ``ConfigError`` saying what is wrong. Default: nothing to check."""
+        await trio.lowlevel.checkpoint()

@@ -46,7 +46,7 @@ def parse_chat_body(raw: str | bytes, default_model: str) -> tuple[ModelRequest,
     """The ``ModelRequest`` in a chat-completions body, plus the body itself."""
     try:
         body = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise BadRequest(f"the request body is not valid JSON ({exc})") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")

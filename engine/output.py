@@ -20,6 +20,7 @@ __all__ = ["RunDir"]
 EPISODES = "episodes.jsonl"
 CONFIG = "config.toml"
 SUMMARY = "summary.json"
+CANCELLED = "cancelled.jsonl"
 
 
 class RunDir:
@@ -55,7 +56,7 @@ class RunDir:
             raise ConfigError(f"--resume: {self.path} holds no {CONFIG}; nothing to resume")
         self.path.mkdir(parents=True, exist_ok=True)
         if overwrite and not resume:
-            for name in (EPISODES, SUMMARY, CONFIG, "report.html"):
+            for name in (EPISODES, SUMMARY, CONFIG, CANCELLED, "report.html"):
                 (self.path / name).unlink(missing_ok=True)
 
     def finished(self) -> list[dict[str, Any]]:
@@ -69,6 +70,27 @@ class RunDir:
             with self.episodes_path.open("r+b") as f:
                 f.truncate(cut)
         return list(read_episodes(self.episodes_path))
+
+    def set_aside_cancelled(self) -> int:
+        """For ``--resume``: move episodes recorded as cancelled (an interrupted run's)
+        from ``episodes.jsonl`` to ``cancelled.jsonl`` so their pairs run again and the
+        main file keeps each pair exactly once. Nothing is deleted. Returns how many."""
+        if not self.episodes_path.exists():
+            return 0
+        self.finished()  # cut a torn last line first
+        lines = self.episodes_path.read_text(encoding="utf-8").splitlines(keepends=True)
+        cancelled = [line for line in lines if json.loads(line).get("stop") == "cancelled"]
+        if not cancelled:
+            return 0
+        with (self.path / CANCELLED).open("a", encoding="utf-8") as f:
+            f.writelines(cancelled)
+            f.flush()
+            os.fsync(f.fileno())
+        kept = [line for line in lines if json.loads(line).get("stop") != "cancelled"]
+        tmp = self.episodes_path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, self.episodes_path)
+        return len(cancelled)
 
     def write_config(self, text: str) -> None:
         tmp = self.config_path.with_suffix(".tmp")

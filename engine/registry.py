@@ -56,8 +56,8 @@ class Registry:
             obj = ep.load()
         except ImportError as exc:
             raise ConfigError(
-                f"{self.kind} {id!r} could not be imported ({exc}); is its extra installed? "
-                f"(pip install 'taketurns[{id}]')"
+                f"{self.kind} {id!r} could not be imported ({exc}); if it needs an optional "
+                "package, install it (e.g. pip install 'taketurns[textarena]')"
             ) from exc
         self._items[id] = obj
         if isinstance(obj, type) and not getattr(obj, "id", ""):

@@ -26,7 +26,7 @@ import trio
 
 from engine.agent import Agent
 from engine.builtin import BuiltinModel, is_builtin
-from engine.config import AgentConfig, EvalConfig
+from engine.config import AgentConfig, EvalConfig, Sampling
 from engine.env import Env
 from engine.episode import Episode, episode_id, run_episode
 from engine.errors import ConfigError, HarnessError
@@ -39,7 +39,7 @@ from engine.summary import summarize
 from engine.task import Task
 from engine.trace import EpisodeInfo, Trace
 
-__all__ = ["EvalRun", "Interrupted", "Plan", "make_env", "run_eval"]
+__all__ = ["EvalRun", "Interrupted", "Plan", "make_env", "preflight", "run_eval"]
 
 
 class Interrupted(Exception):
@@ -85,6 +85,23 @@ def _client_for(config: EvalConfig, role: str, agent: AgentConfig) -> ModelClien
     )
 
 
+async def preflight(config: EvalConfig, env: Env) -> None:
+    """Call every distinct endpoint once with throwaway clients (their connections
+    belong to this trio run). Raises ``ConfigError`` naming the failing endpoint."""
+    seen = set()
+    for role, agent in env.roles.items():
+        agent = resolve_role(config, env, role, agent)
+        key = (agent.model, agent.base_url, agent.api_key_var)
+        if agent.base_url is None or key in seen:
+            continue
+        seen.add(key)
+        client = _client_for(config, role, agent)
+        try:
+            await client.preflight(agent.model or config.model)
+        finally:
+            await client.aclose()
+
+
 class Plan:
     """Clients, harnesses and limiters per role, built (and validated, raising
     ``ConfigError``) before any episode starts; ``run_eval`` builds one if not given."""
@@ -112,10 +129,14 @@ class Plan:
     def make_agent(
         self, role: str, _config: AgentConfig, info: EpisodeInfo, on_close: Callable[[Trace], None]
     ) -> Agent:
+        client = self.role_clients[role]
+        # rollouts of the (deterministic) built-in model differ by seed = rollout index
+        seeded = isinstance(client, BuiltinModel) and info.rollout > 0
         return Agent(
             role,
             self.roles[role],
-            client=self.role_clients[role],
+            client=client,
+            sampling=Sampling(seed=info.rollout) if seeded else None,
             harness=self.harnesses[role],
             rubric=self.rubrics[role],
             episode=info,
@@ -231,6 +252,9 @@ async def run_eval(
     summary = summarize(run_dir.finished(), rollouts=config.rollouts, wall_s=wall)
     summary["interrupted"] = interrupted
     run_dir.write_summary(summary)
+    from engine.report import write_report
+
+    write_report(run_dir.path)
     if interrupted:
         raise Interrupted(f"interrupted; {written} episodes written this run to {run_dir.path}")
     return EvalRun(summary, run_dir, written)

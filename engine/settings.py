@@ -21,14 +21,10 @@ import cattrs
 import tomli_w
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
-from engine.config import EvalConfig, OptionError
+from engine.config import EvalConfig, OptionError, Raw, literal
 from engine.errors import ConfigError
 
 __all__ = ["Raw", "apply_override", "dump_toml", "load_eval_config", "read_toml", "structure"]
-
-
-class Raw(str):
-    """A value typed on the command line: converted by the field's type, not guessed."""
 
 
 _NONE = {"none", "null"}
@@ -70,20 +66,32 @@ settings.register_structure_hook(typing.Any, lambda value, _: _plain(value))
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, Raw):
-        return _literal(value)
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
+    """Untyped values pass as they are (command-line ``Raw`` text included: whoever
+    structures them later, e.g. a taskset's config, gives them their type)."""
     return value
 
 
-def _literal(raw: str) -> Any:
-    try:
-        return tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        return str(raw)
+def _is_sequence(tp: Any) -> bool:
+    return typing.get_origin(tp) in (list, tuple, set, frozenset)
+
+
+def _sequence_hook(tp: Any) -> Any:
+    """Lists: a TOML array, or on the command line ``--opt=a,b,c``."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    element = args[0] if args else Any
+
+    def hook(value: Any, _: Any) -> Any:
+        if isinstance(value, Raw):
+            value = [Raw(item.strip()) for item in value.split(",") if item.strip()]
+        if isinstance(value, str) or not isinstance(value, list | tuple | set | frozenset):
+            raise OptionError("", value, 'a list (a,b on the command line, ["a", "b"] in TOML)')
+        return origin(settings.structure(item, element) for item in value)
+
+    return hook
+
+
+settings.register_structure_hook_factory(_is_sequence, _sequence_hook)
 
 
 def _render(exc: BaseException, path: str) -> list[str]:
@@ -107,7 +115,9 @@ def _render(exc: BaseException, path: str) -> list[str]:
         where = f"{path}.{exc.field}" if exc.field and not path.endswith(exc.field) else path
         return [f"{where} = {exc.value!r}: expected {exc.accepted}"]
     if isinstance(exc, KeyError):
-        return [f"{path}.{exc.args[0]}: required option is missing"]
+        name = str(exc.args[0])
+        where = path if path.endswith(f".{name}") else f"{path}.{name}"
+        return [f"{where}: required option is missing"]
     return [f"{path}: {exc}"]
 
 
@@ -144,7 +154,7 @@ def apply_override(tree: dict[str, Any], dotted: str, raw: str) -> None:
     if raw.strip().lower() in _NONE:
         value = None
     elif raw.strip()[:1] in ("[", "{"):
-        value = _literal(raw)
+        value = literal(raw)
     if isinstance(node.get(parts[-1]), dict) and isinstance(value, str):
         node[parts[-1]]["id"] = value
         return

@@ -84,3 +84,27 @@ def summarize(
         summary["wall_s"] = wall_s
         summary["episodes_per_s"] = len(episodes) / wall_s if wall_s > 0 else 0.0
     return summary
+
+
+def render(summary: Mapping[str, Any]) -> Any:
+    """The end-of-eval table (a rich renderable): one row per agent."""
+    from rich.table import Table
+
+    table = Table(title=f"{summary['episodes']} episodes, {summary['failed']} failed")
+    for column in ("agent", "reward", "rewards", "metrics", "stops", "turns", "tokens"):
+        table.add_column(column)
+    for name, a in summary["agents"].items():
+        passes = a.get("pass_at_k")
+        reward = f"{a['reward_mean']:+.3f} ± {a['reward_stderr']:.3f}"
+        if passes:
+            reward += "\n" + " ".join(f"pass@{k} {v:.2f}" for k, v in passes.items())
+        table.add_row(
+            name,
+            reward,
+            "\n".join(f"{k} {v:+.3f}" for k, v in a["rewards"].items()),
+            "\n".join(f"{k} {v:.3f}" for k, v in a["metrics"].items()),
+            "\n".join(f"{k} {v}" for k, v in a["stop_conditions"].items()),
+            f"{a['turns_mean']:.1f}",
+            f"{a['tokens_mean']:.0f} (Σ {a['tokens_total']:,})",
+        )
+    return table

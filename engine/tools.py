@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from engine.messages import ToolCall, ToolMessage
 
-__all__ = ["Tool", "ToolArgumentError", "tool_schema"]
+__all__ = ["Tool", "ToolArgumentError", "as_tools", "tool_schema"]
 
 _JSON_TYPES: dict[Any, str] = {
     str: "string",
@@ -61,17 +61,37 @@ def _type_schema(annotation: Any) -> tuple[dict[str, Any], bool]:
     return {}, False
 
 
+_ARGS = re.compile(r"(?:Args|Arguments|Parameters):\s*")
+_SECTION = re.compile(r"[A-Z][A-Za-z ]*:\s*")
+_PARAM = re.compile(r"(\w+)(?:\s*\([^)]*\))?\s*:\s*(.*)")
+
+
 def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
-    doc = inspect.getdoc(fn) or ""
-    summary = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
+    """(summary, parameter descriptions) from a Google-style docstring: the summary is
+    the first paragraph (up to a blank line or a section header such as ``Args:``);
+    a parameter's description may run on over more-indented lines."""
+    lines = (inspect.getdoc(fn) or "").splitlines()
+    summary: list[str] = []
+    for line in lines:
+        if not line.strip() or _SECTION.fullmatch(line):
+            break
+        summary.append(line.strip())
     params: dict[str, str] = {}
-    match = re.search(r"^(?:Args|Arguments|Parameters):\s*$(.*?)(?:^\S|\Z)", doc, re.M | re.S)
-    if match:
-        for line in match.group(1).splitlines():
-            found = re.match(r"\s+(\w+)(?:\s*\([^)]*\))?\s*:\s*(.+)", line)
-            if found:
-                params[found.group(1)] = found.group(2).strip()
-    return summary, params
+    in_args, indent, name = False, 0, ""
+    for line in lines:
+        if not line.strip():
+            continue
+        if not line[0].isspace():  # a section header, or text at the margin
+            in_args, name = bool(_ARGS.fullmatch(line)), ""
+            continue
+        depth = len(line) - len(line.lstrip())
+        found = _PARAM.fullmatch(line.strip())
+        if in_args and found and (not name or depth <= indent):
+            indent, name = depth, found.group(1)
+            params[name] = found.group(2).strip()
+        elif in_args and name:
+            params[name] = f"{params[name]} {line.strip()}".strip()
+    return " ".join(summary), params
 
 
 def tool_schema(fn: Callable[..., Any], *, name: str | None = None) -> dict[str, Any]:

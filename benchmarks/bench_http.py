@@ -1,0 +1,177 @@
+"""Per-model-call cost of each path to the model, measured in one run.
+
+(a) the in-process ``null`` harness on the built-in model (``agent.run``, no HTTP);
+(b) the HTTP path alone: ``OpenAIClient.complete`` -> the built-in model server
+    (``engine.server.serve``) over loopback;
+(c) a bare httpx2 POST (+ JSON decode) to the same server;
+(d) the ``program`` harness: ``agent.run`` spawning the reference program, which calls
+    the model through the interception server;
+(e) for reference, the interception hop alone: a bare httpx2 POST to a rollout's
+    endpoint on the interception server (the in-process built-in model behind it).
+
+Calls are sequential (concurrency 1), so wall time is latency. CPU is this process
+plus its finished children (the program's processes), so (d) includes the program's
+own start-up. Each figure is the median of ``--repeats`` runs after a warm-up.
+Run: ``python benchmarks/bench_http.py`` (about a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+
+import httpx2
+import trio
+
+from engine import (
+    Agent,
+    AgentConfig,
+    BuiltinModel,
+    ModelRequest,
+    OpenAIClient,
+    Prompt,
+    Rollout,
+    ServedHarness,
+    Task,
+    UserMessage,
+    open_interception_server,
+)
+from engine.server import serve
+from harnesses.program import ProgramHarness
+
+MESSAGES = [{"role": "user", "content": "Pick one: [check] [bet]"}]
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and its waited-for children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+async def measure(
+    call: Callable[[int], Awaitable[None]], n: int, repeats: int
+) -> tuple[float, float]:
+    """(wall us, cpu us) per call: medians over ``repeats`` batches of ``n`` calls."""
+    for i in range(max(2, n // 10)):  # warm-up: connections, imports, caches
+        await call(i)
+    walls, cpus = [], []
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), cpu_s()
+        for i in range(n):
+            await call(i)
+        walls.append((time.perf_counter() - wall) / n * 1e6)
+        cpus.append((cpu_s() - cpu) / n * 1e6)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+class Register(ServedHarness):
+    """Registers its rollout and yields: the benchmark then plays the program."""
+
+    async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
+        self.endpoint(rollout)
+        await trio.lowlevel.checkpoint()
+
+
+async def run_all(args: argparse.Namespace) -> dict[str, tuple[float, float, int]]:
+    results: dict[str, tuple[float, float, int]] = {}
+    n_fast, n_http, n_proc, repeats = args.fast, args.http, args.programs, args.repeats
+
+    null = Agent("a", AgentConfig(model="builtin/bracket"))
+
+    async def in_process(i: int) -> None:
+        await null.run(Task(i, prompt="Pick one: [check] [bet]"))
+
+    results["(a) in-process null harness"] = (*await measure(in_process, n_fast, repeats), n_fast)
+
+    async with trio.open_nursery() as nursery:
+        base_url = await nursery.start(serve, BuiltinModel("bracket"))
+        request = ModelRequest("builtin/bracket", (UserMessage(MESSAGES[0]["content"]),))
+        async with OpenAIClient(base_url, concurrency=4) as client:
+
+            async def http_path(i: int) -> None:
+                await client.complete(request)
+
+            results["(b) OpenAIClient -> model server"] = (
+                *await measure(http_path, n_http, repeats),
+                n_http,
+            )
+        async with httpx2.AsyncClient(timeout=30) as http:
+            body = {"model": "builtin/bracket", "messages": MESSAGES}
+            url = f"{base_url}/chat/completions"
+
+            async def bare(i: int) -> None:
+                response = await http.post(url, json=body)
+                response.json()
+
+            results["(c) bare httpx2 -> model server"] = (
+                *await measure(bare, n_http, repeats),
+                n_http,
+            )
+        nursery.cancel_scope.cancel()
+
+    async with open_interception_server(graceful_timeout=0.1) as server:
+        services = {"interception": server}
+        program = Agent(
+            "p",
+            AgentConfig(model="builtin/bracket", harness="program"),
+            harness=ProgramHarness(),
+            services=services,
+        )
+
+        async def program_harness(i: int) -> None:
+            trace = await program.run(Task(i, prompt="Pick one: [check] [bet]"))
+            assert not trace.errors, trace.errors
+
+        results["(d) program harness (subprocess)"] = (
+            *await measure(program_harness, n_proc, repeats),
+            n_proc,
+        )
+
+        served = Agent(
+            "s", AgentConfig(model="builtin/bracket"), harness=Register(), services=services
+        )
+        async with (
+            served.chat(Task(0, prompt="go")) as session,
+            httpx2.AsyncClient(timeout=30) as http,
+        ):
+            await session.turn()
+            endpoint = session.rollout.state["endpoint"]
+            headers = {"Authorization": f"Bearer {endpoint.secret}"}
+            url = f"{endpoint.base_url}/chat/completions"
+
+            async def hop(i: int) -> None:
+                response = await http.post(url, json={"messages": MESSAGES}, headers=headers)
+                response.json()
+
+            results["(e) bare httpx2 -> interception"] = (
+                *await measure(hop, n_http, repeats),
+                n_http,
+            )
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fast", type=int, default=2000, help="calls per batch for (a)")
+    parser.add_argument("--http", type=int, default=300, help="calls per batch, (b) (c) (e)")
+    parser.add_argument("--programs", type=int, default=15, help="calls per batch for (d)")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    results = trio.run(run_all, args)
+    base_wall, base_cpu, _ = results["(a) in-process null harness"]
+    head = f"{'path':36} {'calls':>6} {'wall us':>10} {'cpu us':>10} {'wall x(a)':>10}"
+    print(f"{head} {'cpu x(a)':>10}")
+    for name, (wall, cpu, n) in results.items():
+        row = f"{name:36} {n:>6} {wall:>10.0f} {cpu:>10.0f} {wall / base_wall:>10.1f}"
+        print(f"{row} {cpu / base_cpu:>10.1f}")
+    b_wall, b_cpu, _ = results["(b) OpenAIClient -> model server"]
+    c_wall, c_cpu, _ = results["(c) bare httpx2 -> model server"]
+    print(f"(b)/(c): wall {b_wall / c_wall:.2f}, cpu {b_cpu / c_cpu:.2f}")
+
+
+if __name__ == "__main__":
+    main()

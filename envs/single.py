@@ -1,0 +1,54 @@
+"""``single-agent``: one agent, one shot, over any taskset.
+
+What a taskset runs under when no multi-agent env is named: ``taketurns eval jsonl
+--env.taskset.path=f.jsonl`` is ``taketurns eval single-agent --env.taskset=jsonl
+--env.taskset.path=f.jsonl``. Each episode is one ``agent.run(task)`` with the task's
+per-rollout tools and state (stop condition ``agent_completed``), scored by the
+taskset's rubric. The agent's harness defaults to the one the taskset is meant for
+(``null``, or ``tools`` for a taskset that hands out tools).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from engine import AgentConfig, Agents, Env, EnvConfig, Rubric, Task, open_taskset
+
+__all__ = ["SingleAgentConfig", "SingleAgentEnv"]
+
+
+@attrs.define
+class SingleAgentConfig(EnvConfig):
+    """``taskset``: a taskset id or a table ``{id = "jsonl", path = "..."}`` (on the
+    command line ``--env.taskset=jsonl --env.taskset.path=f.jsonl``); ``agent``: the
+    one role."""
+
+    taskset: Any = None
+    agent: AgentConfig = attrs.field(factory=AgentConfig)
+
+
+class SingleAgentEnv(Env):
+    id = "single-agent"
+    config_class = SingleAgentConfig
+    config: SingleAgentConfig
+
+    def __init__(self, config: SingleAgentConfig | None = None) -> None:
+        super().__init__(config)
+        # built here so a bad taskset or option is refused before any episode
+        self.taskset = open_taskset(self.config.taskset, field="env.taskset")
+
+    def tasks(self, num_tasks: int) -> Sequence[Task]:
+        return self.taskset.tasks(num_tasks)
+
+    async def run(self, task: Task, agents: Agents) -> None:
+        resources = self.taskset.resources(task)
+        await agents.agent.run(task, tools=resources.tools, state=resources.state)
+
+    def rubric(self, role: str) -> Rubric:
+        return self.taskset.rubric()
+
+    def default_harness(self, role: str) -> str:
+        return self.taskset.harness

@@ -1,0 +1,636 @@
+"""The ``program``, ``stateful`` and ``tools`` harnesses, end to end: real subprocesses
+(the reference programs) talking to a real interception server over loopback HTTP,
+on the real clock (NOTES.md: autojump + sockets gives false timeouts).
+
+Scratch directories are created under a per-test temp dir (``tempfile.tempdir`` is
+pointed at ``tmp_path``), so "none is left" is checked without racing other runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.lowlevel
+
+from engine import (
+    Agent,
+    AgentConfig,
+    AssistantMessage,
+    Harness,
+    InterceptionServer,
+    Limits,
+    ModelClient,
+    ModelEndpointError,
+    ModelRequest,
+    ModelResponse,
+    Prompt,
+    Rollout,
+    SessionOver,
+    SystemMessage,
+    Task,
+    Timeouts,
+    ToolMessage,
+    UserMessage,
+    messages_from_wire,
+    open_interception_server,
+    text_of,
+)
+from engine.cli import main
+from engine.records import read_episodes
+from harnesses.program import ProgramHarness
+from harnesses.stateful import StatefulHarness
+from harnesses.tools import ToolsHarness
+from tests.scripted import ScriptedModel, Sleep
+
+# Generous: each segment starts a Python process.
+LIMIT = 30
+
+
+@pytest.fixture(autouse=True)
+def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where this test's rollouts make their scratch directories."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def leftovers(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.name.startswith("taketurns-"))
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[InterceptionServer]:
+    async with open_interception_server(graceful_timeout=0.1) as running:
+        yield running
+
+
+def lookup(order_id: str) -> dict[str, str]:
+    """Look up an order.
+
+    Args:
+        order_id: The order's id, such as A17.
+    """
+    return {"order": order_id, "status": "shipped"}
+
+
+class Arrival(ScriptedModel):
+    """A ``ScriptedModel`` whose ``arrived`` event is set by its first request."""
+
+    def __init__(self, *script: Any) -> None:
+        super().__init__(*script)
+        self.arrived = trio.Event()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.arrived.set()
+        return await super().complete(request)
+
+
+def make_agent(
+    harness: Harness,
+    server: InterceptionServer | None = None,
+    *,
+    model: str = "builtin/echo",
+    client: ModelClient | None = None,
+    limits: Limits | None = None,
+    timeouts: Timeouts | None = None,
+    tools: Sequence[Any] = (),
+) -> Agent:
+    config = AgentConfig(
+        model=model,
+        harness=type(harness).id,
+        limits=limits or Limits(),
+        timeouts=timeouts or Timeouts(),
+    )
+    return Agent(
+        "agent",
+        config,
+        client=client,
+        harness=harness,
+        services={"interception": server} if server is not None else None,
+        tools=tools,
+    )
+
+
+def roles(messages: Sequence[Any]) -> list[str]:
+    return [m.role for m in messages]
+
+
+def no_errors(session_or_trace: Any) -> None:
+    trace = getattr(session_or_trace, "trace", session_or_trace)
+    assert trace.errors == [], trace.errors
+
+
+# -- program -----------------------------------------------------------------------------
+
+
+async def test_program_one_shot(server: InterceptionServer, scratch_root: Path) -> None:
+    agent = make_agent(ProgramHarness(), server)
+    task = Task(0, prompt="hello there", system_prompt="Be brief.")
+    with trio.fail_after(LIMIT):
+        trace = await agent.run(task)
+    no_errors(trace)
+    assert trace.stop_condition == "agent_completed"
+    assert trace.agent.harness == "program"
+    assert len(trace.turns) == 1
+    assert trace.turns[0].request == (SystemMessage("Be brief."), UserMessage("hello there"))
+    assert trace.messages == [
+        SystemMessage("Be brief."),
+        UserMessage("hello there"),
+        AssistantMessage("hello there"),
+    ]
+    assert leftovers(scratch_root) == []
+
+
+async def test_program_chat_relaunches_on_the_conversation(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    agent = make_agent(ProgramHarness(), server)
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, system_prompt="Echo.")) as session:
+            first = await session.turn("one")
+            second = await session.turn("two")
+            workdir = session.rollout.scratch_dir()
+            relaunch = json.loads((workdir / "prompt-1.json").read_text())
+            assert workdir.parent == scratch_root
+    no_errors(session)
+    assert (first.text, second.text) == ("one", "two")
+    assert second.messages == (AssistantMessage("two"),)
+    # the relaunch carries the whole conversation, system prompt once
+    assert messages_from_wire(relaunch["messages"]) == [
+        SystemMessage("Echo."),
+        UserMessage("one"),
+        AssistantMessage("one"),
+        UserMessage("two"),
+    ]
+    assert session.trace.turns[1].request == tuple(messages_from_wire(relaunch["messages"]))
+    assert not workdir.exists()
+    assert leftovers(scratch_root) == []
+
+
+async def test_program_calls_the_rollouts_python_tools(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    agent = make_agent(ProgramHarness(), server, model="builtin/tools", tools=[lookup])
+    with trio.fail_after(LIMIT):
+        trace = await agent.run(Task(0, prompt="Where is order_id=A17 now?"))
+    no_errors(trace)
+    result = json.dumps({"order": "A17", "status": "shipped"})
+    assert roles(trace.messages) == ["user", "assistant", "tool", "assistant"]
+    call = trace.messages[1].tool_calls[0]
+    assert (call.name, json.loads(call.arguments)) == ("lookup", {"order_id": "A17"})
+    assert trace.messages[2] == ToolMessage(call.id, result, "lookup")
+    assert trace.messages[3] == AssistantMessage(f"The tool said: {result}")
+    assert len(trace.turns) == 2
+    assert trace.turns[0].tools == ("lookup",)
+    assert trace.turns[1].request[-1] == trace.messages[2]
+    assert leftovers(scratch_root) == []
+
+
+async def test_program_stopped_by_a_limit_ends_cleanly(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    agent = make_agent(
+        ProgramHarness(), server, model="builtin/tools", tools=[lookup], limits=Limits(max_turns=1)
+    )
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="order_id=B2")) as session:
+            reply = await session.turn()
+            with pytest.raises(SessionOver):
+                await session.turn("more")
+    assert reply.stopped
+    assert reply.stop_condition == "max_turns"
+    # what the program produced before the refusal is kept
+    assert roles(reply.messages) == ["assistant", "tool"]
+    assert session.trace.stop_condition == "max_turns"
+    assert len(session.trace.turns) == 1
+    no_errors(session)  # exit status 3 after a refusal is not a harness error
+    assert leftovers(scratch_root) == []
+
+
+async def test_the_reference_program_exits_3_when_refused(
+    server: InterceptionServer, tmp_path: Path
+) -> None:
+    class Register(ProgramHarness):
+        async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
+            self.endpoint(rollout)
+            await trio.lowlevel.checkpoint()
+
+    agent = make_agent(Register(), server, limits=Limits(max_turns=1))
+    prompt = tmp_path / "prompt.json"
+    prompt.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}))
+    output = tmp_path / "output.json"
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="go")) as session:
+            await session.turn()
+            endpoint = session.rollout.state["endpoint"]
+            env = {**os.environ, "OPENAI_BASE_URL": endpoint.base_url}
+            command = [sys.executable, "-m", "harnesses.programs.chat"]
+            args = ["--prompt-file", str(prompt), "--output-file", str(output)]
+            first = await trio.run_process(
+                [*command, *args],
+                env={**env, "OPENAI_API_KEY": endpoint.secret},
+                capture_stderr=True,
+            )
+            second = await trio.run_process(
+                [*command, *args],
+                env={**env, "OPENAI_API_KEY": endpoint.secret},
+                capture_stderr=True,
+                check=False,
+            )
+    assert first.returncode == 0
+    assert second.returncode == 3
+    assert b"stopped" in second.stderr
+    assert json.loads(output.read_text()) == {"messages": []}
+    assert session.trace.stop_condition == "max_turns"
+    assert len(session.trace.turns) == 1
+
+
+async def test_program_survives_a_retryable_upstream_failure(
+    server: InterceptionServer,
+) -> None:
+    model = ScriptedModel(ModelEndpointError("overloaded", status=503, retryable=True), "fine")
+    agent = make_agent(ProgramHarness(), server, client=model)
+    with trio.fail_after(LIMIT):
+        trace = await agent.run(Task(0, prompt="hi"))
+    # the program's retry (marked x-stainless-retry-count: 1) was a fresh attempt
+    assert trace.last_text == "fine"
+    assert trace.stop_condition == "agent_completed"
+    assert [t.error for t in trace.turns] == ["overloaded", None]
+    assert [e.kind for e in trace.errors] == ["model"]
+
+
+async def test_program_failing_on_a_non_retryable_upstream_failure(
+    server: InterceptionServer,
+) -> None:
+    model = ScriptedModel(ModelEndpointError("bad request", status=400, retryable=False))
+    agent = make_agent(ProgramHarness(), server, client=model)
+    with trio.fail_after(LIMIT):
+        trace = await agent.run(Task(0, prompt="hi"))
+    assert len(trace.turns) == 1
+    assert trace.turns[0].error == "bad request"
+    assert [e.kind for e in trace.errors] == ["model", "harness"]
+    assert "424" in trace.errors[1].message
+    assert trace.stop_condition == "harness_error"
+
+
+async def test_a_failing_program_is_a_harness_error_with_a_scrubbed_tail(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    script = (
+        "import os, sys; key = os.environ['OPENAI_API_KEY']; "
+        "print('stdout says hi'); sys.stderr.write('leaked ' + key + ' oops'); sys.exit(1)"
+    )
+    harness = ProgramHarness([sys.executable, "-c", script])
+    agent = make_agent(harness, server)
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="hi")) as session:
+            reply = await session.turn()
+            secret = session.rollout.state["endpoint"].secret
+            workdir = session.rollout.scratch_dir()
+            assert workdir.exists()
+    assert reply.stopped
+    assert reply.stop_condition == "harness_error"
+    [error] = session.trace.errors
+    assert error.kind == "harness"
+    assert "status 1" in error.message
+    assert "leaked *** oops" in error.message
+    assert "stdout says hi" in error.message
+    assert secret not in error.message
+    assert secret not in repr(session.trace)
+    assert not workdir.exists()
+    assert leftovers(scratch_root) == []
+
+
+async def test_a_program_that_writes_no_output_is_a_harness_error(
+    server: InterceptionServer,
+) -> None:
+    harness = ProgramHarness([sys.executable, "-c", "pass"])
+    with trio.fail_after(LIMIT):
+        trace = await make_agent(harness, server).run(Task(0, prompt="hi"))
+    assert trace.stop_condition == "harness_error"
+    assert "no output file" in trace.errors[0].message
+
+
+async def test_a_served_harness_without_the_server_says_how_to_get_one(
+    scratch_root: Path,
+) -> None:
+    with trio.fail_after(LIMIT):
+        trace = await make_agent(ProgramHarness()).run(Task(0, prompt="hi"))
+    assert trace.stop_condition == "harness_error"
+    assert "open_interception_server" in trace.errors[0].message
+    assert leftovers(scratch_root) == []
+
+
+async def test_cancelling_a_segment_kills_the_program_and_its_model_call(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    model = Arrival(Sleep(60), "never")
+    agent = make_agent(ProgramHarness(), server, client=model)
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="hi")) as session:
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(session.turn)
+                    await model.arrived.wait()  # the program is waiting on the model
+                    workdir = session.rollout.scratch_dir()
+                    scope.cancel()
+            assert scope.cancelled_caught
+            await trio.sleep(0.05)  # let the server see the cancellation
+            assert model.in_flight == 0  # end_segment cancelled the model call
+            assert workdir.exists()
+    assert not workdir.exists()
+    assert leftovers(scratch_root) == []
+    assert session.trace.turns == []
+    assert session.trace.stop_condition == "user_closed"
+
+
+async def test_a_segment_timeout_stops_a_sleeping_program(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    harness = ProgramHarness([sys.executable, "-c", "import time; time.sleep(60)"])
+    agent = make_agent(harness, server, timeouts=Timeouts(segment_s=1.0))
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="hi")) as session:
+            reply = await session.turn()
+    assert reply.stopped
+    assert reply.stop_condition == "segment_timeout"
+    no_errors(session)
+    assert leftovers(scratch_root) == []
+
+
+# -- stateful ----------------------------------------------------------------------------
+
+
+async def test_stateful_one_shot(server: InterceptionServer, scratch_root: Path) -> None:
+    agent = make_agent(StatefulHarness(), server)
+    with trio.fail_after(LIMIT):
+        trace = await agent.run(Task(0, prompt="hello", system_prompt="Echo."))
+    no_errors(trace)
+    assert trace.agent.harness == "stateful"
+    assert trace.last_text == "hello"
+    assert trace.stop_condition == "agent_completed"
+    assert leftovers(scratch_root) == []
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+async def test_stateful_resumes_natively_with_only_the_new_message(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    agent = make_agent(StatefulHarness(), server)
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="first", system_prompt="Echo.")) as session:
+            one = await session.turn()
+            two = await session.turn("second")
+            three = await session.turn([UserMessage("third"), UserMessage("fourth")])
+            workdir = session.rollout.scratch_dir()
+            files = sorted(p.name for p in workdir.iterdir())
+            message_1 = read_json(workdir / "message-1.json")
+            message_2 = read_json(workdir / "message-2.json")
+            kept = messages_from_wire(read_json(workdir / "session.json")["messages"])
+    no_errors(session)
+    assert (one.text, two.text, three.text) == ("first", "second", "fourth")
+    assert files == [
+        "message-1.json",
+        "message-2.json",
+        "output-0.json",
+        "output-1.json",
+        "output-2.json",
+        "prompt-0.json",
+        "session.json",
+    ]
+    # resumed segments get only the user's new messages...
+    assert message_1 == {"messages": [{"role": "user", "content": "second"}]}
+    assert message_2 == {
+        "messages": [{"role": "user", "content": "third"}, {"role": "user", "content": "fourth"}]
+    }
+    # ...and the program's own session supplies the rest
+    conversation = [
+        SystemMessage("Echo."),
+        UserMessage("first"),
+        AssistantMessage("first"),
+        UserMessage("second"),
+        AssistantMessage("second"),
+        UserMessage("third"),
+        UserMessage("fourth"),
+        AssistantMessage("fourth"),
+    ]
+    assert kept == conversation
+    assert session.trace.messages == conversation
+    assert session.trace.turns[2].request == tuple(conversation[:-1])
+    assert not workdir.exists()
+    assert leftovers(scratch_root) == []
+
+
+def logging_command(log: Path, module: str) -> list[str]:
+    """Runs the reference program ``module`` after appending its argv to ``log``."""
+    script = (
+        "import json, runpy, sys\n"
+        f"with open({str(log)!r}, 'a') as f: f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        f"runpy.run_module({module!r}, run_name='__main__')\n"
+    )
+    return [sys.executable, "-c", script]
+
+
+def flags(argv: list[str]) -> list[str]:
+    return [a for a in argv if a.startswith("--")]
+
+
+async def test_stateful_first_segment_opened_by_the_user_launches_fresh(
+    server: InterceptionServer, scratch_root: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "argv.jsonl"
+    harness = StatefulHarness(logging_command(log, "harnesses.programs.stateful"))
+    agent = make_agent(harness, server)
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, system_prompt="Echo.")) as session:
+            hi = await session.turn("hi")
+            workdir = session.rollout.scratch_dir()
+            after_first = sorted(p.name for p in workdir.iterdir())
+            fresh = read_json(workdir / "prompt-0.json")
+            again = await session.turn("again")
+            resumed = read_json(workdir / "message-1.json")
+    no_errors(session)
+    assert (hi.text, again.text) == ("hi", "again")
+    assert after_first == ["output-0.json", "prompt-0.json", "session.json"]
+    assert fresh["messages"] == [
+        {"role": "system", "content": "Echo."},
+        {"role": "user", "content": "hi"},
+    ]
+    assert resumed == {"messages": [{"role": "user", "content": "again"}]}
+    launches = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [flags(argv) for argv in launches] == [
+        ["--session-dir", "--prompt-file", "--output-file"],
+        ["--session-dir", "--resume", "--message-file", "--output-file"],
+    ]
+    assert session.trace.turns[1].request == (
+        SystemMessage("Echo."),
+        UserMessage("hi"),
+        AssistantMessage("hi"),
+        UserMessage("again"),
+    )
+    assert leftovers(scratch_root) == []
+
+
+async def test_stateful_keeps_its_tools_across_resumes(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    agent = make_agent(StatefulHarness(), server, model="builtin/tools", tools=[lookup])
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="order_id=A1")) as session:
+            first = await session.turn()
+            second = await session.turn("and order_id=B2?")
+    no_errors(session)
+    assert "A1" in first.text
+    assert "B2" in second.text
+    assert roles(second.messages) == ["assistant", "tool", "assistant"]
+    assert [t.tools for t in session.trace.turns] == [("lookup",)] * 4
+    assert leftovers(scratch_root) == []
+
+
+async def test_stateful_cleans_up_after_a_failing_program(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    harness = StatefulHarness([sys.executable, "-c", "import sys; sys.exit(1)"])
+    agent = make_agent(harness, server)
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="hi")) as session:
+            reply = await session.turn()
+            assert leftovers(scratch_root) != []
+    assert reply.stop_condition == "harness_error"
+    assert session.trace.errors[0].kind == "harness"
+    assert leftovers(scratch_root) == []
+
+
+async def test_stateful_cleans_up_after_cancellation(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    harness = StatefulHarness([sys.executable, "-c", "import time; time.sleep(60)"])
+    agent = make_agent(harness, server)
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="hi")) as session:
+            with trio.move_on_after(1.0) as scope:
+                await session.turn()
+            assert scope.cancelled_caught
+            assert leftovers(scratch_root) != []
+    assert leftovers(scratch_root) == []
+    assert session.trace.stop_condition == "user_closed"
+
+
+async def test_cancelling_the_chat_block_cleans_up(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    harness = StatefulHarness([sys.executable, "-c", "import time; time.sleep(60)"])
+    agent = make_agent(harness, server)
+    with trio.fail_after(LIMIT), trio.move_on_after(1.0):
+        async with agent.chat(Task(0, prompt="hi")) as session:
+            await session.turn()
+    assert leftovers(scratch_root) == []
+    assert session.trace.stop_condition == "cancelled"
+
+
+# -- tools (in process) ------------------------------------------------------------------
+
+
+async def test_tools_one_shot_calls_a_tool_then_answers(scratch_root: Path) -> None:
+    agent = make_agent(ToolsHarness(), model="builtin/tools", tools=[lookup])
+    with trio.fail_after(LIMIT):
+        trace = await agent.run(Task(0, prompt="order_id=C3"))
+    no_errors(trace)
+    result = json.dumps({"order": "C3", "status": "shipped"})
+    assert roles(trace.messages) == ["user", "assistant", "tool", "assistant"]
+    assert text_of(trace.messages[2].content) == result
+    assert trace.last_text == f"The tool said: {result}"
+    assert len(trace.turns) == 2
+    assert leftovers(scratch_root) == []
+
+
+async def test_tools_chat_runs_one_tool_loop_per_segment() -> None:
+    async def slow_lookup(order_id: str) -> str:
+        """Look an order up (slowly)."""
+        await trio.lowlevel.checkpoint()
+        return f"{order_id} is late"
+
+    agent = make_agent(ToolsHarness(), model="builtin/tools", tools=[slow_lookup])
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0)) as session:
+            one = await session.turn("order_id=D4")
+            two = await session.turn("order_id=E5")
+    no_errors(session)
+    assert one.text == "The tool said: D4 is late"
+    assert two.text == "The tool said: E5 is late"
+    assert roles(two.messages) == ["assistant", "tool", "assistant"]
+    assert roles(session.trace.messages) == ["user", "assistant", "tool", "assistant"] * 2
+    # the second segment relaunches on the whole conversation
+    assert session.trace.turns[2].request == tuple(session.trace.messages[:5])
+
+
+async def test_tools_every_model_call_counts_toward_max_turns() -> None:
+    agent = make_agent(
+        ToolsHarness(), model="builtin/tools", tools=[lookup], limits=Limits(max_turns=3)
+    )
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0)) as session:
+            one = await session.turn("order_id=F6")
+            two = await session.turn("order_id=G7")
+    assert not one.stopped
+    assert two.stopped
+    assert two.stop_condition == "max_turns"
+    assert roles(two.messages) == ["assistant", "tool"]  # the tool ran; the answer was refused
+    assert len(session.trace.turns) == 3
+    no_errors(session)
+
+
+async def test_tools_offers_no_tools_when_there_are_none() -> None:
+    model = ScriptedModel("plain")
+    agent = make_agent(ToolsHarness(), client=model)
+    with trio.fail_after(LIMIT):
+        trace = await agent.run(Task(0, prompt="hi"))
+    assert trace.last_text == "plain"
+    assert model.requests[0].tools == ()
+
+
+# -- Kuhn seats through the CLI ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("harness", ["program", "stateful"])
+def test_kuhn_seats_on_served_harnesses(harness: str, tmp_path: Path, scratch_root: Path) -> None:
+    out = tmp_path / "run"
+    argv = [
+        "eval",
+        "kuhn-poker",
+        "-n",
+        "4",
+        f"--env.player0.harness={harness}",
+        f"--env.player1.harness={harness}",
+        "-o",
+        str(out),
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    episodes = list(read_episodes(out / "episodes.jsonl"))
+    assert len(episodes) == 4
+    for episode in episodes:
+        assert episode["ok"]
+        assert episode["errors"] == []
+        assert sum(t["rewards"]["payoff"] for t in episode["traces"]) == 0
+        for trace in episode["traces"]:
+            assert trace["agent"]["harness"] == harness
+            assert trace["errors"] == []
+            assert trace["turns"]
+            assert trace["stop_condition"] == "user_closed"
+    assert leftovers(scratch_root) == []
+    # no secret reached the output files
+    text = (out / "episodes.jsonl").read_text()
+    assert "Bearer" not in text
+    assert "OPENAI_API_KEY" not in text
