@@ -122,6 +122,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
     env = make_env(config)
     plan = Plan(config, env)
+    tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
     trio.run(preflight, config, env)
     out = args.output_dir or config.output_dir or _default_dir(name, config.model)
     config.output_dir = str(out)
@@ -144,6 +145,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
                 run_dir,
                 env=env,
                 plan=plan,
+                tasks=tasks,
                 progress=not args.no_progress,
                 handle_signals=True,
             )

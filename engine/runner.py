@@ -18,7 +18,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -190,6 +190,7 @@ async def run_eval(
     *,
     env: Env | None = None,
     plan: Plan | None = None,
+    tasks: Sequence[Task] | None = None,
     progress: bool = True,
     handle_signals: bool = False,
 ) -> EvalRun:
@@ -198,7 +199,7 @@ async def run_eval(
     (with every finished and cancelled episode written)."""
     env = env if env is not None else make_env(config)
     plan = plan if plan is not None else Plan(config, env)
-    tasks = list(env.tasks(config.num_tasks))
+    tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
     finished = run_dir.finished()
     done = {(e["task"]["idx"], e["rollout"]) for e in finished}
     todo = [

@@ -149,7 +149,15 @@ async def _off_loop(fn: Callable[..., T], /, *args: Any) -> T:
 
 def _template(ta: Any, game_id: str) -> Any:
     if game_id not in _templates:
-        _templates[game_id] = ta.make(f"{game_id}-raw")  # the bare game, no wrappers
+        try:
+            _templates[game_id] = ta.make(f"{game_id}-raw")  # the bare game, no wrappers
+        except LookupError:
+            raise ConfigError(
+                f"TextArena's {game_id} needs nltk data (the 'words' corpus and the "
+                "'averaged_perceptron_tagger_eng' tagger) and nltk could not download it; "
+                "run `python -m nltk.downloader words averaged_perceptron_tagger_eng` on a "
+                "machine with network, or point NLTK_DATA at a directory holding them"
+            ) from None
     return _templates[game_id]
 
 

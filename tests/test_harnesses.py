@@ -634,3 +634,27 @@ def test_kuhn_seats_on_served_harnesses(harness: str, tmp_path: Path, scratch_ro
     text = (out / "episodes.jsonl").read_text()
     assert "Bearer" not in text
     assert "OPENAI_API_KEY" not in text
+
+
+def test_a_failing_seat_program_from_harness_options(tmp_path: Path, scratch_root: Path) -> None:
+    config = tmp_path / "eval.toml"
+    command = json.dumps([sys.executable, "-c", "import sys; sys.exit(1)"])
+    config.write_text(
+        'env_id = "kuhn-poker"\n'
+        "[env.player0]\n"
+        'harness = "program"\n'
+        f"harness_options = {{ command = {command} }}\n"
+        "[env.player1]\n"
+        'harness = "stateful"\n'
+    )
+    out = tmp_path / "run"
+    argv = ["eval", "kuhn-poker", "-C", str(config), "-n", "2", "-o", str(out), "--no-progress"]
+    assert main(argv) == 0
+    for episode in read_episodes(out / "episodes.jsonl"):
+        seat0, seat1 = episode["traces"]
+        assert seat0["stop_condition"] == "harness_error"
+        assert [e["kind"] for e in seat0["errors"]] == ["harness"]
+        assert "status 1" in seat0["errors"][0]["message"]
+        assert (seat0["rewards"]["payoff"], seat1["rewards"]["payoff"]) == (-1.0, 1.0)
+        assert seat1["errors"] == []
+    assert leftovers(scratch_root) == []
