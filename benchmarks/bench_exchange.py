@@ -33,7 +33,7 @@ def _run(num: int, concurrency: int) -> tuple[float, float, int]:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = RunDir(tmp)
         wall, cpu = time.perf_counter(), time.process_time()
-        result = trio.run(lambda: run_eval(config, run_dir, progress=False))
+        result = trio.run(lambda: run_eval(config, run_dir, progress=False, report=False))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     agents = result.summary["agents"].values()
     calls = round(sum(a["turns_mean"] * a["traces"] for a in agents))

@@ -30,6 +30,18 @@ from engine.trace import AgentStamp, EpisodeInfo, Trace
 __all__ = ["Agent", "Agents"]
 
 
+def make_harness(id: str, options: Mapping[str, Any], *, field: str) -> Harness:
+    """A fresh harness ``id`` built with ``options``; ``ConfigError`` names ``field``."""
+    cls = harnesses.get(id, field=f"{field}.harness")
+    try:
+        harness: Harness = cls(**options)
+    except (TypeError, ValueError, HarnessError) as exc:
+        raise ConfigError(
+            f"{field}.harness_options = {dict(options)!r}: refused by harness {id!r} ({exc})"
+        ) from None
+    return harness
+
+
 class Agent:
     """One role. ``client`` defaults to the built-in model named by ``config.model``
     (an endpoint model needs an explicit client: the eval runner builds those);
@@ -62,7 +74,7 @@ class Agent:
             client = BuiltinModel.from_model_name(self.model, field=f"{name}.model")
         self.client = client
         if harness is None:
-            harness = harnesses.create(config.harness or "null", field=f"{name}.harness")
+            harness = make_harness(config.harness or "null", config.harness_options, field=name)
         self.harness: Harness = harness
         self.harness_id: str = config.harness or type(harness).id or "null"
         self.rubric = rubric if rubric is not None else Rubric()

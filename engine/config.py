@@ -160,6 +160,10 @@ class EvalConfig:
     max_concurrent_calls: int | None = attrs.field(default=None, validator=_positive)
     episode_timeout_s: float | None = attrs.field(default=None, validator=_positive)
     request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
+    # where the interception server listens (loopback unless configured otherwise) and
+    # the URL programs on other machines should use to reach it
     interception_host: str = "127.0.0.1"
+    interception_port: int = attrs.field(default=0, validator=_non_negative)
+    interception_public_url: str | None = None
     output_dir: str | None = None
     env: Any = None

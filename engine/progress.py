@@ -4,6 +4,8 @@ own refresh thread (a library-owned thread, stopped in ``close``)."""
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -27,6 +29,9 @@ class EvalProgress:
         self.reward_sum = 0.0
         self.rewarded = 0
         self.tokens = 0
+        self.enabled = enabled
+        self._pending = 0
+        self._shown = 0.0
         self._bar = Progress(
             TextColumn("[bold]eval"),
             BarColumn(),
@@ -53,6 +58,14 @@ class EvalProgress:
             self.reward_sum += trace.reward
             self.rewarded += 1
             self.tokens += trace.usage.total_tokens
+        self._pending += 1
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._shown < 0.1 and self.episodes < self.total:
+            return  # rich redraws ~10 times a second anyway
+        self._shown = now
+        advance, self._pending = self._pending, 0
         elapsed = self._bar.tasks[0].elapsed or 0.0
         rate = self._bar.tasks[0].completed / elapsed if elapsed else 0.0
         mean = self.reward_sum / self.rewarded if self.rewarded else 0.0
@@ -60,4 +73,4 @@ class EvalProgress:
             f"reward {mean:+.3f}  errors {self.failed / self.episodes:.1%}  "
             f"{rate:.1f} ep/s  {self.tokens:,} tok"
         )
-        self._bar.update(self._task, advance=1, stats=stats)
+        self._bar.update(self._task, advance=advance, stats=stats)

@@ -13,13 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import cattrs
+import orjson
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from engine.episode import Episode
 from engine.messages import Message
 from engine.task import Task
-from engine.trace import Trace, Usage
+from engine.trace import Trace, Turn, Usage
 from engine.wire import from_wire, register_messages, to_wire
 
 __all__ = ["dumps_episode", "loads_episode", "read_episodes", "record"]
@@ -71,10 +73,51 @@ record.register_structure_hook(
     Usage, lambda raw, _: Usage(raw.get("prompt_tokens", 0), raw.get("completion_tokens", 0))
 )
 record.register_structure_hook(Message, lambda raw, _: from_wire(raw))
-record.register_unstructure_hook(
+_trace_fields = make_dict_unstructure_fn(
     Trace,
-    make_dict_unstructure_fn(Trace, record, state=override(omit=True)),
+    record,
+    state=override(omit=True),
+    messages=override(omit=True),
+    turns=override(omit=True),
 )
+
+
+def _trace_out(trace: Trace) -> dict[str, Any]:
+    # A turn's request shares its message objects with the conversation: convert each
+    # object to wire shape once per trace (the per-turn prompts would otherwise make
+    # serialising quadratic in conversation length).
+    memo: dict[int, dict[str, Any]] = {}
+
+    def wire(message: Message) -> dict[str, Any]:
+        out = memo.get(id(message))
+        if out is None:
+            out = memo[id(message)] = to_wire(message)
+        return out
+
+    fields = _trace_fields(trace)
+    fields["turns"] = [_turn_out(turn, wire) for turn in trace.turns]
+    fields["messages"] = [wire(m) for m in trace.messages]
+    return {name: fields[name] for name in _TRACE_ORDER}
+
+
+def _turn_out(turn: Turn, wire: Any) -> dict[str, Any]:
+    return {
+        "index": turn.index,
+        "request": [wire(m) for m in turn.request],
+        "response": None if turn.response is None else wire(turn.response),
+        "usage": _usage_out(turn.usage),
+        "finish_reason": turn.finish_reason,
+        "latency_s": turn.latency_s,
+        "error": turn.error,
+        "tools": list(turn.tools),
+        "token_ids": turn.token_ids,
+        "prompt_token_ids": turn.prompt_token_ids,
+        "logprobs": turn.logprobs,
+    }
+
+
+_TRACE_ORDER = [f.name for f in attrs.fields(Trace) if f.name != "state"]
+record.register_unstructure_hook(Trace, _trace_out)
 record.register_structure_hook(
     Trace,
     make_dict_structure_fn(Trace, record, state=override(omit=True)),
@@ -83,7 +126,9 @@ record.register_structure_hook(
 
 def dumps_episode(episode: Episode) -> str:
     """One JSON line (no trailing newline). Values that are not JSON become strings."""
-    return json.dumps(record.unstructure(episode), default=str, separators=(",", ":"))
+    return orjson.dumps(
+        record.unstructure(episode), default=str, option=orjson.OPT_NON_STR_KEYS
+    ).decode()
 
 
 def loads_episode(line: str) -> Episode:

@@ -24,18 +24,17 @@ from typing import Any
 import attrs
 import trio
 
-from engine.agent import Agent
+from engine.agent import Agent, make_harness
 from engine.builtin import BuiltinModel, is_builtin
 from engine.config import AgentConfig, EvalConfig, Sampling
 from engine.env import Env
 from engine.episode import Episode, episode_id, run_episode
-from engine.errors import ConfigError, HarnessError
-from engine.harness import Harness
+from engine.errors import ConfigError
 from engine.model import ModelClient
 from engine.output import RunDir
 from engine.progress import EvalProgress
-from engine.registry import envs, harnesses
-from engine.summary import summarize
+from engine.registry import envs
+from engine.summary import digest, summarize
 from engine.task import Task
 from engine.trace import EpisodeInfo, Trace
 
@@ -120,7 +119,9 @@ class Plan:
             if key not in self.clients:
                 self.clients[key] = _client_for(config, role, agent)
             self.role_clients[role] = self.clients[key]
-            self.harnesses[role] = _harness(role, agent)
+            self.harnesses[role] = make_harness(
+                agent.harness or "null", agent.harness_options, field=f"env.{role}"
+            )
             cap = agent.max_concurrent_calls
             self.limiters[role] = trio.CapacityLimiter(cap) if cap else shared_limiter
         self.rubrics = {role: env.rubric(role) for role in self.roles}
@@ -157,18 +158,6 @@ class Plan:
                 await client.aclose()
 
 
-def _harness(role: str, agent: AgentConfig) -> Harness:
-    cls = harnesses.get(agent.harness or "null", field=f"env.{role}.harness")
-    try:
-        harness: Harness = cls(**agent.harness_options)
-    except (TypeError, ValueError, HarnessError) as exc:
-        raise ConfigError(
-            f"env.{role}.harness_options = {agent.harness_options!r}: refused by harness "
-            f"{agent.harness!r} ({exc})"
-        ) from None
-    return harness
-
-
 def make_env(config: EvalConfig) -> Env:
     env_cls = envs.get(config.env_id, field="env_id")
     env: Env = env_cls(config.env)
@@ -192,6 +181,7 @@ async def run_eval(
     plan: Plan | None = None,
     tasks: Sequence[Task] | None = None,
     progress: bool = True,
+    report: bool = True,
     handle_signals: bool = False,
 ) -> EvalRun:
     """Run every (task, rollout) pair not yet in ``run_dir`` and write the summary.
@@ -224,6 +214,7 @@ async def run_eval(
                 finally:
                     _order(episode, list(plan.roles))
                     run_dir.append(episode)
+                    finished.append(digest(episode))
                     written += 1
                     bar.add(episode)
                     limiter.release_on_behalf_of((task.idx, rollout))
@@ -235,7 +226,11 @@ async def run_eval(
                     if plan.needs_interception:
                         from engine.interception import InterceptionServer
 
-                        server = InterceptionServer(host=config.interception_host)
+                        server = InterceptionServer(
+                            host=config.interception_host,
+                            port=config.interception_port,
+                            public_url=config.interception_public_url,
+                        )
                         plan.services["interception"] = await nursery.start(server.run)
                     async with trio.open_nursery() as episodes:
                         for task, rollout in todo:
@@ -250,12 +245,13 @@ async def run_eval(
             await env.finalize()
         await plan.aclose()
     wall = time.monotonic() - start
-    summary = summarize(run_dir.finished(), rollouts=config.rollouts, wall_s=wall)
+    summary = summarize(finished, rollouts=config.rollouts, wall_s=wall)
     summary["interrupted"] = interrupted
     run_dir.write_summary(summary)
-    from engine.report import write_report
+    if report:
+        from engine.report import write_report
 
-    write_report(run_dir.path)
+        write_report(run_dir.path)
     if interrupted:
         raise Interrupted(f"interrupted; {written} episodes written this run to {run_dir.path}")
     return EvalRun(summary, run_dir, written)

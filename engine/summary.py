@@ -6,9 +6,12 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["pass_at_k", "summarize"]
+if TYPE_CHECKING:
+    from engine.episode import Episode
+
+__all__ = ["digest", "pass_at_k", "render", "summarize"]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -30,6 +33,33 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
 
 
+def digest(episode: Episode) -> dict[str, Any]:
+    """What ``summarize`` reads of an episode, taken from the live record (so a run
+    need not read its own output back)."""
+    return {
+        "ok": episode.ok,
+        "stop": episode.stop,
+        "traces": [
+            {
+                "agent": {"name": t.agent.name},
+                "episode": {"task_idx": t.episode.task_idx},
+                "reward": t.reward,
+                "rewards": t.rewards,
+                "metrics": t.metrics,
+                "stop_condition": t.stop_condition,
+                "errors": len(t.errors),
+                "turns": len(t.turns),
+                "usage": {"total_tokens": t.usage.total_tokens},
+            }
+            for t in episode.traces
+        ],
+    }
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) else len(value or [])
+
+
 def _agent_stats(traces: list[Mapping[str, Any]], rollouts: int) -> dict[str, Any]:
     rewards = [float(t.get("reward", 0.0)) for t in traces]
     named: dict[str, list[float]] = defaultdict(list)
@@ -39,7 +69,7 @@ def _agent_stats(traces: list[Mapping[str, Any]], rollouts: int) -> dict[str, An
             named[k].append(float(v))
         for k, v in (t.get("metrics") or {}).items():
             metrics[k].append(float(v))
-    turns = [len(t.get("turns") or []) for t in traces]
+    turns = [_count(t.get("turns")) for t in traces]
     tokens = [int((t.get("usage") or {}).get("total_tokens", 0)) for t in traces]
     stats: dict[str, Any] = {
         "traces": len(traces),
@@ -48,7 +78,7 @@ def _agent_stats(traces: list[Mapping[str, Any]], rollouts: int) -> dict[str, An
         "rewards": {k: _mean(v) for k, v in sorted(named.items())},
         "metrics": {k: _mean(v) for k, v in sorted(metrics.items())},
         "stop_conditions": dict(Counter(str(t.get("stop_condition")) for t in traces)),
-        "errors": sum(1 for t in traces if t.get("errors")),
+        "errors": sum(1 for t in traces if _count(t.get("errors"))),
         "turns_mean": _mean(turns),
         "tokens_mean": _mean(tokens),
         "tokens_total": sum(tokens),

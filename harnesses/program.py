@@ -25,8 +25,10 @@ from typing import Any
 import trio
 
 from engine import (
+    ErrorInfo,
     HarnessError,
     Message,
+    ModelEndpointError,
     Prompt,
     Rollout,
     RolloutStopped,
@@ -93,6 +95,7 @@ class ProgramHarness(ServedHarness):
             "OPENAI_MODEL": rollout.boundary.model,
         }
         await trio.Path(output).unlink(missing_ok=True)
+        turns_before = len(rollout.trace.turns)
         try:
             result = await trio.run_process(
                 [*self.command, *args, "--output-file", str(output)],
@@ -110,11 +113,19 @@ class ProgramHarness(ServedHarness):
         if result.returncode != 0:
             if rollout.trace.stop_condition is not None:
                 raise RolloutStopped(rollout.trace.stop_condition)
-            raise HarnessError(
+            message = (
                 f"{self.command[-1]} exited with status {result.returncode}; stderr tail: "
                 f"{_tail(result.stderr, self.tail_chars, endpoint.secret)!r}; stdout tail: "
                 f"{_tail(result.stdout, self.tail_chars, endpoint.secret)!r}"
             )
+            turns = rollout.trace.turns
+            if len(turns) > turns_before and turns[-1].error is not None:
+                # the program gave up after the model endpoint failed: a model error,
+                # as it would be in process (the endpoint's error is on the trace; the
+                # program's own words go beside it)
+                rollout.trace.errors.append(ErrorInfo("harness", message, "HarnessError"))
+                raise ModelEndpointError(f"the model endpoint failed; {message}")
+            raise HarnessError(message)
         if not produced and not await trio.Path(output).exists():
             raise HarnessError(f"{self.command[-1]} exited 0 but wrote no output file")
 

@@ -278,7 +278,7 @@ async def test_program_failing_on_a_non_retryable_upstream_failure(
     assert trace.turns[0].error == "bad request"
     assert [e.kind for e in trace.errors] == ["model", "harness"]
     assert "424" in trace.errors[1].message
-    assert trace.stop_condition == "harness_error"
+    assert trace.stop_condition == "model_error"  # as in process; the tail is kept
 
 
 async def test_a_failing_program_is_a_harness_error_with_a_scrubbed_tail(
