@@ -1,9 +1,11 @@
 """Kuhn self-play on the built-in model at latency 0: throughput and engine cost.
 
-Prints episodes/s, turns/s and microseconds of engine CPU time per model call at
-c = 1, 16, 256 (the cost is the slope between two run sizes, so start-up cancels
-out), and the memory of one open idle session (10,000 sessions, each held by its
-own task, as in an eval). Run: ``python benchmarks/bench_exchange.py``.
+Prints episodes/s, turns/s and microseconds of CPU time per model call at c = 1, 16,
+256: the cost is the slope between two run sizes (start-up cancels out), of the whole
+eval (episodes, JSONL writing, progress accounting) with and without the built-in
+model's own compute (its policy, timed in the same run), the latter being the engine's
+cost. Also the memory of one open idle session (10,000 sessions, each held by its own
+task, as in an eval). Run: ``python benchmarks/bench_exchange.py``.
 """
 
 from __future__ import annotations
@@ -17,41 +19,58 @@ import tracemalloc
 
 import trio
 
-from engine import Agent, AgentConfig, Task
+from engine import Agent, AgentConfig, BuiltinModel, ModelRequest, ModelResponse, Task
 from engine.output import RunDir
 from engine.registry import envs
 from engine.runner import run_eval
 from engine.settings import load_eval_config
 
+_MODEL_CPU = [0.0]
+_respond = BuiltinModel.respond
 
-def _run(num: int, concurrency: int) -> tuple[float, float, int]:
-    """(wall s, cpu s, model calls) for one eval of ``num`` episodes."""
+
+def _timed_respond(self: BuiltinModel, request: ModelRequest) -> ModelResponse:
+    start = time.process_time()
+    try:
+        return _respond(self, request)
+    finally:
+        _MODEL_CPU[0] += time.process_time() - start
+
+
+BuiltinModel.respond = _timed_respond  # type: ignore[method-assign]  # benchmark probe
+
+
+def _run(num: int, concurrency: int) -> tuple[float, float, float, int]:
+    """(wall s, cpu s, the model's own cpu s, model calls) for one eval."""
     config = load_eval_config(
         envs.get("kuhn-poker").config_class,
         file_data={"env_id": "kuhn-poker", "num_tasks": num, "concurrency": concurrency},
     )
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = RunDir(tmp)
+        _MODEL_CPU[0] = 0.0
         wall, cpu = time.perf_counter(), time.process_time()
         result = trio.run(lambda: run_eval(config, run_dir, progress=False, report=False))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     agents = result.summary["agents"].values()
     calls = round(sum(a["turns_mean"] * a["traces"] for a in agents))
-    return wall, cpu, calls
+    return wall, cpu, _MODEL_CPU[0], calls
 
 
 def throughput(concurrency: int, small: int, large: int, repeats: int) -> dict[str, float]:
-    slopes, rates, turn_rates = [], [], []
+    totals, engines, rates, turn_rates = [], [], [], []
     for _ in range(repeats):
-        _, c1, t1 = _run(small, concurrency)
-        w2, c2, t2 = _run(large, concurrency)
-        slopes.append((c2 - c1) / (t2 - t1) * 1e6)
+        _, c1, m1, t1 = _run(small, concurrency)
+        w2, c2, m2, t2 = _run(large, concurrency)
+        totals.append((c2 - c1) / (t2 - t1) * 1e6)
+        engines.append(((c2 - m2) - (c1 - m1)) / (t2 - t1) * 1e6)
         rates.append(large / w2)
         turn_rates.append(t2 / w2)
     return {
         "episodes_per_s": statistics.median(rates),
         "turns_per_s": statistics.median(turn_rates),
-        "us_per_call": statistics.median(slopes),
+        "us_per_call": statistics.median(totals),
+        "engine_us_per_call": statistics.median(engines),
     }
 
 
@@ -88,12 +107,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sessions", type=int, default=10_000)
     args = parser.parse_args()
-    print(f"{'c':>5} {'episodes/s':>11} {'turns/s':>9} {'engine us/call':>15}")
+    print(f"{'c':>5} {'episodes/s':>11} {'turns/s':>9} {'us/call':>8} {'engine us/call':>15}")
     for c in (1, 16, 256):
         r = throughput(c, args.small, args.large, args.repeats)
         print(
             f"{c:>5} {r['episodes_per_s']:>11.0f} {r['turns_per_s']:>9.0f} "
-            f"{r['us_per_call']:>15.1f}"
+            f"{r['us_per_call']:>8.1f} {r['engine_us_per_call']:>15.1f}"
         )
     per_session = trio.run(_idle_sessions, args.sessions)
     print(

@@ -87,7 +87,28 @@ class Agent:
         self._on_close = on_close
         self._open_sessions: dict[int, ChatSession] = {}
         # what a cancellation that closes one of this agent's sessions means
-        self.cancel_reason: Callable[[], str] = lambda: "cancelled"
+        self.cancel_reason: Callable[[], str] = _cancelled
+
+    def bind(
+        self,
+        episode: EpisodeInfo,
+        *,
+        on_close: Callable[[Trace], None] | None = None,
+        sampling: Sampling | None = None,
+    ) -> Agent:
+        """A copy of this agent for one episode: the same client, harness, rubric,
+        limiter and tools, its own sessions. Cheap: the eval runner builds one agent
+        per role and binds it per episode. ``sampling`` fills unset sampling fields."""
+        agent = object.__new__(Agent)
+        agent.__dict__.update(self.__dict__)
+        agent.episode = episode
+        agent._on_close = on_close
+        agent._open_sessions = {}
+        agent.cancel_reason = _cancelled
+        if sampling is not None:
+            agent.sampling = self.sampling.over(sampling)
+            agent._request_fields = agent.sampling.request_fields()
+        return agent
 
     @property
     def sessions(self) -> list[ChatSession]:
@@ -191,6 +212,10 @@ class Agent:
                 await session.close(reason="agent_completed")
             return session.trace
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _cancelled() -> str:
+    return "cancelled"
 
 
 def _failed(trace: Trace) -> bool:

@@ -120,7 +120,8 @@ POLICIES: dict[str, Policy] = {"echo": echo, "bracket": bracket, "tools": tools}
 
 
 def _words(messages: Sequence[Message]) -> int:
-    return sum(len(text_of(m.content).split()) + 1 for m in messages)
+    # spaces + 1 per message: a word count without building the word lists
+    return sum(text_of(m.content).count(" ") + 2 for m in messages)
 
 
 class BuiltinModel(ModelClient):

@@ -92,9 +92,12 @@ async def run_episode(
     for agent in agents.values():
         agent.cancel_reason = cancel_reason
     try:
-        with trio.CancelScope(deadline=deadline) as scope:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(env.run, episode.task, agents)
+        async with trio.open_nursery() as nursery:
+            # the episode's nursery: its scope carries the episode timeout, and
+            # env.run runs in its body (tasks the env starts nest below it)
+            scope = nursery.cancel_scope
+            scope.deadline = deadline
+            await env.run(episode.task, agents)
         if scope.cancelled_caught:
             episode.ok, episode.stop, reason = False, "episode_timeout", "episode_timeout"
             episode.errors.append(
@@ -108,10 +111,11 @@ async def run_episode(
         episode.errors.append(ErrorInfo("cancelled", "the episode was cancelled", "Cancelled"))
         raise
     finally:
-        with trio.CancelScope(shield=True):
-            for agent in agents.values():
-                for session in agent.sessions:
+        leftovers = [s for agent in agents.values() for s in agent.sessions]
+        if leftovers:
+            with trio.CancelScope(shield=True):
+                for session in leftovers:
                     await session.close(reason=reason)
-            episode.timing.ended_at = time.time()
-            episode.timing.wall_s = trio.current_time() - start
+        episode.timing.ended_at = time.time()
+        episode.timing.wall_s = trio.current_time() - start
     return episode

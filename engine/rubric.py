@@ -55,6 +55,9 @@ class _Scorer:
     name: str
     fn: Callable[..., Any]
     weight: float
+    is_async: bool = attrs.field(
+        default=attrs.Factory(lambda self: inspect.iscoroutinefunction(self.fn), takes_self=True)
+    )
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:
@@ -80,6 +83,11 @@ class Rubric:
     rewards: tuple[_Scorer, ...] = ()
     metrics: tuple[_Scorer, ...] = ()
     stops: tuple[_Scorer, ...] = ()
+
+    @property
+    def is_sync(self) -> bool:
+        """No reward or metric is a coroutine function: scoring never yields."""
+        return not any(s.is_async for s in self.rewards + self.metrics)
 
     @classmethod
     def from_functions(cls, fns: Iterable[Callable[..., Any]]) -> Rubric:
@@ -135,7 +143,13 @@ class Rubric:
     @staticmethod
     async def _one(scorer: _Scorer, task: Task, trace: Trace) -> float:
         try:
-            value = float(await _call(scorer.fn, task, trace))
+            if scorer.is_async:
+                raw = await scorer.fn(task, trace)
+            else:
+                raw = scorer.fn(task, trace)
+                if inspect.isawaitable(raw):  # a sync function returning an awaitable
+                    raw = await raw
+            value = float(raw)
             if math.isnan(value):
                 raise ScoringError(f"{scorer.name} returned NaN")
             return value

@@ -113,6 +113,7 @@ class ChatSession:
         self._closed = trio.Event()
         self._segment_scope: trio.CancelScope | None = None
         self.discard = False  # set by Agent.run for a retried attempt: not scored
+        self._may_block_at_close = type(harness).aclose is not Harness.aclose or not rubric.is_sync
         # what a cancellation means when it closes the session (the episode knows)
         self.cancel_reason: Callable[[], str] = lambda: "cancelled"
 
@@ -132,13 +133,38 @@ class ChatSession:
 
     async def turn(self, message: UserInput | None = None) -> Reply:
         """Send one user turn and run one harness segment; see the class docstring."""
-        async with self._lock:
+        await self._acquire()
+        try:
             if self._state is SessionState.CLOSED or self._closing:
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 raise SessionClosed()
             if self._state is SessionState.OVER:
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 raise SessionOver(self._trace.stop_condition)
-            new = self._accept(message)
+            try:
+                new = self._accept(message)
+            except TurnError:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                raise
             return await self._run_segment(new)
+        finally:
+            self._lock.release()
+
+    async def _acquire(self) -> None:
+        """Take the session lock, FIFO behind any waiter. Uncontended it costs no
+        scheduler round trip, only a cancellation point: the schedule point of a turn
+        is its model call (refusals and errors checkpoint explicitly), so a turn is
+        still a full checkpoint on every path."""
+        try:
+            self._lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self._lock.acquire()
+            return
+        try:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        except BaseException:
+            self._lock.release()
+            raise
 
     def _accept(self, message: UserInput | None) -> list[Message]:
         if self._state is SessionState.FRESH:
@@ -193,6 +219,7 @@ class ChatSession:
         if condition is None and deadline <= trio.current_time():
             condition = which
         if condition is not None:
+            await trio.lowlevel.cancel_shielded_checkpoint()
             return self._end(condition, ())
         rollout._start_segment()
         start = trio.current_time()
@@ -249,45 +276,83 @@ class ChatSession:
         self._close_reason = reason
         if self._segment_scope is not None:
             self._segment_scope.cancel()
-        with trio.CancelScope(shield=True):
-            async with self._lock:
-                await self._finish(reason)
-        return self._trace
-
-    async def _finish(self, reason: str) -> None:
         trace = self._trace
-        if trace.stop_condition is None:
-            trace.stop_condition = reason
-        self._state = SessionState.CLOSED
-        start = trio.current_time()
+        if not self._may_block_at_close and not self._lock.locked():
+            # Fast path: with the lock free and finalize + scoring synchronous, nothing
+            # below can block or be cancelled, so no shield or deadline is needed; the
+            # checkpoint comes after the session is closed (trio's aclose idiom: a
+            # cancellation raised there loses nothing).
+            self._lock.acquire_nowait()
+            try:
+                if trace.stop_condition is None:
+                    trace.stop_condition = reason
+                self._state = SessionState.CLOSED
+                start = trio.current_time()
+                await self._finalize_and_score()
+            finally:
+                self._lock.release()
+            self._joined(start)
+            await trio.lowlevel.checkpoint()
+            return trace
         try:
-            with trio.move_on_after(self.timeouts.scoring_s) as scope:
+            # one scope: shielded from outside cancellation, and (once the lock is
+            # ours) bounded by the scoring timeout
+            with trio.CancelScope(shield=True) as scope:
+                await self._acquire()
                 try:
-                    await self.harness.aclose(self.rollout)
-                except Exception as exc:
-                    trace.errors.append(ErrorInfo.of("harness", exc))
-                if not self.discard:
-                    await self.rubric.score(self.task, trace)
+                    await trio.lowlevel.cancel_shielded_checkpoint()  # close's schedule point
+                    if trace.stop_condition is None:
+                        trace.stop_condition = reason
+                    self._state = SessionState.CLOSED
+                    start = trio.current_time()
+                    if self._may_block_at_close:
+                        # a deadline can only strike at a checkpoint: skip it when
+                        # finalize and scoring are synchronous (they cannot hang here)
+                        scope.deadline = start + self.timeouts.scoring_s
+                    await self._finalize_and_score()
+                finally:
+                    self._lock.release()
             if scope.cancelled_caught:
-                for scorer in self.rubric.rewards:
-                    trace.rewards.setdefault(scorer.name, 0.0)
-                for scorer in self.rubric.metrics:
-                    trace.metrics.setdefault(scorer.name, 0.0)
-                trace.errors.append(
-                    ErrorInfo(
-                        "scoring",
-                        f"finalize and scoring took longer than {self.timeouts.scoring_s}s "
-                        "(timeouts.scoring_s); unfinished rewards score 0.0",
-                        "ScoringError",
-                    )
-                )
+                self._scoring_timed_out()
+        finally:
+            self._joined(start if "start" in locals() else trio.current_time())
+        return trace
+
+    def _joined(self, start: float) -> None:
+        """The last step of close, whatever happened: bookkeeping, the trace joins
+        its owner, and waiting ``close()`` calls are released."""
+        try:
             self.rollout._remove_scratch()
+            trace = self._trace
             trace.timing.scoring_s = trio.current_time() - start
             trace.timing.ended_at = _wall()
             if self._on_close is not None:
                 self._on_close(self)
         finally:
             self._closed.set()  # later close() calls return only once this one is done
+
+    async def _finalize_and_score(self) -> None:
+        try:
+            await self.harness.aclose(self.rollout)
+        except Exception as exc:
+            self._trace.errors.append(ErrorInfo.of("harness", exc))
+        if not self.discard:
+            await self.rubric.score(self.task, self._trace)
+
+    def _scoring_timed_out(self) -> None:
+        trace = self._trace
+        for scorer in self.rubric.rewards:
+            trace.rewards.setdefault(scorer.name, 0.0)
+        for scorer in self.rubric.metrics:
+            trace.metrics.setdefault(scorer.name, 0.0)
+        trace.errors.append(
+            ErrorInfo(
+                "scoring",
+                f"finalize and scoring took longer than {self.timeouts.scoring_s}s "
+                "(timeouts.scoring_s); unfinished rewards score 0.0",
+                "ScoringError",
+            )
+        )
 
     async def __aenter__(self) -> ChatSession:
         return self
