@@ -37,11 +37,14 @@ class Prompt:
 
     system_prompt: str | None
     messages: tuple[Message, ...]
+    # the conversation's own system message for ``system_prompt``, when it has one:
+    # sent as is, so a request shares its message objects with the conversation
+    system: SystemMessage | None = attrs.field(default=None, eq=False, repr=False)
 
     def wire_messages(self) -> tuple[Message, ...]:
         if self.system_prompt is None:
             return self.messages
-        return (SystemMessage(self.system_prompt), *self.messages)
+        return (self.system or SystemMessage(self.system_prompt), *self.messages)
 
 
 class Rollout:
@@ -92,8 +95,11 @@ class Rollout:
         """The accreted conversation as a fresh prompt, without the system message the
         session synthesised from ``system_prompt`` (the prompt carries it again)."""
         messages = self.trace.messages
-        start = 1 if self.synthesized_system else 0
-        return Prompt(self.task.system_prompt, tuple(messages[start:]))
+        if self.synthesized_system:
+            system = messages[0]
+            assert isinstance(system, SystemMessage)
+            return Prompt(self.task.system_prompt, tuple(messages[1:]), system)
+        return Prompt(self.task.system_prompt, tuple(messages))
 
     def scratch_dir(self) -> Path:
         """A private directory for this rollout, created on first use and removed when
