@@ -1,6 +1,7 @@
 """taketurns' engine: the exchange on trio. Everything public is re-exported here."""
 
 from engine.agent import Agent, Agents
+from engine.aio import AsyncioCancelled, run_asyncio
 from engine.builtin import BuiltinModel
 from engine.config import (
     AgentConfig,
@@ -74,6 +75,7 @@ __all__ = [
     "AgentStamp",
     "Agents",
     "AssistantMessage",
+    "AsyncioCancelled",
     "BuiltinModel",
     "ChatSession",
     "ConfigError",
@@ -139,6 +141,7 @@ __all__ = [
     "register_taskset",
     "reward",
     "roles_of",
+    "run_asyncio",
     "run_episode",
     "stop",
     "tasksets",

@@ -1,7 +1,8 @@
 """The ``taketurns`` command line.
 
 ``taketurns eval ENV [-n N] [-r R] [-c C] [--model M] [--base-url URL]
-[--api-key-var VAR] [-C run.toml] [--env.<field>=V ...] [-o DIR] [--resume|--overwrite]``
+[--api-key-var VAR] [-C run.toml] [--env.<field>=V ...] [-o DIR] [--resume|--overwrite]
+[--backend local|ray] [--ray-address ADDR]``
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 2 bad config or usage, 130
@@ -22,6 +23,7 @@ from rich.console import Console
 
 from engine.errors import ConfigError
 from engine.output import RunDir
+from engine.ray_backend import WorkerLost
 from engine.registry import envs, tasksets
 from engine.runner import Interrupted, Plan, make_env, preflight, run_eval
 from engine.settings import dump_toml, load_eval_config, read_toml
@@ -40,7 +42,11 @@ _FLAGS = {
     "api_key_var": "api_key_var",
     "episode_timeout": "episode_timeout_s",
     "max_concurrent_calls": "max_concurrent_calls",
+    "backend": "backend",
+    "ray_address": "ray_address",
 }
+# how a run executes, not what it computes: --resume may change them
+_EXECUTION = ("backend", "ray_address")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--api-key-var", help="environment variable holding the API key")
     ev.add_argument("--episode-timeout", type=float, help="seconds per episode")
     ev.add_argument("--max-concurrent-calls", type=int, help="cap on model calls at once")
+    ev.add_argument("--backend", help="where episodes run: local (default) or ray")
+    ev.add_argument("--ray-address", help="Ray cluster to join (default: a private local one)")
     ev.add_argument("-C", "--config", help="TOML config file")
     ev.add_argument("-o", "--output-dir", help="run directory")
     mode = ev.add_mutually_exclusive_group()
@@ -122,6 +130,10 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
     env = make_env(config)
     plan = Plan(config, env)
+    if config.backend == "ray":
+        from engine.ray_backend import require_ray
+
+        require_ray()
     tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
     trio.run(preflight, config, env)
     out = args.output_dir or config.output_dir or _default_dir(name, config.model)
@@ -130,7 +142,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
     text = dump_toml(config)
     if args.resume and run_dir.config_path.exists():
-        if read_toml(run_dir.config_path) != read_toml_text(text):
+        if _semantic(read_toml(run_dir.config_path)) != _semantic(read_toml_text(text)):
             raise ConfigError(
                 f"--resume: the config differs from {run_dir.config_path}; resume with the "
                 "same options (or none: the stored config is reused)"
@@ -169,6 +181,10 @@ def _report(run_dir: Path, console: Console) -> int:
         raise ConfigError(f"report: {run_dir} holds no episodes.jsonl")
     console.print(f"wrote {write_report(run_dir)}")
     return 0
+
+
+def _semantic(data: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in data.items() if k not in _EXECUTION}
 
 
 def read_toml_text(text: str) -> dict[str, object]:
@@ -229,6 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in exc.problems:
             console.print(f"  - {problem}", highlight=False, markup=False)
         return 2
+    except WorkerLost as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

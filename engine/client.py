@@ -178,7 +178,15 @@ class OpenAIClient(ModelClient):
                 retryable=True,
                 wait=None,
             ) from exc
-        except (httpx2.NetworkError, httpx2.RemoteProtocolError) as exc:
+        except httpx2.RemoteProtocolError as exc:  # reached, but the answer was cut off
+            raise _Failure(
+                f"the connection to {self._url} broke before a complete answer arrived "
+                f"({type(exc).__name__}: {exc}); check the server's logs and its load",
+                status=None,
+                retryable=True,
+                wait=None,
+            ) from exc
+        except httpx2.NetworkError as exc:
             raise _Failure(
                 f"could not reach {self._url} ({type(exc).__name__}: {exc}); "
                 "check --base-url and that the server is running",

@@ -68,6 +68,16 @@ def at_least(minimum: float, *, exclusive: bool = False) -> Any:
     return check
 
 
+def _one_of(*choices: str) -> Any:
+    """An attrs validator: one of ``choices``."""
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: str) -> None:
+        if value not in choices:
+            raise OptionError(attribute.name, value, " or ".join(choices))
+
+    return check
+
+
 _positive = at_least(0, exclusive=True)
 _non_negative = at_least(0)
 
@@ -166,4 +176,8 @@ class EvalConfig:
     interception_port: int = attrs.field(default=0, validator=_non_negative)
     interception_public_url: str | None = None
     output_dir: str | None = None
+    # where episodes run: this process, or Ray workers (engine.ray_backend); the
+    # address of the Ray cluster (None: RAY_ADDRESS, else a private local instance)
+    backend: str = attrs.field(default="local", validator=_one_of("local", "ray"))
+    ray_address: str | None = None
     env: Any = None

@@ -8,7 +8,8 @@ recorded turn exactly as for in-process harnesses.
 
 Refusals, none of which reaches a trace: no or unknown secret 401; another
 rollout's secret on a rollout's URL 401; a closed rollout's secret 409; malformed
-body 400 naming the problem; body over ``max_body_bytes`` 413.
+body 400 naming the problem; body over ``max_body_bytes`` 413. A refusal made before
+the body was read (401, 409, unknown paths) closes the connection.
 
 Retries: a request marked as a retry (``x-stainless-retry-count`` > 0) with the same
 body as an earlier request of the same rollout waits for that request if it is in
@@ -231,7 +232,7 @@ class InterceptionServer:
     async def _chat(self, rollout_id: str | None) -> Any:
         registration = self._authenticate(rollout_id, request.headers.get("authorization"))
         if isinstance(registration, Response):
-            return registration
+            return _closing(registration)
         raw = await request.get_data(as_text=False)
         try:
             parsed = parse_chat_body(raw, registration.rollout.boundary.model)
@@ -263,7 +264,7 @@ class InterceptionServer:
         """Run one of the rollout's Python tools for a program's tool loop."""
         registration = self._authenticate(rollout_id, request.headers.get("authorization"))
         if isinstance(registration, Response):
-            return registration
+            return _closing(registration)
         try:
             body = json.loads(await request.get_data(as_text=False))
         except (ValueError, RecursionError):
@@ -318,7 +319,7 @@ class InterceptionServer:
         async def http_error(exc: HTTPException) -> Response:
             code = exc.code or 500
             kind = "invalid_request_error" if code < 500 else "server_error"
-            return error_response(f"{exc.name}: {exc.description}", code, kind)
+            return _closing(error_response(f"{exc.name}: {exc.description}", code, kind))
 
         return app
 
@@ -336,6 +337,15 @@ class InterceptionServer:
             self.url = binds[0]
             self._nursery = nursery
             task_status.started(self)
+
+
+def _closing(response: Response) -> Response:
+    """A refusal sent without reading the request body (an unauthenticated body is
+    never read): close the connection after it. On a kept-alive connection whose last
+    body went unread, hypercorn's trio worker can leave the client's next request
+    unanswered."""
+    response.headers["Connection"] = "close"
+    return response
 
 
 def _digest(secret: str) -> str:

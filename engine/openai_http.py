@@ -58,6 +58,10 @@ def parse_chat_body(raw: str | bytes, default_model: str) -> tuple[ModelRequest,
     tools = body.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise BadRequest("'tools' must be a list of tool objects")
+    for i, tool in enumerate(tools):
+        fn = tool.get("function", {})
+        if not isinstance(fn, dict) or not isinstance(fn.get("name", ""), str):
+            raise BadRequest(f"'tools[{i}].function' must be an object with a string 'name'")
     name = body.get("model", default_model)
     if not isinstance(name, str):
         raise BadRequest("'model' must be a string")

@@ -2,34 +2,39 @@
 
 Structure (DESIGN.md "who owns what")::
 
-    run_eval (one nursery: signal watcher, episodes)
-     └─ episode limiter (CapacityLimiter c), taken before an episode opens any
-        session and held until it is written; the only other gate is the optional
-        model-call limiter, held for one request at a time.
+    run_eval (one nursery: signal watcher, the backend)
+     └─ play_pairs (local backend; on Ray, each worker: engine.ray_backend)
+        ├─ interception server (if a harness needs one), shared asyncio loop (engine.aio)
+        └─ episode limiter (CapacityLimiter c), taken before an episode opens any
+           session and held until it is written; the only other gate is the optional
+           model-call limiter, held for one request at a time.
 
 Each finished episode is appended to ``episodes.jsonl`` at once (also a failed,
 timed-out or cancelled one). SIGINT/SIGTERM cancel the running episodes, which are
-closed, scored and written as cancelled; a second signal exits at once.
+closed, scored and written as cancelled (on Ray: not written; ``--resume`` reruns
+them); a second signal exits at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
 import trio
 
 from engine.agent import Agent, make_harness
+from engine.aio import open_asyncio_host
 from engine.builtin import BuiltinModel, is_builtin
 from engine.config import AgentConfig, EvalConfig, Sampling
 from engine.env import Env
 from engine.episode import Episode, episode_id, run_episode
-from engine.errors import ConfigError
+from engine.errors import ConfigError, TaketurnsError
 from engine.model import ModelClient
 from engine.output import RunDir
 from engine.progress import EvalProgress
@@ -38,7 +43,7 @@ from engine.summary import digest, summarize
 from engine.task import Task
 from engine.trace import EpisodeInfo, Trace
 
-__all__ = ["EvalRun", "Interrupted", "Plan", "make_env", "preflight", "run_eval"]
+__all__ = ["EvalRun", "Interrupted", "Plan", "make_env", "play_pairs", "preflight", "run_eval"]
 
 
 class Interrupted(Exception):
@@ -126,25 +131,27 @@ class Plan:
             self.limiters[role] = trio.CapacityLimiter(cap) if cap else shared_limiter
         self.rubrics = {role: env.rubric(role) for role in self.roles}
         self.services: dict[str, Any] = {}
+        self.agents = {
+            role: Agent(
+                role,
+                agent,
+                client=self.role_clients[role],
+                harness=self.harnesses[role],
+                rubric=self.rubrics[role],
+                limiter=self.limiters[role],
+                services=self.services,
+            )
+            for role, agent in self.roles.items()
+        }
 
     def make_agent(
         self, role: str, _config: AgentConfig, info: EpisodeInfo, on_close: Callable[[Trace], None]
     ) -> Agent:
-        client = self.role_clients[role]
+        prototype = self.agents[role]
         # rollouts of the (deterministic) built-in model differ by seed = rollout index
-        seeded = isinstance(client, BuiltinModel) and info.rollout > 0
-        return Agent(
-            role,
-            self.roles[role],
-            client=client,
-            sampling=Sampling(seed=info.rollout) if seeded else None,
-            harness=self.harnesses[role],
-            rubric=self.rubrics[role],
-            episode=info,
-            limiter=self.limiters[role],
-            services=self.services,
-            on_close=on_close,
-        )
+        seeded = isinstance(prototype.client, BuiltinModel) and info.rollout > 0
+        sampling = Sampling(seed=info.rollout) if seeded else None
+        return prototype.bind(info, on_close=on_close, sampling=sampling)
 
     @property
     def needs_interception(self) -> bool:
@@ -197,52 +204,32 @@ async def run_eval(
     ]
     start = time.monotonic()
     written = 0
-    limiter = trio.CapacityLimiter(config.concurrency)
     interrupted = False
     run_dir.open()
     try:
-        await env.setup()
         with EvalProgress(len(tasks) * config.rollouts, done=len(done), enabled=progress) as bar:
 
-            async def play(task: Task, rollout: int) -> None:
+            def record(episode: Episode) -> None:
                 nonlocal written
-                episode = Episode(episode_id(env.id, task.idx, rollout), env.id, task, rollout)
-                try:
-                    await run_episode(
-                        env, episode, plan.make_agent, timeout=config.episode_timeout_s
-                    )
-                finally:
-                    _order(episode, list(plan.roles))
-                    run_dir.append(episode)
-                    finished.append(digest(episode))
-                    written += 1
-                    bar.add(episode)
-                    limiter.release_on_behalf_of((task.idx, rollout))
+                run_dir.append(episode)
+                finished.append(digest(episode))
+                written += 1
+                bar.add(episode)
 
-            with trio.CancelScope() as cancel:
+            with trio.CancelScope() as cancel, _unwrapped():
                 async with trio.open_nursery() as nursery:
                     if handle_signals:
                         await nursery.start(_watch_signals, cancel)
-                    if plan.needs_interception:
-                        from engine.interception import InterceptionServer
+                    if config.backend == "ray":
+                        from engine.ray_backend import run_on_ray
 
-                        server = InterceptionServer(
-                            host=config.interception_host,
-                            port=config.interception_port,
-                            public_url=config.interception_public_url,
-                        )
-                        plan.services["interception"] = await nursery.start(server.run)
-                    async with trio.open_nursery() as episodes:
-                        for task, rollout in todo:
-                            # taken here, released by play(): holds for the whole episode
-                            await limiter.acquire_on_behalf_of((task.idx, rollout))
-                            episodes.start_soon(play, task, rollout)
+                        await run_on_ray(config, env, todo, record)
+                    else:
+                        await play_pairs(config, env, plan, todo, record)
                     nursery.cancel_scope.cancel()
             interrupted = cancel.cancelled_caught
     finally:
         run_dir.close()
-        with trio.CancelScope(shield=True):
-            await env.finalize()
         await plan.aclose()
     wall = time.monotonic() - start
     summary = summarize(finished, rollouts=config.rollouts, wall_s=wall)
@@ -255,6 +242,67 @@ async def run_eval(
     if interrupted:
         raise Interrupted(f"interrupted; {written} episodes written this run to {run_dir.path}")
     return EvalRun(summary, run_dir, written)
+
+
+async def play_pairs(
+    config: EvalConfig,
+    env: Env,
+    plan: Plan,
+    pairs: Sequence[tuple[Task, int]],
+    on_episode: Callable[[Episode], None],
+) -> None:
+    """Play each (task, rollout) pair as an episode, ``config.concurrency`` at once, and
+    call ``on_episode`` as each finishes (also a failed, timed-out or cancelled one).
+    Brackets the episodes with ``env.setup`` / ``env.finalize``. The per-episode loop
+    of the local backend and of every Ray worker."""
+    limiter = trio.CapacityLimiter(config.concurrency)
+    roles = list(plan.roles)
+
+    async def play(task: Task, rollout: int) -> None:
+        episode = Episode(episode_id(env.id, task.idx, rollout), env.id, task, rollout)
+        try:
+            await run_episode(env, episode, plan.make_agent, timeout=config.episode_timeout_s)
+        finally:
+            _order(episode, roles)
+            on_episode(episode)
+            limiter.release_on_behalf_of((task.idx, rollout))
+
+    try:
+        await env.setup()
+        async with trio.open_nursery() as services, open_asyncio_host():
+            if plan.needs_interception:
+                from engine.interception import InterceptionServer
+
+                server = InterceptionServer(
+                    host=config.interception_host,
+                    port=config.interception_port,
+                    public_url=config.interception_public_url,
+                )
+                plan.services["interception"] = await services.start(server.run)
+            async with trio.open_nursery() as episodes:
+                for task, rollout in pairs:
+                    # taken here, released by play(): holds for the whole episode
+                    await limiter.acquire_on_behalf_of((task.idx, rollout))
+                    episodes.start_soon(play, task, rollout)
+            services.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await env.finalize()
+
+
+@contextlib.contextmanager
+def _unwrapped() -> Iterator[None]:
+    """A taketurns error raised on purpose (a backend's ``ConfigError``, Ray's
+    ``WorkerLost``) leaves the run's nursery as itself, not in an exception group."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        sole: BaseException = group
+        while isinstance(sole, BaseExceptionGroup) and len(sole.exceptions) == 1:
+            sole = sole.exceptions[0]
+        if isinstance(sole, TaketurnsError):
+            raise sole from None
+        raise
 
 
 def _order(episode: Episode, roles: list[str]) -> None:

@@ -107,7 +107,10 @@ class ProgramHarness(ServedHarness):
             )
         finally:
             self.end_segment(rollout)
-        produced = await self._read_output(trio.Path(output))
+        try:
+            produced = await self._read_output(trio.Path(output))
+        except HarnessError as exc:  # its text may quote the file, key included
+            raise HarnessError(str(exc).replace(endpoint.secret, "***")) from None
         for message in produced:
             rollout.emit(message)
         if result.returncode != 0:

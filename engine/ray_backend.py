@@ -1,0 +1,332 @@
+"""``--backend ray``: an eval's owed (task, rollout) pairs sharded over Ray workers.
+
+::
+
+    driver: run_eval -> run_on_ray (trio)            worker: one Ray generator task a shard
+     ├─ connect to Ray, or start a private             ├─ env, Plan (model clients, limiters)
+     │  loopback instance for this eval                │  built here from the config, with
+     ├─ pairs round robin into W shards, -c (and       │  this shard's share of -c
+     │  --max-concurrent-calls) split into W shares    ├─ play_pairs in a trio guest run
+     ├─ wait on the shards' streams (in a thread);     │  hosted by the generator itself
+     │  each received episode goes to run_eval's       └─ yields each batch of finished
+     │  writer at once, once per pair                     episodes (JSONL lines) at once
+     └─ a shard whose worker died: its pairs not yet
+        received run again in a new shard
+
+Exactly once: the driver writes a pair the first time it receives it and re-dispatches
+only pairs it has not received, so a dead worker's finished-but-undelivered episodes
+run again and a redelivered one is dropped. A shard re-dispatched ``MAX_LOST`` times
+(a pair that kills every worker that runs it) stops the eval with ``WorkerLost``; what
+was received is on disk and ``--resume`` continues on either backend.
+
+Why a guest run: a Ray generator task is synchronous, and trio.run cannot yield in
+the middle. In guest mode the generator is trio's host loop: it runs trio's steps and
+yields between them, so episodes keep running while finished ones stream out, with no
+thread of ours in the worker.
+
+``ray`` is imported only here, on first use: ``pip install 'taketurns[ray]'``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import queue
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from engine.config import EvalConfig
+from engine.env import Env
+from engine.episode import Episode
+from engine.errors import ConfigError, TaketurnsError
+from engine.records import dumps_episode, loads_episode
+from engine.task import Task
+
+__all__ = ["MAX_LOST", "WorkerLost", "require_ray", "run_on_ray", "split"]
+
+MAX_LOST = 3  # workers that may die on one shard's pairs before the eval gives up
+POLL_S = 1.0  # longest one wait on Ray blocks its thread (bounds an abandoned wait)
+
+Pair = tuple[Task, int]
+Key = tuple[int, int]
+Batch = list[tuple[int, int, str]]  # (task idx, rollout, JSONL line)
+
+
+class WorkerLost(TaketurnsError):
+    """Ray workers kept dying on the same pairs (``pairs``: (task idx, rollout))."""
+
+    def __init__(self, pairs: Sequence[Key], cause: BaseException) -> None:
+        self.pairs = sorted(pairs)
+        shown = ", ".join(map(str, self.pairs[:8])) + (" ..." if len(pairs) > 8 else "")
+        super().__init__(
+            f"Ray workers died {MAX_LOST + 1} times running the pairs {shown} "
+            f"(last: {type(cause).__name__}: {cause}); the episodes received are written: "
+            "find the failing task, then continue with --resume"
+        )
+
+
+def require_ray() -> None:
+    """Raise ``ConfigError`` if Ray is not installed (checked without importing it)."""
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            "backend = 'ray': Ray is not installed; pip install 'taketurns[ray]' "
+            "(or run with --backend local)"
+        )
+
+
+def split(total: int, parts: int) -> list[int]:
+    """``total`` in ``parts`` shares differing by at most one, largest first."""
+    return [total // parts + (i < total % parts) for i in range(parts)]
+
+
+# --- the worker ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Job:
+    config: EvalConfig  # with this shard's concurrency share
+    env_cls: type[Env]
+    pairs: list[Pair]
+
+
+def _shard(job: _Job) -> Iterator[Batch]:
+    """A Ray generator task: run ``job.pairs`` and yield finished episodes as they come."""
+    from engine.runner import Plan, play_pairs
+
+    env = job.env_cls(job.config.env)
+    plan = Plan(job.config, env)
+    out: Batch = []
+
+    def finished(episode: Episode) -> None:
+        out.append((episode.task.idx, episode.rollout, dumps_episode(episode)))
+
+    async def main() -> None:
+        try:
+            await play_pairs(job.config, env, plan, job.pairs, finished)
+        finally:
+            await plan.aclose()
+
+    yield from _guest_run(main, out)
+
+
+def _guest_run(main: Callable[[], Awaitable[None]], out: Batch) -> Iterator[Batch]:
+    """Run ``main`` in trio guest mode with this generator as the host loop, yielding
+    what ``main`` appends to ``out`` after each trio step that added some."""
+    steps: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
+    done: list[Any] = []  # the run's outcome.Outcome
+    scope = trio.CancelScope()
+    token: list[trio.lowlevel.TrioToken] = []
+
+    async def guarded() -> None:
+        token.append(trio.lowlevel.current_trio_token())
+        with scope:
+            await main()
+
+    trio.lowlevel.start_guest_run(
+        guarded, run_sync_soon_threadsafe=steps.put, done_callback=done.append
+    )
+    try:
+        while not done:
+            steps.get()()
+            if out:
+                batch = out[:]
+                out.clear()
+                yield batch
+    finally:
+        if not done:  # closed early (the task was cancelled): stop trio, then drain
+            if token:
+                token[0].run_sync_soon(scope.cancel)
+            while not done:
+                steps.get()()
+    if out:
+        yield out[:]
+    done[0].unwrap()
+
+
+# --- the driver ----------------------------------------------------------------------
+
+
+@attrs.define
+class _Shard:
+    pairs: list[Pair]
+    share: int  # episodes at once
+    calls: int | None  # model calls at once (None: no cap)
+    lost: int = 0  # workers that died on these pairs so far
+    pending: set[Key] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.pending = {(task.idx, r) for task, r in self.pairs}
+
+
+_END = object()
+
+
+def _connect(address: str | None) -> bool:
+    """Connect to Ray (``address``, else ``RAY_ADDRESS``), or start a private instance
+    on this machine's loopback. Returns whether this call started or joined it (and so
+    should shut it down); a process already connected is reused as it is."""
+    local = address is None and not os.environ.get("RAY_ADDRESS")
+    if local and "ray" not in sys.modules:
+        # read by Ray at import: bind every Ray process to 127.0.0.1 (Ray's single-
+        # machine mode) rather than the machine's network address; no usage reports
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if local:
+        # its start-up chatter is about an instance private to this eval: errors only
+        ray.init(
+            address="local",
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+        )
+    else:
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise ConfigError(
+                f"ray_address = {address!r}: cannot connect to a Ray cluster there ({exc})"
+            ) from None
+    return True
+
+
+async def run_on_ray(
+    config: EvalConfig, env: Env, pairs: Sequence[Pair], on_episode: Callable[[Episode], None]
+) -> None:
+    """Run ``pairs`` on Ray workers, calling ``on_episode`` in this trio task for each
+    episode as it arrives (each pair exactly once)."""
+    require_ray()
+    if not pairs:
+        return
+    # abandonable: Ray retries an unreachable address for minutes; Ctrl-C still works
+    started = await trio.to_thread.run_sync(_connect, config.ray_address, abandon_on_cancel=True)
+    import ray
+
+    try:
+        await _Driver(ray, config, type(env), on_episode).run(list(pairs))
+    finally:
+        if started:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(ray.shutdown)
+
+
+class _Driver:
+    def __init__(
+        self,
+        ray: Any,
+        config: EvalConfig,
+        env_cls: type[Env],
+        on_episode: Callable[[Episode], None],
+    ) -> None:
+        self.ray = ray
+        self.config = config
+        self.env_cls = env_cls
+        self.on_episode = on_episode
+        self.task = ray.remote(num_cpus=1, max_retries=0)(_shard)
+        self.live: dict[Any, _Shard] = {}  # ObjectRefGenerator -> its shard
+        self.received: set[Key] = set()
+
+    async def run(self, pairs: list[Pair]) -> None:
+        cpus = await trio.to_thread.run_sync(lambda: self.ray.cluster_resources().get("CPU", 1))
+        calls = self.config.max_concurrent_calls
+        workers = max(1, min(int(cpus), self.config.concurrency, len(pairs), calls or len(pairs)))
+        shares = split(self.config.concurrency, workers)
+        call_shares = split(calls, workers) if calls else [None] * workers
+        try:
+            for i in range(workers):
+                self._submit(_Shard(pairs[i::workers], shares[i], call_shares[i]))
+            while self.live:
+                ready = await trio.to_thread.run_sync(
+                    self._poll, list(self.live), abandon_on_cancel=True
+                )
+                failure: Exception | None = None
+                for gen, result in ready:
+                    try:
+                        self._take(gen, result)
+                    except Exception as exc:  # write the other shards' batches first
+                        failure = failure or exc
+                if failure is not None:
+                    raise failure
+        finally:
+            if self.live:  # interrupted or failed: stop the workers still running
+                gens = list(self.live)
+                self.live.clear()
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._cancel, gens)
+
+    def _submit(self, shard: _Shard) -> None:
+        config = attrs.evolve(
+            self.config,
+            backend="local",
+            concurrency=shard.share,
+            max_concurrent_calls=shard.calls,
+        )
+        gen = self.task.remote(_Job(config, self.env_cls, shard.pairs))
+        self.live[gen] = shard
+
+    def _poll(self, gens: list[Any]) -> list[tuple[Any, Any]]:
+        """(In a thread.) Wait up to ``POLL_S`` for streams with something ready; take
+        one item from each: a batch, ``_END``, or the error that ended the stream."""
+        ray = self.ray
+        ready, _ = ray.wait(gens, num_returns=1, timeout=POLL_S)
+        if ready:
+            ready, _ = ray.wait(gens, num_returns=len(gens), timeout=0)
+        results: list[tuple[Any, Any]] = []
+        for gen in ready:
+            try:
+                results.append((gen, ray.get(next(gen))))
+            except StopIteration:
+                results.append((gen, _END))
+            except ray.exceptions.RayError as exc:
+                results.append((gen, exc))
+        return results
+
+    def _take(self, gen: Any, result: Any) -> None:
+        shard = self.live[gen]
+        if isinstance(result, list):
+            for idx, rollout, line in result:
+                key = (idx, rollout)
+                if key in self.received:
+                    continue
+                self.received.add(key)
+                shard.pending.discard(key)
+                self.on_episode(loads_episode(line))
+            return
+        del self.live[gen]
+        if isinstance(result, self.ray.exceptions.RayTaskError):
+            raise _cause(result)  # the shard's own code failed: a bug or bad config
+        if not shard.pending:
+            return
+        # the worker died (or ended without sending everything): run the rest again
+        cause = result if isinstance(result, BaseException) else RuntimeError("stream ended")
+        if shard.lost >= MAX_LOST:
+            raise WorkerLost(sorted(shard.pending), cause)
+        rest = [(task, r) for task, r in shard.pairs if (task.idx, r) in shard.pending]
+        self._submit(_Shard(rest, shard.share, shard.calls, lost=shard.lost + 1))
+
+    def _cancel(self, gens: list[Any]) -> None:
+        for gen in gens:
+            # a stream that already ended has no task left to stop
+            with contextlib.suppress(Exception):
+                self.ray.cancel(gen, force=True)
+
+
+def _cause(exc: Any) -> BaseException:
+    """The exception a worker raised (a single-member group unwrapped): a taketurns
+    error as itself, anything else as Ray's error carrying the remote traceback."""
+    cause = getattr(exc, "cause", None)
+    while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+        cause = cause.exceptions[0]
+    if isinstance(cause, TaketurnsError):
+        return cause
+    error: BaseException = exc
+    return error

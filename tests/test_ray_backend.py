@@ -1,0 +1,297 @@
+"""``--backend ray`` on a local two-CPU Ray cluster started by this module: the same
+records as the local backend, a dead worker's pairs redone exactly once, ``--resume``
+across backends. The Ray tests skip where Ray is not installed (``taketurns[ray]``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from engine import AgentConfig, Agents, ConfigError, Env, EnvConfig, EvalConfig, Task
+from engine.cli import main
+from engine.output import RunDir
+from engine.ray_backend import MAX_LOST, WorkerLost, _guest_run, require_ray, split
+from engine.records import read_episodes
+from engine.runner import run_eval
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    with pytest.MonkeyPatch.context() as mp:
+        # read by Ray at import: every Ray process on 127.0.0.1; no usage reports
+        mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        ray = pytest.importorskip("ray")
+        ray.init(
+            num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR
+        )
+        # the test envs below live in this module, which workers cannot import
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
+
+
+def _eval(*args: str) -> int:
+    return main(["eval", *args, "--no-progress"])
+
+
+def _records(out: Path) -> dict[str, dict[str, Any]]:
+    return {e["id"]: e for e in read_episodes(out / "episodes.jsonl")}
+
+
+def _pairs(out: Path) -> list[tuple[int, int]]:
+    return sorted((e["task"]["idx"], e["rollout"]) for e in read_episodes(out / "episodes.jsonl"))
+
+
+def _steady(value: Any) -> Any:
+    """A record without its wall-clock fields (the only ones two runs may differ in)."""
+    if isinstance(value, dict):
+        return {k: _steady(v) for k, v in value.items() if k not in ("timing", "latency_s")}
+    if isinstance(value, list):
+        return [_steady(v) for v in value]
+    return value
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {
+            k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}.{key}").items()
+        }
+    return {prefix: value}
+
+
+# --- without Ray ------------------------------------------------------------------------
+
+
+def test_concurrency_is_split_into_near_equal_shares() -> None:
+    assert split(32, 3) == [11, 11, 10]
+    assert split(5, 5) == [1] * 5
+    assert sum(split(97, 7)) == 97
+
+
+def test_a_guest_run_streams_batches_as_trio_makes_them() -> None:
+    out: list[tuple[int, int, str]] = []
+
+    async def main() -> None:
+        for i in range(3):
+            out.append((i, 0, "x"))
+            await trio.sleep(0.01)
+        out.append((3, 0, "y"))
+
+    batches = list(_guest_run(main, out))
+    assert [item for batch in batches for item in batch] == [
+        (0, 0, "x"),
+        (1, 0, "x"),
+        (2, 0, "x"),
+        (3, 0, "y"),
+    ]
+    assert batches[0] == [(0, 0, "x")]  # sent before main went on
+
+
+def test_a_guest_run_raises_what_main_raised() -> None:
+    async def main() -> None:
+        await trio.lowlevel.checkpoint()
+        raise ValueError("broken shard")
+
+    with pytest.raises(ValueError, match="broken shard"):
+        list(_guest_run(main, []))
+
+
+def test_closing_a_guest_run_early_cancels_trio() -> None:
+    out: list[tuple[int, int, str]] = []
+    seen: list[str] = []
+
+    async def main() -> None:
+        out.append((0, 0, "x"))
+        try:
+            await trio.sleep_forever()
+        finally:
+            seen.append("cancelled")
+
+    stream = _guest_run(main, out)
+    assert next(stream) == [(0, 0, "x")]
+    stream.close()
+    assert seen == ["cancelled"]
+
+
+def test_missing_ray_is_a_config_error_before_any_episode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"pip install 'taketurns\[ray\]'"):
+        require_ray()
+    out = tmp_path / "run"
+    assert _eval("kuhn-poker", "-n", "2", "--backend", "ray", "-o", str(out)) == 2
+    assert "pip install 'taketurns[ray]'" in capsys.readouterr().err
+    assert not (out / "episodes.jsonl").exists()
+
+
+def test_an_unknown_backend_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _eval("kuhn-poker", "-n", "2", "--backend", "spark", "-o", str(tmp_path / "r")) == 2
+    assert "backend = 'spark': expected local or ray" in capsys.readouterr().err
+
+
+# --- on a local Ray cluster -------------------------------------------------------------
+
+
+def test_ray_writes_the_same_records_as_local(ray_cluster: Any, tmp_path: Path) -> None:
+    local, remote = tmp_path / "local", tmp_path / "ray"
+    assert _eval("kuhn-poker", "-n", "200", "-c", "32", "-o", str(local)) == 0
+    assert _eval("kuhn-poker", "-n", "200", "-c", "32", "--backend", "ray", "-o", str(remote)) == 0
+    a, b = _records(local), _records(remote)
+    assert len(b) == 200
+    assert a.keys() == b.keys()
+    for key, episode in b.items():
+        assert list(episode) == list(a[key])  # same fields, same order
+        assert _steady(episode) == _steady(a[key])
+        assert episode["ok"]
+        assert sum(t["rewards"]["payoff"] for t in episode["traces"]) == 0
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (local, remote))
+    for field in ("episodes", "ok", "failed", "episode_stops"):
+        assert sb[field] == sa[field]
+    # the same numbers, summed in another order
+    assert _flat(sb["agents"]) == pytest.approx(_flat(sa["agents"]))
+    assert (remote / "report.html").is_file()
+
+
+@attrs.define
+class CrashConfig(EnvConfig):
+    player: AgentConfig = attrs.field(factory=AgentConfig)
+    marker: str = ""  # a file: the worker that creates it dies (once, or always)
+    log: str = ""  # each finished episode appends "idx pid"
+    crash_task: int = 12
+    always: bool = False
+    hang: bool = False
+
+
+class CrashOnce(Env):
+    """Task ``crash_task`` kills its worker process (``os._exit``): the first time
+    only, or every time with ``always``."""
+
+    id = "crash-once"
+    config_class = CrashConfig
+    config: CrashConfig
+
+    def tasks(self, num_tasks: int) -> Sequence[Task]:
+        return [Task(idx=i, prompt=f"choose [left] or [right] #{i}") for i in range(num_tasks)]
+
+    async def run(self, task: Task, agents: Agents) -> None:
+        if self.config.hang:
+            await trio.sleep_forever()
+        await trio.sleep(0.05)
+        if task.idx == self.config.crash_task:
+            _crash(self.config)
+        await agents.player.run(task)
+        _log(self.config.log, task.idx)
+
+
+def _crash(config: CrashConfig) -> None:
+    marker = Path(config.marker)
+    if config.always or not marker.exists():
+        with marker.open("a") as f:
+            f.write(f"{os.getpid()}\n")
+        os._exit(1)
+
+
+def _log(path: str, idx: int) -> None:
+    with open(path, "a") as f:
+        f.write(f"{idx} {os.getpid()}\n")
+
+
+def _crash_run(tmp_path: Path, **options: Any) -> tuple[EvalConfig, Env, RunDir]:
+    env_config = CrashConfig(marker=str(tmp_path / "marker"), log=str(tmp_path / "log"), **options)
+    config = EvalConfig(
+        env_id="crash-once", num_tasks=24, concurrency=4, backend="ray", env=env_config
+    )
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.prepare(resume=False, overwrite=False)
+    return config, CrashOnce(env_config), run_dir
+
+
+def test_a_dead_workers_pairs_are_redone_exactly_once(ray_cluster: Any, tmp_path: Path) -> None:
+    config, env, run_dir = _crash_run(tmp_path)
+    run = trio.run(lambda: run_eval(config, run_dir, env=env, progress=False, report=False))
+    dead = int((tmp_path / "marker").read_text())
+    assert run.written == 24
+    assert _pairs(run_dir.path) == [(i, 0) for i in range(24)]  # each exactly once
+    assert all(e["ok"] for e in read_episodes(run_dir.episodes_path))
+    assert run.summary["episodes"] == 24
+    by = [tuple(map(int, line.split())) for line in (tmp_path / "log").read_text().splitlines()]
+    # the dead worker streamed episodes before dying (its shard: even tasks) ...
+    assert {idx for idx, pid in by if pid == dead} >= {0, 2}
+    # ... and the crashing task ran to the end in another worker
+    assert [pid for idx, pid in by if idx == config.env.crash_task] != [dead]
+    assert any(idx == config.env.crash_task for idx, _ in by)
+
+
+def test_a_pair_that_kills_every_worker_stops_the_eval(ray_cluster: Any, tmp_path: Path) -> None:
+    config, env, run_dir = _crash_run(tmp_path, always=True, crash_task=1)
+    config.num_tasks = 6
+    with pytest.raises(WorkerLost, match=r"\(1, 0\)") as info:
+        trio.run(lambda: run_eval(config, run_dir, env=env, progress=False, report=False))
+    assert (1, 0) in info.value.pairs
+    assert len((tmp_path / "marker").read_text().split()) == MAX_LOST + 1
+    written = _pairs(run_dir.path)
+    assert (1, 0) not in written
+    assert len(written) == len(set(written))
+
+
+def test_cancelling_the_driver_stops_the_workers(ray_cluster: Any, tmp_path: Path) -> None:
+    config, env, run_dir = _crash_run(tmp_path, hang=True)
+    config.num_tasks = 4
+
+    async def run() -> bool:
+        with trio.move_on_after(3) as scope:
+            await run_eval(config, run_dir, env=env, progress=False, report=False)
+        return scope.cancelled_caught
+
+    start = time.monotonic()
+    assert trio.run(run)
+    assert time.monotonic() - start < 20
+    assert _pairs(run_dir.path) == []  # nothing finished; --resume reruns all four
+    # the hung workers were stopped: their CPUs come back
+    while ray_cluster.available_resources().get("CPU", 0) < 2:
+        assert time.monotonic() - start < 30, ray_cluster.available_resources()
+        time.sleep(0.1)
+
+
+def _truncate(out: Path, keep: int) -> None:
+    lines = (out / "episodes.jsonl").read_text().splitlines(keepends=True)
+    # keep `keep` records and a torn last line, as a crash mid-write leaves
+    (out / "episodes.jsonl").write_text("".join(lines[:keep]) + lines[keep][:40])
+    (out / "summary.json").unlink()
+
+
+def test_resume_works_across_backends(ray_cluster: Any, tmp_path: Path) -> None:
+    first, second = tmp_path / "local-then-ray", tmp_path / "ray-then-local"
+    base = ["kuhn-poker", "-n", "16", "-r", "2", "-c", "4"]
+    assert _eval(*base, "-o", str(first)) == 0
+    _truncate(first, 9)
+    assert _eval("--resume", "-o", str(first), "--backend", "ray") == 0
+    assert _pairs(first) == [(i, r) for i in range(16) for r in range(2)]
+    assert json.loads((first / "summary.json").read_text())["episodes"] == 32
+
+    assert _eval(*base, "--backend", "ray", "-o", str(second)) == 0
+    _truncate(second, 5)
+    assert _eval("--resume", "-o", str(second), "--backend", "local") == 0
+    assert _pairs(second) == [(i, r) for i in range(16) for r in range(2)]
+    # and both runs hold the same records
+    a, b = _records(first), _records(second)
+    assert {k: _steady(v) for k, v in a.items()} == {k: _steady(v) for k, v in b.items()}
