@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import cattrs
 import orjson
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from cattrs.gen import make_dict_structure_fn, override
 
 from engine.episode import Episode
 from engine.messages import Message
@@ -73,19 +72,13 @@ record.register_structure_hook(
     Usage, lambda raw, _: Usage(raw.get("prompt_tokens", 0), raw.get("completion_tokens", 0))
 )
 record.register_structure_hook(Message, lambda raw, _: from_wire(raw))
-_trace_fields = make_dict_unstructure_fn(
-    Trace,
-    record,
-    state=override(omit=True),
-    messages=override(omit=True),
-    turns=override(omit=True),
-)
 
 
 def _trace_out(trace: Trace) -> dict[str, Any]:
-    # A turn's request shares its message objects with the conversation: convert each
-    # object to wire shape once per trace (the per-turn prompts would otherwise make
-    # serialising quadratic in conversation length).
+    # Written out by hand: this runs once per trace of every episode, on the eval's
+    # hot path (tests/test_records.py checks the keys against Trace's fields). A
+    # turn's request shares its message objects with the conversation: each object
+    # is converted to wire shape once per trace, not once per turn.
     memo: dict[int, dict[str, Any]] = {}
 
     def wire(message: Message) -> dict[str, Any]:
@@ -94,10 +87,38 @@ def _trace_out(trace: Trace) -> dict[str, Any]:
             out = memo[id(message)] = to_wire(message)
         return out
 
-    fields = _trace_fields(trace)
-    fields["turns"] = [_turn_out(turn, wire) for turn in trace.turns]
-    fields["messages"] = [wire(m) for m in trace.messages]
-    return {name: fields[name] for name in _TRACE_ORDER}
+    agent, episode, timing = trace.agent, trace.episode, trace.timing
+    return {
+        "agent": {
+            "name": agent.name,
+            "model": agent.model,
+            "harness": agent.harness,
+            "trainable": agent.trainable,
+        },
+        "episode": {
+            "id": episode.id,
+            "env": episode.env,
+            "task_idx": episode.task_idx,
+            "rollout": episode.rollout,
+        },
+        "task": _task_out(trace.task),
+        "masked": trace.masked,
+        "turns": [_turn_out(turn, wire) for turn in trace.turns],
+        "messages": [wire(m) for m in trace.messages],
+        "rewards": trace.rewards,
+        "reward": trace.reward,
+        "metrics": trace.metrics,
+        "stop_condition": trace.stop_condition,
+        "errors": [{"kind": e.kind, "message": e.message, "type": e.type} for e in trace.errors],
+        "info": trace.info,
+        "timing": {
+            "started_at": timing.started_at,
+            "ended_at": timing.ended_at,
+            "agent_s": timing.agent_s,
+            "scoring_s": timing.scoring_s,
+        },
+        "usage": _usage_out(trace.usage),
+    }
 
 
 def _turn_out(turn: Turn, wire: Any) -> dict[str, Any]:
@@ -116,7 +137,6 @@ def _turn_out(turn: Turn, wire: Any) -> dict[str, Any]:
     }
 
 
-_TRACE_ORDER = [f.name for f in attrs.fields(Trace) if f.name != "state"]
 record.register_unstructure_hook(Trace, _trace_out)
 record.register_structure_hook(
     Trace,

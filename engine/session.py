@@ -197,8 +197,7 @@ class ChatSession:
         conversation.extend(new)
         return new
 
-    def _deadline(self) -> tuple[float, str | None]:
-        now = trio.current_time()
+    def _deadline(self, now: float) -> tuple[float, str | None]:
         deadline, which = math.inf, None
         if self.timeouts.segment_s is not None:
             deadline, which = now + self.timeouts.segment_s, "segment_timeout"
@@ -215,14 +214,14 @@ class ChatSession:
         condition = await rollout.boundary.refusal()
         if condition is None and self._closing:
             condition = self._close_reason  # close() came in while a stop hook ran
-        deadline, which = self._deadline()
-        if condition is None and deadline <= trio.current_time():
+        start = trio.current_time()
+        deadline, which = self._deadline(start)
+        if condition is None and deadline <= start:
             condition = which
         if condition is not None:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return self._end(condition, ())
         rollout._start_segment()
-        start = trio.current_time()
         try:
             with trio.CancelScope(deadline=deadline) as scope:
                 self._segment_scope = scope
