@@ -15,10 +15,8 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 
-import trio
-
 from engine import Message, Prompt, Rollout, messages_to_wire
-from harnesses.program import ProgramHarness
+from harnesses.program import ProgramHarness, write_file
 
 DEFAULT_COMMAND = (sys.executable, "-m", "harnesses.programs.stateful")
 
@@ -37,14 +35,14 @@ class StatefulHarness(ProgramHarness):
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
         workdir, n = self._files(rollout)
-        prompt_file = trio.Path(workdir / f"prompt-{n}.json")
-        await prompt_file.write_text(json.dumps(self.prompt_body(rollout, prompt.wire_messages())))
+        prompt_file = workdir / f"prompt-{n}.json"
+        write_file(prompt_file, json.dumps(self.prompt_body(rollout, prompt.wire_messages())))
         args = ["--session-dir", str(workdir), "--prompt-file", str(prompt_file)]
         await self.run_program(rollout, args, workdir / f"output-{n}.json")
 
     async def resume(self, rollout: Rollout, messages: Sequence[Message]) -> None:
         workdir, n = self._files(rollout)
-        message_file = trio.Path(workdir / f"message-{n}.json")
-        await message_file.write_text(json.dumps({"messages": messages_to_wire(messages)}))
+        message_file = workdir / f"message-{n}.json"
+        write_file(message_file, json.dumps({"messages": messages_to_wire(messages)}))
         args = ["--session-dir", str(workdir), "--resume", "--message-file", str(message_file)]
         await self.run_program(rollout, args, workdir / f"output-{n}.json")

@@ -1,0 +1,174 @@
+"""Kuhn self-play over HTTP: the engine's cost per model call against a bare httpx2
+round-trip to the same server, measured in one run (issue 6, target 2).
+
+(1) against ``taketurns serve`` (a separate process, so its CPU is not ours): the
+    eval's CPU per model call (slope between two run sizes) vs a bare httpx2
+    round-trip's client CPU, at the same concurrency.
+(2) through the interception server with the ``program`` harness: this process's CPU
+    per model call (the interception server, the harness, the episode; not the
+    programs' own CPU, which RUSAGE_SELF excludes) vs a bare httpx2 round-trip to the
+    same interception server (client and server both in this process).
+
+Run: ``python benchmarks/bench_http_kuhn.py`` (about a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import httpx2
+import trio
+
+from engine import (
+    Agent,
+    AgentConfig,
+    Prompt,
+    Rollout,
+    ServedHarness,
+    Task,
+    open_interception_server,
+)
+from engine.output import RunDir
+from engine.records import read_episodes
+from engine.registry import envs
+from engine.runner import run_eval
+from engine.settings import load_eval_config
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def eval_cpu(num: int, concurrency: int, overrides: dict) -> tuple[float, int]:
+    """(this process's CPU s, model calls) for one Kuhn eval of ``num`` episodes."""
+    data = {"env_id": "kuhn-poker", "num_tasks": num, "concurrency": concurrency, **overrides}
+    config = load_eval_config(envs.get("kuhn-poker").config_class, file_data=data)
+    with tempfile.TemporaryDirectory() as tmp:
+        start = own_cpu()
+        result = trio.run(lambda: run_eval(config, RunDir(tmp), progress=False, report=False))
+        cpu = own_cpu() - start
+    assert result.summary["failed"] == 0, result.summary
+    calls = round(sum(a["turns_mean"] * a["traces"] for a in result.summary["agents"].values()))
+    return cpu, calls
+
+
+def slope(small: int, large: int, concurrency: int, overrides: dict) -> float:
+    c1, t1 = eval_cpu(small, concurrency, overrides)
+    c2, t2 = eval_cpu(large, concurrency, overrides)
+    return (c2 - c1) / (t2 - t1) * 1e6
+
+
+def kuhn_bodies(num: int = 40) -> list[dict]:
+    """The request bodies a Kuhn eval sends (its recorded turns), so the bare
+    round-trips carry the same workload as the eval."""
+    data = {"env_id": "kuhn-poker", "num_tasks": num}
+    config = load_eval_config(envs.get("kuhn-poker").config_class, file_data=data)
+    with tempfile.TemporaryDirectory() as tmp:
+        trio.run(lambda: run_eval(config, RunDir(tmp), progress=False, report=False))
+        episodes = list(read_episodes(RunDir(tmp).episodes_path))
+    return [
+        {"model": "builtin/bracket", "messages": turn["request"]}
+        for e in episodes
+        for t in e["traces"]
+        for turn in t["turns"]
+    ]
+
+
+BODIES: list[dict] = []
+
+
+async def bare_cpu(url: str, n: int, concurrency: int, headers: dict | None = None) -> float:
+    """Client-side CPU us per bare httpx2 POST (+ JSON decode) of the Kuhn eval's own
+    request bodies, ``concurrency`` at once."""
+    limits = httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx2.AsyncClient(timeout=60, limits=limits, headers=headers) as http:
+
+        async def worker(k: int) -> None:
+            for i in range(k):
+                response = await http.post(url, json=BODIES[i % len(BODIES)])
+                response.json()
+
+        async with trio.open_nursery() as nursery:  # warm-up
+            for _ in range(concurrency):
+                nursery.start_soon(worker, 2)
+        start = own_cpu()
+        async with trio.open_nursery() as nursery:
+            for _ in range(concurrency):
+                nursery.start_soon(worker, n // concurrency)
+        return (own_cpu() - start) / (n // concurrency * concurrency) * 1e6
+
+
+class Register(ServedHarness):
+    async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
+        self.endpoint(rollout)
+        await trio.lowlevel.checkpoint()
+
+
+async def interception_bare(n: int) -> float:
+    async with open_interception_server(graceful_timeout=0.1) as server:
+        agent = Agent("s", AgentConfig(), harness=Register(), services={"interception": server})
+        async with agent.chat(Task(0, prompt="go")) as session:
+            await session.turn()
+            endpoint = session.rollout.state["endpoint"]
+            headers = {"Authorization": f"Bearer {endpoint.secret}"}
+            return await bare_cpu(f"{endpoint.base_url}/chat/completions", n, 1, headers)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--small", type=int, default=100)
+    parser.add_argument("--large", type=int, default=400)
+    parser.add_argument("--programs", type=int, default=8, help="program-harness episodes")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    BODIES.extend(kuhn_bodies())
+    with subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as server:
+        assert server.stdout is not None
+        base_url = server.stdout.readline().strip()
+        try:
+            engine_us, bare_us = [], []
+            for _ in range(args.repeats):
+                engine_us.append(
+                    slope(
+                        args.small,
+                        args.large,
+                        args.concurrency,
+                        {"base_url": base_url, "model": "builtin/bracket"},
+                    )
+                )
+                bare_us.append(
+                    trio.run(bare_cpu, f"{base_url}/chat/completions", 2000, args.concurrency)
+                )
+        finally:
+            server.terminate()
+    e, b = statistics.median(engine_us), statistics.median(bare_us)
+    print(f"{'path':58} {'cpu us/call':>12}")
+    print(f"{'(1) Kuhn eval against taketurns serve (engine + client)':58} {e:>12.0f}")
+    print(f"{'    bare httpx2 round-trip to the same server (client)':58} {b:>12.0f}")
+    print(f"{'    ratio':58} {e / b:>12.2f}")
+    program = {"env": {"player0": {"harness": "program"}, "player1": {"harness": "program"}}}
+    p_engine = []
+    for _ in range(args.repeats):
+        cpu, calls = eval_cpu(args.programs, 4, program)
+        p_engine.append(cpu / calls * 1e6)
+    p_bare = statistics.median(trio.run(interception_bare, 500) for _ in range(args.repeats))
+    pe = statistics.median(p_engine)
+    print(f"{'(2) Kuhn, program harness: this process per model call':58} {pe:>12.0f}")
+    print(f"{'    bare httpx2 round-trip to the interception server':58} {p_bare:>12.0f}")
+    print(f"{'    ratio':58} {pe / p_bare:>12.2f}")
+
+
+if __name__ == "__main__":
+    main()
