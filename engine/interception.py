@@ -53,6 +53,7 @@ from engine.harness import Harness, Rollout
 from engine.messages import ToolCall, ToolMessage
 from engine.model import ModelResponse
 from engine.openai_http import (
+    closing,
     completion_json,
     error_response,
     hypercorn_config,
@@ -232,7 +233,7 @@ class InterceptionServer:
     async def _chat(self, rollout_id: str | None) -> Any:
         registration = self._authenticate(rollout_id, request.headers.get("authorization"))
         if isinstance(registration, Response):
-            return _closing(registration)
+            return closing(registration)
         raw = await request.get_data(as_text=False)
         try:
             parsed = parse_chat_body(raw, registration.rollout.boundary.model)
@@ -264,7 +265,7 @@ class InterceptionServer:
         """Run one of the rollout's Python tools for a program's tool loop."""
         registration = self._authenticate(rollout_id, request.headers.get("authorization"))
         if isinstance(registration, Response):
-            return _closing(registration)
+            return closing(registration)
         try:
             body = json.loads(await request.get_data(as_text=False))
         except (ValueError, RecursionError):
@@ -319,7 +320,7 @@ class InterceptionServer:
         async def http_error(exc: HTTPException) -> Response:
             code = exc.code or 500
             kind = "invalid_request_error" if code < 500 else "server_error"
-            return _closing(error_response(f"{exc.name}: {exc.description}", code, kind))
+            return closing(error_response(f"{exc.name}: {exc.description}", code, kind))
 
         return app
 
@@ -337,15 +338,6 @@ class InterceptionServer:
             self.url = binds[0]
             self._nursery = nursery
             task_status.started(self)
-
-
-def _closing(response: Response) -> Response:
-    """A refusal sent without reading the request body (an unauthenticated body is
-    never read): close the connection after it. On a kept-alive connection whose last
-    body went unread, hypercorn's trio worker can leave the client's next request
-    unanswered."""
-    response.headers["Connection"] = "close"
-    return response
 
 
 def _digest(secret: str) -> str:

@@ -18,6 +18,7 @@ from engine.wire import messages_from_wire, to_wire, tool_calls_to_wire
 
 __all__ = [
     "BadRequest",
+    "closing",
     "completion_json",
     "error_response",
     "hypercorn_config",
@@ -40,6 +41,15 @@ def error_response(
 ) -> Response:
     body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
     return Response(json.dumps(body), status=status, mimetype="application/json")
+
+
+def closing(response: Response) -> Response:
+    """``response`` with the connection closed after it: for a refusal sent without
+    reading the request body (an unknown path, an unauthenticated request). On a
+    kept-alive connection whose last body went unread, hypercorn's trio worker can
+    leave the client's next request unanswered."""
+    response.headers["Connection"] = "close"
+    return response
 
 
 def parse_chat_body(raw: str | bytes, default_model: str) -> tuple[ModelRequest, Json]:

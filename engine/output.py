@@ -54,7 +54,12 @@ class RunDir:
             )
         if resume and not self.config_path.exists():
             raise ConfigError(f"--resume: {self.path} holds no {CONFIG}; nothing to resume")
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"-o {self.path}: cannot create the directory ({exc.strerror or exc})"
+            ) from None
         if overwrite and not resume:
             for name in (EPISODES, SUMMARY, CONFIG, CANCELLED, "report.html"):
                 (self.path / name).unlink(missing_ok=True)

@@ -29,6 +29,7 @@ from werkzeug.exceptions import HTTPException
 
 from engine.builtin import BuiltinModel
 from engine.openai_http import (
+    closing,
     completion_json,
     error_response,
     hypercorn_config,
@@ -79,7 +80,7 @@ def create_app(model: BuiltinModel) -> QuartTrio:
     async def httperror_response(exc: HTTPException) -> Response:
         code = exc.code or 500
         kind = "invalid_request_error" if code < 500 else "server_error"
-        return error_response(f"{exc.name}: {request.method} {request.path}", code, kind)
+        return closing(error_response(f"{exc.name}: {request.method} {request.path}", code, kind))
 
     return app
 

@@ -94,6 +94,22 @@ def _sequence_hook(tp: Any) -> Any:
 settings.register_structure_hook_factory(_is_sequence, _sequence_hook)
 
 
+def _table_hook(cls: type) -> Any:
+    """Config sections: a value where a table of options belongs is refused by name
+    (``--env.player0=3``, ``sampling = "hot"``) instead of failing inside cattrs."""
+    inner: Any = settings.gen_structure_attrs_fromdict(cls)
+
+    def hook(value: Any, _: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise OptionError("", value, "a table of options, not a single value")
+        return inner(value, cls)
+
+    return hook
+
+
+settings.register_structure_hook_factory(attrs.has, _table_hook)
+
+
 def _render(exc: BaseException, path: str) -> list[str]:
     if isinstance(exc, ClassValidationError | IterableValidationError):
         with_notes, without = exc.group_exceptions()
@@ -167,7 +183,9 @@ def read_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"-C {path}: no such file") from None
-    except tomllib.TOMLDecodeError as exc:
+    except OSError as exc:  # a directory, no permission, ...
+        raise ConfigError(f"-C {path}: cannot read the file ({exc.strerror or exc})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"-C {path}: not valid TOML ({exc})") from None
 
 

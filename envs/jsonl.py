@@ -122,6 +122,8 @@ def _task(idx: int, line: str, stem: str) -> Task:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
         raise _LineError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise _LineError("not valid JSON (nested too deeply)") from None
     if not isinstance(row, dict):
         raise _LineError(f"expected a JSON object with {', '.join(FIELDS)}; got {_kind(row)}")
     unknown = sorted(set(row) - set(FIELDS))
