@@ -12,6 +12,7 @@ from engine.config import (
     Sampling,
     Timeouts,
     at_least,
+    int_between,
 )
 from engine.env import Env, register_env, roles_of
 from engine.episode import Episode, run_episode
@@ -132,6 +133,7 @@ __all__ = [
     "envs",
     "from_wire",
     "harnesses",
+    "int_between",
     "messages_from_wire",
     "messages_to_wire",
     "metric",

@@ -20,6 +20,7 @@ __all__ = [
     "Sampling",
     "Timeouts",
     "at_least",
+    "int_between",
 ]
 
 
@@ -74,6 +75,20 @@ def _one_of(*choices: str) -> Any:
     def check(inst: object, attribute: attrs.Attribute[Any], value: str) -> None:
         if value not in choices:
             raise OptionError(attribute.name, value, " or ".join(choices))
+
+    return check
+
+
+def int_between(low: int, high: int | None = None) -> Any:
+    """An attrs validator: an integer (not a bool) >= ``low`` and, if given, <= ``high``.
+    Unlike ``at_least`` it refuses None and non-integers built in Python too."""
+    accepted = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise OptionError(attribute.name, value, accepted)
+        if value < low or (high is not None and value > high):
+            raise OptionError(attribute.name, value, accepted)
 
     return check
 

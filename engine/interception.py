@@ -46,13 +46,13 @@ import hypercorn.trio
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException
 
 from engine.errors import HarnessError, ModelEndpointError, RolloutStopped
 from engine.harness import Harness, Rollout
 from engine.messages import ToolCall, ToolMessage
 from engine.model import ModelResponse
 from engine.openai_http import (
+    answer_http_errors,
     closing,
     completion_json,
     error_response,
@@ -316,12 +316,7 @@ class InterceptionServer:
         async def health() -> Any:
             return {"status": "ok"}
 
-        @app.errorhandler(HTTPException)
-        async def http_error(exc: HTTPException) -> Response:
-            code = exc.code or 500
-            kind = "invalid_request_error" if code < 500 else "server_error"
-            return closing(error_response(f"{exc.name}: {exc.description}", code, kind))
-
+        answer_http_errors(app, lambda exc: f"{exc.name}: {exc.description}")
         return app
 
     async def run(

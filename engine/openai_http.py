@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from hypercorn.config import Config
@@ -50,6 +50,18 @@ def closing(response: Response) -> Response:
     leave the client's next request unanswered."""
     response.headers["Connection"] = "close"
     return response
+
+
+def answer_http_errors(app: Any, describe: Callable[[Any], str]) -> None:
+    """Answer every HTTP-level error of ``app`` (404, 405, 413, ...) with an
+    OpenAI-style body, closing the connection; ``describe(exc)`` words the message."""
+    from werkzeug.exceptions import HTTPException
+
+    @app.errorhandler(HTTPException)
+    async def http_error(exc: HTTPException) -> Response:
+        code = exc.code or 500
+        kind = "invalid_request_error" if code < 500 else "server_error"
+        return closing(error_response(describe(exc), code, kind))
 
 
 def parse_chat_body(raw: str | bytes, default_model: str) -> tuple[ModelRequest, Json]:

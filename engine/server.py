@@ -25,11 +25,10 @@ import hypercorn.trio
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException
 
 from engine.builtin import BuiltinModel
 from engine.openai_http import (
-    closing,
+    answer_http_errors,
     completion_json,
     error_response,
     hypercorn_config,
@@ -76,12 +75,7 @@ def create_app(model: BuiltinModel) -> QuartTrio:
     async def health() -> Any:
         return {"status": "ok", "model": served}
 
-    @app.errorhandler(HTTPException)
-    async def httperror_response(exc: HTTPException) -> Response:
-        code = exc.code or 500
-        kind = "invalid_request_error" if code < 500 else "server_error"
-        return closing(error_response(f"{exc.name}: {request.method} {request.path}", code, kind))
-
+    answer_http_errors(app, lambda exc: f"{exc.name}: {request.method} {request.path}")
     return app
 
 

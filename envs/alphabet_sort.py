@@ -18,7 +18,18 @@ from typing import Any
 
 import attrs
 
-from engine import AgentConfig, Agents, Env, EnvConfig, OptionError, Task, Trace, metric, reward
+from engine import (
+    AgentConfig,
+    Agents,
+    Env,
+    EnvConfig,
+    OptionError,
+    Task,
+    Trace,
+    int_between,
+    metric,
+    reward,
+)
 from envs import alphabet_sort_rules as rules
 
 __all__ = ["AlphabetSort", "AlphabetSortConfig"]
@@ -28,18 +39,6 @@ SYSTEM_PROMPT = (
     "format exactly: the requested tags, one name per line."
 )
 _MAX_TURNS = 10
-
-
-def _an_int(low: int, high: int | None = None) -> Any:
-    accepted = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
-
-    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise OptionError(attribute.name, value, accepted)
-        if value < low or (high is not None and value > high):
-            raise OptionError(attribute.name, value, accepted)
-
-    return check
 
 
 def _positive_number(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -60,13 +59,13 @@ class AlphabetSortConfig(EnvConfig):
     ``seed`` varies the tasks."""
 
     player: AgentConfig = attrs.field(factory=AgentConfig)
-    min_turns: int = attrs.field(default=1, validator=_an_int(1, _MAX_TURNS))
-    max_turns: int = attrs.field(default=3, validator=_an_int(1, _MAX_TURNS))
-    min_names_per_turn: int = attrs.field(default=1, validator=_an_int(1))
-    max_names_per_turn: int = attrs.field(default=5, validator=_an_int(1))
+    min_turns: int = attrs.field(default=1, validator=int_between(1, _MAX_TURNS))
+    max_turns: int = attrs.field(default=3, validator=int_between(1, _MAX_TURNS))
+    min_names_per_turn: int = attrs.field(default=1, validator=int_between(1))
+    max_names_per_turn: int = attrs.field(default=5, validator=int_between(1))
     power: float = attrs.field(default=4.0, validator=_positive_number)
     sort_by: str = attrs.field(default="random", validator=_sort_by)
-    seed: int = attrs.field(default=0, validator=_an_int(0))
+    seed: int = attrs.field(default=0, validator=int_between(0))
 
     def __attrs_post_init__(self) -> None:
         if self.min_turns > self.max_turns:

@@ -15,11 +15,21 @@ scores go on ``trace.info`` before the session closes. Rules live in
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import attrs
 
-from engine import AgentConfig, Agents, Env, EnvConfig, OptionError, Task, Trace, metric, reward
+from engine import (
+    AgentConfig,
+    Agents,
+    Env,
+    EnvConfig,
+    OptionError,
+    Task,
+    Trace,
+    int_between,
+    metric,
+    reward,
+)
 from envs import color_codeword_rules as rules
 
 __all__ = ["ColorCodeword", "ColorCodewordConfig"]
@@ -29,18 +39,6 @@ _MAX_SQUARES = 9
 _MAX_SIZE = 512
 
 
-def _an_int(low: int, high: int | None = None) -> Any:
-    accepted = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
-
-    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise OptionError(attribute.name, value, accepted)
-        if value < low or (high is not None and value > high):
-            raise OptionError(attribute.name, value, accepted)
-
-    return check
-
-
 @attrs.define
 class ColorCodewordConfig(EnvConfig):
     """Each task has ``min_turns``..``max_turns`` user turns (seeded), each showing
@@ -48,12 +46,12 @@ class ColorCodewordConfig(EnvConfig):
     varies the tasks."""
 
     player: AgentConfig = attrs.field(factory=AgentConfig)
-    min_turns: int = attrs.field(default=2, validator=_an_int(1, _MAX_TURNS))
-    max_turns: int = attrs.field(default=4, validator=_an_int(1, _MAX_TURNS))
-    min_squares: int = attrs.field(default=1, validator=_an_int(1, _MAX_SQUARES))
-    max_squares: int = attrs.field(default=2, validator=_an_int(1, _MAX_SQUARES))
-    square_size: int = attrs.field(default=32, validator=_an_int(1, _MAX_SIZE))
-    seed: int = attrs.field(default=0, validator=_an_int(0))
+    min_turns: int = attrs.field(default=2, validator=int_between(1, _MAX_TURNS))
+    max_turns: int = attrs.field(default=4, validator=int_between(1, _MAX_TURNS))
+    min_squares: int = attrs.field(default=1, validator=int_between(1, _MAX_SQUARES))
+    max_squares: int = attrs.field(default=2, validator=int_between(1, _MAX_SQUARES))
+    square_size: int = attrs.field(default=32, validator=int_between(1, _MAX_SIZE))
+    seed: int = attrs.field(default=0, validator=int_between(0))
 
     def __attrs_post_init__(self) -> None:
         if self.min_turns > self.max_turns:

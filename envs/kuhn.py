@@ -12,7 +12,6 @@ reward scores it. Rules live in ``envs.kuhn_rules``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
@@ -22,25 +21,15 @@ from engine import (
     ChatSession,
     Env,
     EnvConfig,
-    OptionError,
     Task,
     Trace,
+    int_between,
     metric,
     reward,
 )
 from envs import kuhn_rules as rules
 
 __all__ = ["KuhnConfig", "KuhnPoker", "ask_text", "rules_prompt"]
-
-
-def _retries(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise OptionError(attribute.name, value, "an integer >= 0")
-
-
-def _an_int(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise OptionError(attribute.name, value, "an integer")
 
 
 @attrs.define
@@ -50,8 +39,8 @@ class KuhnConfig(EnvConfig):
 
     player0: AgentConfig = attrs.field(factory=AgentConfig)
     player1: AgentConfig = attrs.field(factory=AgentConfig)
-    invalid_retries: int = attrs.field(default=1, validator=_retries)
-    seed: int = attrs.field(default=0, validator=_an_int)
+    invalid_retries: int = attrs.field(default=1, validator=int_between(0))
+    seed: int = attrs.field(default=0, validator=int_between(0))
 
 
 def rules_prompt(seat: int, card: str, invalid_retries: int, hand: int = 0) -> str:

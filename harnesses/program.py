@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import trio
 
@@ -54,15 +54,21 @@ def _tail(data: bytes, chars: int, secret: str) -> str:
 
 
 class ProgramHarness(ServedHarness):
+    """Runs an external agent program per segment (``command``; None: the reference
+    chat/tool loop) against the interception server."""
+
     id = "program"
+    default_command: ClassVar[tuple[str, ...]] = DEFAULT_COMMAND
 
     def __init__(
         self,
-        command: Sequence[str] = DEFAULT_COMMAND,
+        command: Sequence[str] | None = None,
         *,
         env: Mapping[str, str] | None = None,
         tail_chars: int = 2000,
     ) -> None:
+        if command is None:
+            command = self.default_command
         if isinstance(command, str) or not command:
             raise HarnessError("harness option command must be a non-empty list of strings")
         self.command = [str(c) for c in command]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from engine import Message, Prompt, Rollout, messages_to_wire
 from harnesses.program import ProgramHarness, write_file
@@ -22,16 +22,11 @@ DEFAULT_COMMAND = (sys.executable, "-m", "harnesses.programs.stateful")
 
 
 class StatefulHarness(ProgramHarness):
-    id = "stateful"
+    """Like ``program``, but the program keeps its own session and resumes it with
+    only the new user message (``command``; None: the reference stateful program)."""
 
-    def __init__(
-        self,
-        command: Sequence[str] = DEFAULT_COMMAND,
-        *,
-        env: Mapping[str, str] | None = None,
-        tail_chars: int = 2000,
-    ) -> None:
-        super().__init__(command, env=env, tail_chars=tail_chars)
+    id = "stateful"
+    default_command = DEFAULT_COMMAND
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
         workdir, n = self._files(rollout)
