@@ -158,6 +158,9 @@ def hypercorn_config(
     bracketed = f"[{host}]" if ":" in host and not host.startswith("[") else host
     config.bind = [f"{bracketed}:{port}"]
     config.graceful_timeout = graceful_timeout
+    # a thousand clients may connect at once: hypercorn's default backlog (100) makes
+    # the kernel drop and reset connections
+    config.backlog = 2048
     # Loggers, not "-": hypercorn would otherwise replace handlers on its global loggers.
     config.errorlog = log
     config.accesslog = logging.getLogger(f"{__name__}.access") if access_log else None
