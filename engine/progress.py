@@ -30,6 +30,8 @@ class EvalProgress:
         self.rewarded = 0
         self.tokens = 0
         self.enabled = enabled
+        self._done_before = done
+        self._started = time.monotonic()
         self._pending = 0
         self._shown = 0.0
         self._bar = Progress(
@@ -66,8 +68,8 @@ class EvalProgress:
             return  # rich redraws ~10 times a second anyway
         self._shown = now
         advance, self._pending = self._pending, 0
-        elapsed = self._bar.tasks[0].elapsed or 0.0
-        rate = self._bar.tasks[0].completed / elapsed if elapsed else 0.0
+        elapsed = now - self._started
+        rate = (self.episodes - self._done_before) / elapsed if elapsed > 0 else 0.0
         mean = self.reward_sum / self.rewarded if self.rewarded else 0.0
         stats = (
             f"reward {mean:+.3f}  errors {self.failed / self.episodes:.1%}  "
