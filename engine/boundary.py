@@ -47,8 +47,14 @@ class ModelBoundary:
         self.limits = limits
         self.rubric = rubric
         self.limiter = limiter
+        self._unlimited = not rubric.stops and all(
+            getattr(limits, name) is None
+            for name in ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens")
+        )
 
     def _limit_hit(self) -> str | None:
+        if self._unlimited:
+            return None
         limits, used, turns = self.limits, self.trace.usage, len(self.trace.turns)
         if limits.max_turns is not None and turns >= limits.max_turns:
             return "max_turns"
@@ -90,9 +96,10 @@ class ModelBoundary:
         tools: Sequence[Mapping[str, Any]] = (),
         sampling: Mapping[str, Any] | None = None,
     ) -> ModelResponse:
-        condition = await self.refusal()
-        if condition is not None:
-            raise RolloutStopped(condition)
+        if not self._unlimited:
+            condition = await self.refusal()
+            if condition is not None:
+                raise RolloutStopped(condition)
         request = ModelRequest(self.model, tuple(messages), tuple(tools), self._sampling(sampling))
         start = trio.current_time()
         try:

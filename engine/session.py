@@ -211,7 +211,8 @@ class ChatSession:
         first = self._state is SessionState.FRESH
         self._state = SessionState.READY
         rollout, trace = self.rollout, self._trace
-        condition = await rollout.boundary.refusal()
+        boundary = rollout.boundary
+        condition = None if boundary._unlimited else await boundary.refusal()
         if condition is None and self._closing:
             condition = self._close_reason  # close() came in while a stop hook ran
         start = trio.current_time()
