@@ -205,7 +205,7 @@ async def run_eval(
     ]
     start = time.monotonic()
     written = 0
-    interrupted = False
+    interrupted = True  # until the episodes' loop ends on its own
     run_dir.open()
     try:
         with EvalProgress(len(tasks) * config.rollouts, done=len(done), enabled=progress) as bar:
@@ -232,14 +232,14 @@ async def run_eval(
     finally:
         run_dir.close()
         await plan.aclose()
-    wall = time.monotonic() - start
-    summary = summarize(finished, rollouts=config.rollouts, wall_s=wall)
-    summary["interrupted"] = interrupted
-    run_dir.write_summary(summary)
-    if report:
-        from engine.report import write_report
+        # also when the run is cancelled from outside: what was written is summed up
+        summary = summarize(finished, rollouts=config.rollouts, wall_s=time.monotonic() - start)
+        summary["interrupted"] = interrupted
+        run_dir.write_summary(summary)
+        if report:
+            from engine.report import write_report
 
-        write_report(run_dir.path)
+            write_report(run_dir.path)
     if interrupted:
         raise Interrupted(f"interrupted; {written} episodes written this run to {run_dir.path}")
     return EvalRun(summary, run_dir, written)

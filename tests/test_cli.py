@@ -121,3 +121,30 @@ def test_console_script_runs(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert len(_episodes(out)) == 4
+
+
+async def test_an_eval_cancelled_from_outside_still_sums_up_what_it_wrote(
+    tmp_path: Path, autojump_clock
+) -> None:
+    import trio
+
+    from engine.output import RunDir
+    from engine.registry import envs
+    from engine.runner import run_eval
+    from engine.settings import load_eval_config
+
+    data = {
+        "env_id": "kuhn-poker",
+        "num_tasks": 50,
+        "concurrency": 4,
+        "model": "builtin/bracket?latency_ms=1000",
+    }
+    config = load_eval_config(envs.get("kuhn-poker").config_class, file_data=data)
+    with trio.move_on_after(10):
+        await run_eval(config, RunDir(tmp_path), progress=False)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    episodes = list(read_episodes(tmp_path / "episodes.jsonl"))
+    assert summary["interrupted"] is True
+    assert summary["episodes"] == len(episodes)
+    assert 0 < len(episodes) < 50
+    assert (tmp_path / "report.html").exists()
