@@ -50,9 +50,21 @@ _EXECUTION = ("backend", "ray_address")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="taketurns", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="taketurns",
+        description="Run, record and score multi-turn LLM rollouts (trio-based).",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    ev = sub.add_parser("eval", help="run an env's tasks and record every episode")
+    ev = sub.add_parser(
+        "eval",
+        help="run an env's tasks and record every episode",
+        epilog=(
+            "Any other option is a dotted config override: --env.<field>=V, "
+            "--env.<role>.model=M, --sampling.temperature=0.7 (see `taketurns envs`). "
+            "Without --base-url every role runs on the built-in model (builtin/bracket). "
+            "Exit codes: 0 done, 2 refused config, 130 interrupted (--resume continues)."
+        ),
+    )
     ev.add_argument("env", nargs="?", help="env id (see `taketurns envs`)")
     ev.add_argument("-n", "--num-tasks", type=int)
     ev.add_argument("-r", "--rollouts", type=int)
