@@ -29,6 +29,17 @@ class ModelBoundary:
     limit or hook refuses the call and ``ModelEndpointError`` when the endpoint fails
     (that failure is recorded as a turn with an error first)."""
 
+    __slots__ = (
+        "_unlimited",
+        "client",
+        "limiter",
+        "limits",
+        "model",
+        "rubric",
+        "sampling",
+        "trace",
+    )
+
     def __init__(
         self,
         trace: Trace,

@@ -17,6 +17,7 @@ import tempfile
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import attrs
@@ -47,10 +48,25 @@ class Prompt:
         return (self.system or SystemMessage(self.system_prompt), *self.messages)
 
 
+_NO_SERVICES: Mapping[str, Any] = MappingProxyType({})
+
+
 class Rollout:
     """A harness's handle on its rollout. Created by the session; harnesses call
     ``complete`` (the model boundary), ``emit`` (add an assistant or tool message to
     the conversation) and, if they need one, ``scratch_dir``."""
+
+    __slots__ = (
+        "_scratch",
+        "_segment",
+        "boundary",
+        "services",
+        "state",
+        "synthesized_system",
+        "task",
+        "tools",
+        "trace",
+    )
 
     def __init__(
         self,
@@ -65,7 +81,7 @@ class Rollout:
         self.boundary = boundary
         self.task = task
         self.tools = tuple(tools)
-        self.services = dict(services or {})
+        self.services: Mapping[str, Any] = services if services is not None else _NO_SERVICES
         self.synthesized_system = False
         self.state: dict[str, Any] = {}  # per-rollout state a harness keeps between segments
         self._segment: list[Message] = []

@@ -86,6 +86,26 @@ class ChatSession:
     ``SessionClosed`` after close; everything that goes wrong inside the segment is
     recorded on the trace and reported as ``Reply(stopped=True)``."""
 
+    __slots__ = (
+        "_close_reason",
+        "_closed",
+        "_closing",
+        "_lock",
+        "_may_block_at_close",
+        "_on_close",
+        "_segment_scope",
+        "_state",
+        "_trace",
+        "cancel_reason",
+        "discard",
+        "harness",
+        "mask_prompt",
+        "rollout",
+        "rubric",
+        "task",
+        "timeouts",
+    )
+
     def __init__(
         self,
         task: Task,
