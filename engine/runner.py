@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import math
 import os
 import signal
 import time
@@ -257,14 +256,14 @@ async def play_pairs(
     Brackets the episodes with ``env.setup`` / ``env.finalize``. The per-episode loop
     of the local backend and of every Ray worker."""
     limiter = trio.CapacityLimiter(config.concurrency)
-    roles = list(plan.roles)
+    rank = {role: i for i, role in enumerate(plan.roles)}
 
     async def play(task: Task, rollout: int) -> None:
         episode = Episode(episode_id(env.id, task.idx, rollout), env.id, task, rollout)
         try:
             await run_episode(env, episode, plan.make_agent, timeout=config.episode_timeout_s)
         finally:
-            _order(episode, roles)
+            _order(episode, rank)
             on_episode(episode)
             limiter.release_on_behalf_of((task.idx, rollout))
 
@@ -344,6 +343,13 @@ def _unwrapped() -> Iterator[None]:
         raise
 
 
-def _order(episode: Episode, roles: list[str]) -> None:
-    rank = {r: i for i, r in enumerate(roles)}
-    episode.traces.sort(key=lambda t: rank.get(t.agent.name, math.inf))
+def _order(episode: Episode, rank: dict[str, int]) -> None:
+    """Traces in role order (they join the episode in the order sessions close)."""
+    traces = episode.traces
+    keys = [rank.get(t.agent.name, len(rank)) for t in traces]
+    if keys != sorted(keys):
+        episode.traces = [t for _, t in sorted(zip(keys, traces, strict=True), key=_first)]
+
+
+def _first(pair: tuple[int, Any]) -> int:
+    return pair[0]

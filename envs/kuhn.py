@@ -100,7 +100,14 @@ class KuhnPoker(Env):
         cards = rules.deal(seed)
         retries = self.config.invalid_retries
         seat0, seat1 = (
-            attrs.evolve(task, system_prompt=rules_prompt(seat, cards[seat], retries, task.idx))
+            Task(  # the seat's view: its own card only (cheaper than attrs.evolve)
+                task.idx,
+                task.name,
+                None,
+                rules_prompt(seat, cards[seat], retries, task.idx),
+                task.answer,
+                task.info,
+            )
             for seat in (0, 1)
         )
         async with agents.player0.chat(seat0) as s0, agents.player1.chat(seat1) as s1:
