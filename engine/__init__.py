@@ -45,7 +45,14 @@ from engine.registry import envs, harnesses, tasksets
 from engine.rubric import Rubric, metric, reward, stop
 from engine.session import ChatSession, Reply, SessionState
 from engine.task import Task
-from engine.taskset import Resources, Taskset, TasksetConfig, open_taskset, register_taskset
+from engine.taskset import (
+    Resources,
+    Taskset,
+    TasksetConfig,
+    TasksetEnv,
+    open_taskset,
+    register_taskset,
+)
 from engine.tools import Tool, as_tools, tool_schema
 from engine.trace import AgentStamp, EpisodeInfo, ErrorInfo, Trace, Turn, Usage
 from engine.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
@@ -117,6 +124,7 @@ __all__ = [
     "Task",
     "Taskset",
     "TasksetConfig",
+    "TasksetEnv",
     "TextPart",
     "Timeouts",
     "Tool",

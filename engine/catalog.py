@@ -65,25 +65,27 @@ def _table(title: str) -> Table:
     return table
 
 
+def _entries(table: Table, registry: Registry) -> Iterator[Any]:
+    """Each loadable class of ``registry`` after its title row; an entry that fails to
+    load gets one row saying why."""
+    for id in registry.ids():
+        cls = _load(registry, id)
+        if isinstance(cls, Exception):
+            table.add_row(id, escape(f"(unavailable: {cls})"), "", "")
+        else:
+            table.add_row(f"[bold]{id}[/]", escape(_summary(cls)), "", "")
+            yield cls
+
+
 def print_catalog(console: Console) -> None:
     for title, registry, prefix in (("envs", envs, "env"), ("tasksets", tasksets, "env.taskset")):
         table = _table(title)
-        for id in registry.ids():
-            cls = _load(registry, id)
-            if isinstance(cls, Exception):
-                table.add_row(id, escape(f"(unavailable: {cls})"), "", "")
-                continue
-            table.add_row(f"[bold]{id}[/]", escape(_summary(cls)), "", "")
+        for cls in _entries(table, registry):
             for path, kind, default in options_of(cls.config_class, prefix):
                 table.add_row("", path, kind, default)
         console.print(table)
     table = _table("harnesses")
-    for id in harnesses.ids():
-        cls = _load(harnesses, id)
-        if isinstance(cls, Exception):
-            table.add_row(id, escape(f"(unavailable: {cls})"), "", "")
-            continue
-        table.add_row(f"[bold]{id}[/]", escape(_summary(cls)), "", "")
+    for cls in _entries(table, harnesses):
         for name, param in inspect.signature(cls).parameters.items():
             default = "" if param.default is param.empty else repr(param.default)
             table.add_row("", f"harness_options.{name}", _type_name(param.annotation), default)

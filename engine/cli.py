@@ -15,12 +15,14 @@ import argparse
 import signal
 import sys
 import time
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
 import trio
 from rich.console import Console
 
+from engine.config import EvalConfig
 from engine.errors import ConfigError
 from engine.output import RunDir
 from engine.ray_backend import WorkerLost
@@ -119,7 +121,9 @@ def _default_dir(env_id: str, model: str) -> Path:
     return Path("outputs") / f"{env_id}--{model.replace('/', '_')}--{stamp}"
 
 
-def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
+def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalConfig, str]:
+    """The validated eval config (file < flags < dotted overrides) and the name the run
+    goes by (a bare taskset id runs under the single-agent env)."""
     overrides = _split_overrides(extra)
     flags = [(field, getattr(args, flag)) for flag, field in _FLAGS.items()]
     overrides = [(f, str(v)) for f, v in flags if v is not None] + overrides
@@ -140,6 +144,31 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     file_data = {**file_data, "env_id": env_id}
     env_cls = envs.get(env_id, field="env")
     config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
+    return config, name
+
+
+def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> RunDir:
+    """The run directory, prepared: a fresh one gets config.toml; a resumed one must
+    hold the same config and has its cancelled episodes set aside."""
+    out = args.output_dir or config.output_dir or _default_dir(name, config.model)
+    config.output_dir = str(out)
+    run_dir = RunDir(out)
+    run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
+    text = dump_toml(config)
+    if args.resume and run_dir.config_path.exists():
+        if _semantic(read_toml(run_dir.config_path)) != _semantic(tomllib.loads(text)):
+            raise ConfigError(
+                f"--resume: the config differs from {run_dir.config_path}; resume with the "
+                "same options (or none: the stored config is reused)"
+            )
+        run_dir.set_aside_cancelled()
+    else:
+        run_dir.write_config(text)
+    return run_dir
+
+
+def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
+    config, name = _load_config(args, extra)
     env = make_env(config)
     plan = Plan(config, env)
     if config.backend == "ray":
@@ -148,20 +177,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
         require_ray()
     tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
     trio.run(preflight, config, env)
-    out = args.output_dir or config.output_dir or _default_dir(name, config.model)
-    config.output_dir = str(out)
-    run_dir = RunDir(out)
-    run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
-    text = dump_toml(config)
-    if args.resume and run_dir.config_path.exists():
-        if _semantic(read_toml(run_dir.config_path)) != _semantic(read_toml_text(text)):
-            raise ConfigError(
-                f"--resume: the config differs from {run_dir.config_path}; resume with the "
-                "same options (or none: the stored config is reused)"
-            )
-        run_dir.set_aside_cancelled()
-    else:
-        run_dir.write_config(text)
+    run_dir = _open_run_dir(args, config, name)
     try:
         result = trio.run(
             lambda: run_eval(
@@ -197,12 +213,6 @@ def _report(run_dir: Path, console: Console) -> int:
 
 def _semantic(data: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in data.items() if k not in _EXECUTION}
-
-
-def read_toml_text(text: str) -> dict[str, object]:
-    import tomllib
-
-    return tomllib.loads(text)
 
 
 def _serve(args: argparse.Namespace, console: Console) -> int:

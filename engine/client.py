@@ -21,7 +21,7 @@ import httpx2
 import trio
 
 from engine.errors import ConfigError, ModelEndpointError
-from engine.messages import AssistantMessage
+from engine.messages import AssistantMessage, UserMessage
 from engine.model import ModelClient, ModelRequest, ModelResponse
 from engine.trace import Usage
 from engine.wire import from_wire, messages_to_wire
@@ -160,8 +160,6 @@ class OpenAIClient(ModelClient):
         """One tiny call (``max_tokens=1``) before an eval starts, so that a wrong base
         URL, key or model name becomes one clear ``ConfigError`` instead of a failed
         trace per episode. A checkpoint."""
-        from engine.messages import UserMessage
-
         request = ModelRequest(model, (UserMessage("Say OK."),), (), {"max_tokens": 1})
         try:
             await self.complete(request)
@@ -181,40 +179,35 @@ class OpenAIClient(ModelClient):
             self._turn = (self._turn + 1) % len(self._pools)
             pool = self._pools[self._turn]
             response = await pool.post(self._url, json=body, headers=headers)
-        except httpx2.TimeoutException as exc:
-            raise _Failure(
-                f"{self._url} did not answer within the {self.timeout:g}s timeout "
-                f"({type(exc).__name__}); raise the timeout or check the server's load",
-                status=None,
-                retryable=True,
-                wait=None,
-            ) from exc
-        except httpx2.RemoteProtocolError as exc:  # reached, but the answer was cut off
-            raise _Failure(
-                f"the connection to {self._url} broke before a complete answer arrived "
-                f"({type(exc).__name__}: {exc}); check the server's logs and its load",
-                status=None,
-                retryable=True,
-                wait=None,
-            ) from exc
-        except httpx2.NetworkError as exc:
-            raise _Failure(
-                f"could not reach {self._url} ({type(exc).__name__}: {exc}); "
-                "check --base-url and that the server is running",
-                status=None,
-                retryable=True,
-                wait=None,
-            ) from exc
         except httpx2.HTTPError as exc:
-            raise _Failure(
-                f"request to {self._url} failed ({type(exc).__name__}: {exc}); check --base-url",
-                status=None,
-                retryable=False,
-                wait=None,
-            ) from exc
+            raise self._transport_failure(exc) from exc
         if response.status_code != 200:
             raise self._status_failure(response)
         return _parse_response(response, self._url)
+
+    def _transport_failure(self, exc: httpx2.HTTPError) -> _Failure:
+        """No HTTP answer: a timeout, a cut-off answer, an unreachable server (all
+        retryable) or anything else httpx2 refused (not)."""
+        url, kind = self._url, type(exc).__name__
+        if isinstance(exc, httpx2.TimeoutException):
+            message = (
+                f"{url} did not answer within the {self.timeout:g}s timeout ({kind}); "
+                "raise the timeout or check the server's load"
+            )
+        elif isinstance(exc, httpx2.RemoteProtocolError):  # reached, but cut off
+            message = (
+                f"the connection to {url} broke before a complete answer arrived "
+                f"({kind}: {exc}); check the server's logs and its load"
+            )
+        elif isinstance(exc, httpx2.NetworkError):
+            message = (
+                f"could not reach {url} ({kind}: {exc}); "
+                "check --base-url and that the server is running"
+            )
+        else:
+            message = f"request to {url} failed ({kind}: {exc}); check --base-url"
+            return _Failure(message, status=None, retryable=False, wait=None)
+        return _Failure(message, status=None, retryable=True, wait=None)
 
     def _status_failure(self, response: httpx2.Response) -> _Failure:
         status = response.status_code

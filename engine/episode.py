@@ -19,6 +19,7 @@ import trio
 from engine.agent import Agent, Agents
 from engine.config import AgentConfig
 from engine.env import Env
+from engine.errors import sole_error
 from engine.task import Task
 from engine.trace import EpisodeInfo, ErrorInfo, Trace
 
@@ -56,12 +57,6 @@ class Episode:
 
 def episode_id(env: str, task_idx: int, rollout: int) -> str:
     return f"{env}/{task_idx}/{rollout}"
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 async def run_episode(
@@ -105,7 +100,7 @@ async def run_episode(
             )
     except Exception as exc:
         episode.ok, episode.stop, reason = False, "env_error", "env_error"
-        episode.errors.append(ErrorInfo.of("env", _unwrap(exc)))
+        episode.errors.append(ErrorInfo.of("env", sole_error(exc)))
     except BaseException:
         episode.ok, episode.stop, reason = False, "cancelled", "cancelled"
         episode.errors.append(ErrorInfo("cancelled", "the episode was cancelled", "Cancelled"))

@@ -30,7 +30,16 @@ __all__ = [
     "SessionOver",
     "TaketurnsError",
     "TurnError",
+    "sole_error",
 ]
+
+
+def sole_error(exc: BaseException) -> BaseException:
+    """``exc`` with single-member exception groups (trio's nurseries wrap everything)
+    peeled off: the one error inside, or the group when it holds several."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 class TaketurnsError(Exception):

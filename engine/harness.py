@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import attrs
 
 from engine.boundary import ModelBoundary
-from engine.messages import AssistantMessage, Message, SystemMessage
+from engine.messages import Message, SystemMessage
 from engine.model import ModelResponse
 from engine.task import Task
 from engine.trace import Trace
@@ -175,12 +175,3 @@ def can_chat(harness: Harness) -> bool:
     """Whether ``agent.chat`` can hold this harness open turn by turn."""
     cls = type(harness)
     return _native_resume(cls) or not takes_text(cls)
-
-
-def last_text(messages: Sequence[Message]) -> str:
-    from engine.messages import text_of
-
-    for message in reversed(messages):
-        if isinstance(message, AssistantMessage) and message.content:
-            return text_of(message.content)
-    return ""

@@ -22,6 +22,7 @@ __all__ = [
     "ToolCall",
     "ToolMessage",
     "UserMessage",
+    "last_text",
     "text_of",
 ]
 
@@ -90,6 +91,14 @@ class ToolMessage:
 
 
 Message = SystemMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+def last_text(messages: Sequence[Message]) -> str:
+    """The text of the last assistant message that has content, or ""."""
+    for message in reversed(messages):
+        if isinstance(message, AssistantMessage) and message.content:
+            return text_of(message.content)
+    return ""
 
 
 def text_of(content: Content | None) -> str:

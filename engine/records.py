@@ -71,7 +71,6 @@ record.register_unstructure_hook(Usage, _usage_out)
 record.register_structure_hook(
     Usage, lambda raw, _: Usage(raw.get("prompt_tokens", 0), raw.get("completion_tokens", 0))
 )
-record.register_structure_hook(Message, lambda raw, _: from_wire(raw))
 
 
 def _trace_out(trace: Trace) -> dict[str, Any]:

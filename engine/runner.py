@@ -22,7 +22,7 @@ import gc
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -34,7 +34,7 @@ from engine.builtin import BuiltinModel, is_builtin
 from engine.config import AgentConfig, EvalConfig, Sampling
 from engine.env import Env
 from engine.episode import Episode, episode_id, run_episode
-from engine.errors import ConfigError, TaketurnsError
+from engine.errors import ConfigError, TaketurnsError, sole_error
 from engine.model import ModelClient
 from engine.output import RunDir
 from engine.progress import EvalProgress
@@ -113,36 +113,28 @@ class Plan:
     def __init__(self, config: EvalConfig, env: Env) -> None:
         self.env = env
         self.roles = {r: resolve_role(config, env, r, a) for r, a in env.roles.items()}
-        self.clients: dict[tuple[Any, ...], ModelClient] = {}
-        self.role_clients: dict[str, ModelClient] = {}
-        self.harnesses = {}
-        self.limiters: dict[str, trio.CapacityLimiter | None] = {}
+        self.clients: dict[tuple[Any, ...], ModelClient] = {}  # one per distinct endpoint
+        self.services: dict[str, Any] = {}  # filled by the runner (interception server)
         shared = config.max_concurrent_calls
         shared_limiter = trio.CapacityLimiter(shared) if shared else None
+        # one prototype agent per role; each episode binds its own copy
+        self.agents: dict[str, Agent] = {}
         for role, agent in self.roles.items():
             key = (agent.model, agent.base_url, agent.api_key_var)
             if key not in self.clients:
                 self.clients[key] = _client_for(config, role, agent)
-            self.role_clients[role] = self.clients[key]
-            self.harnesses[role] = make_harness(
-                agent.harness or "null", agent.harness_options, field=f"env.{role}"
-            )
             cap = agent.max_concurrent_calls
-            self.limiters[role] = trio.CapacityLimiter(cap) if cap else shared_limiter
-        self.rubrics = {role: env.rubric(role) for role in self.roles}
-        self.services: dict[str, Any] = {}
-        self.agents = {
-            role: Agent(
+            self.agents[role] = Agent(
                 role,
                 agent,
-                client=self.role_clients[role],
-                harness=self.harnesses[role],
-                rubric=self.rubrics[role],
-                limiter=self.limiters[role],
+                client=self.clients[key],
+                harness=make_harness(
+                    agent.harness or "null", agent.harness_options, field=f"env.{role}"
+                ),
+                rubric=env.rubric(role),
+                limiter=trio.CapacityLimiter(cap) if cap else shared_limiter,
                 services=self.services,
             )
-            for role, agent in self.roles.items()
-        }
 
     def make_agent(
         self, role: str, _config: AgentConfig, info: EpisodeInfo, on_close: Callable[[Trace], None]
@@ -157,7 +149,7 @@ class Plan:
     def needs_interception(self) -> bool:
         from engine.interception import ServedHarness
 
-        return any(isinstance(h, ServedHarness) for h in self.harnesses.values())
+        return any(isinstance(a.harness, ServedHarness) for a in self.agents.values())
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
@@ -198,16 +190,14 @@ async def run_eval(
     plan = plan if plan is not None else Plan(config, env)
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
     finished = run_dir.finished()
-    done = {(e["task"]["idx"], e["rollout"]) for e in finished}
-    todo = [
-        (task, r) for task in tasks for r in range(config.rollouts) if (task.idx, r) not in done
-    ]
+    todo = _owed(tasks, config.rollouts, finished)
     start = time.monotonic()
     written = 0
     interrupted = True  # until the episodes' loop ends on its own
     run_dir.open()
     try:
-        with EvalProgress(len(tasks) * config.rollouts, done=len(done), enabled=progress) as bar:
+        planned = len(tasks) * config.rollouts
+        with EvalProgress(planned, done=planned - len(todo), enabled=progress) as bar:
 
             def record(episode: Episode) -> None:
                 nonlocal written
@@ -242,6 +232,14 @@ async def run_eval(
     if interrupted:
         raise Interrupted(f"interrupted; {written} episodes written this run to {run_dir.path}")
     return EvalRun(summary, run_dir, written)
+
+
+def _owed(
+    tasks: Sequence[Task], rollouts: int, finished: Sequence[Mapping[str, Any]]
+) -> list[tuple[Task, int]]:
+    """The (task, rollout) pairs not yet on disk, in task order."""
+    done = {(e["task"]["idx"], e["rollout"]) for e in finished}
+    return [(t, r) for t in tasks for r in range(rollouts) if (t.idx, r) not in done]
 
 
 async def play_pairs(
@@ -335,9 +333,7 @@ def _unwrapped() -> Iterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        sole: BaseException = group
-        while isinstance(sole, BaseExceptionGroup) and len(sole.exceptions) == 1:
-            sole = sole.exceptions[0]
+        sole = sole_error(group)
         if isinstance(sole, TaketurnsError):
             raise sole from None
         raise

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -26,8 +26,8 @@ from engine.errors import (
     SessionOver,
     TurnError,
 )
-from engine.harness import Harness, Rollout, last_text, takes_text
-from engine.messages import Message, SystemMessage, UserMessage, text_of
+from engine.harness import Harness, Rollout, takes_text
+from engine.messages import Message, SystemMessage, UserMessage, last_text, text_of
 from engine.rubric import Rubric
 from engine.task import Task
 from engine.trace import ErrorInfo, Trace
@@ -67,14 +67,24 @@ def _as_messages(message: UserInput) -> list[Message]:
     return list(message)
 
 
-def _stop_of(exc: BaseException) -> str | None:
-    if isinstance(exc, RolloutStopped):
-        return exc.stop_condition
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    """The exceptions in ``exc``, exception groups flattened."""
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            found = _stop_of(inner)
-            if found is not None:
-                return found
+            yield from _leaves(inner)
+    else:
+        yield exc
+
+
+def _condition_of(exc: Exception) -> str | None:
+    """The stop condition a segment's error means: a refusal's own condition, a model
+    endpoint failure, or None (a harness failure)."""
+    leaves = list(_leaves(exc))
+    for leaf in leaves:
+        if isinstance(leaf, RolloutStopped):
+            return leaf.stop_condition
+    if any(isinstance(leaf, ModelEndpointError) for leaf in leaves):
+        return "model_error"
     return None
 
 
@@ -252,12 +262,10 @@ class ChatSession:
                     await self.harness.launch(rollout, self._prompt_text(new))
                 else:
                     await self.harness.launch(rollout, rollout.relaunch_prompt())
-        except ModelEndpointError:
-            condition = "model_error"  # the boundary recorded it as a turn with an error
         except Exception as exc:
-            condition = _stop_of(exc)
-            if condition is None and _has(exc, ModelEndpointError):
-                condition = "model_error"
+            # a refusal or an endpoint failure is already on the trace (the boundary
+            # recorded it); anything else is the harness failing
+            condition = _condition_of(exc)
             if condition is None:
                 trace.errors.append(ErrorInfo.of("harness", exc))
                 condition = "harness_error"
@@ -385,25 +393,11 @@ class ChatSession:
     ) -> None:
         if exc is None:
             reason = "user_closed"
-        elif _is_cancel(exc):
+        elif all(isinstance(leaf, trio.Cancelled) for leaf in _leaves(exc)):
             reason = self.cancel_reason()
         else:
             reason = "env_error"
         await self.close(reason=reason)
-
-
-def _has(exc: BaseException, kind: type[BaseException]) -> bool:
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_has(e, kind) for e in exc.exceptions)
-    return isinstance(exc, kind)
-
-
-def _is_cancel(exc: BaseException) -> bool:
-    if isinstance(exc, trio.Cancelled):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_is_cancel(e) for e in exc.exceptions)
-    return False
 
 
 def _wall() -> float:

@@ -10,7 +10,6 @@ numbers, a bool field only booleans; unknown keys are refused.
 from __future__ import annotations
 
 import tomllib
-import types
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -62,13 +61,8 @@ settings.register_structure_hook(int, _strict(int, (int,), int))
 settings.register_structure_hook(float, _strict(float, (int, float), float))
 settings.register_structure_hook(bool, _strict(bool, (bool,), _parse_bool))
 settings.register_structure_hook(str, _strict(str, (str,), str))
-settings.register_structure_hook(typing.Any, lambda value, _: _plain(value))
-
-
-def _plain(value: Any) -> Any:
-    """Untyped values pass as they are (command-line ``Raw`` text included: whoever
-    structures them later, e.g. a taskset's config, gives them their type)."""
-    return value
+# Untyped (Any) values pass as they are, command-line ``Raw`` text included: whoever
+# structures them later (a taskset's config, say) gives them their type.
 
 
 def _is_sequence(tp: Any) -> bool:
@@ -238,7 +232,3 @@ def load_eval_config(
 
 def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
-
-
-# ``EvalConfig.env`` is typed Any; keep the converter from guessing at it.
-settings.register_structure_hook(types.NoneType, lambda value, _: value)

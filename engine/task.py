@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from engine.messages import Message, SystemMessage, UserMessage
+from engine.messages import Message, SystemMessage, UserMessage, text_of
 
 __all__ = ["Task"]
 
@@ -37,8 +37,6 @@ class Task:
 
     def prompt_text(self) -> str:
         """The prompt as plain text: the string, or the text of its user messages."""
-        from engine.messages import text_of
-
         if self.prompt is None:
             return ""
         if isinstance(self.prompt, str):

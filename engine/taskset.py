@@ -22,12 +22,20 @@ from typing import Any, ClassVar, TypeVar
 
 import attrs
 
+from engine.env import Env
 from engine.errors import ConfigError
 from engine.registry import tasksets
 from engine.rubric import Rubric
 from engine.task import Task
 
-__all__ = ["Resources", "Taskset", "TasksetConfig", "open_taskset", "register_taskset"]
+__all__ = [
+    "Resources",
+    "Taskset",
+    "TasksetConfig",
+    "TasksetEnv",
+    "open_taskset",
+    "register_taskset",
+]
 
 T = TypeVar("T", bound=type)
 
@@ -92,3 +100,22 @@ def open_taskset(ref: Any, *, field: str = "env.taskset") -> Taskset:
     config = structure(options, cls.config_class, path=field)
     taskset: Taskset = cls(config)
     return taskset
+
+
+class TasksetEnv(Env):
+    """Base of envs that play any taskset (its config has a ``taskset`` field: an id or
+    a table). The taskset is opened in ``__init__``, so a bad one is refused before any
+    episode; its tasks, rubric and harness are the env's defaults."""
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self.taskset = open_taskset(self.config.taskset, field="env.taskset")
+
+    def tasks(self, num_tasks: int) -> Sequence[Task]:
+        return self.taskset.tasks(num_tasks)
+
+    def rubric(self, role: str) -> Rubric:
+        return self.taskset.rubric()
+
+    def default_harness(self, role: str) -> str:
+        return self.taskset.harness

@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from engine.messages import AssistantMessage, Message
+from engine.messages import AssistantMessage, Message, last_text
 from engine.task import Task
 
 __all__ = ["AgentStamp", "EpisodeInfo", "ErrorInfo", "Timing", "Trace", "Turn", "Usage"]
@@ -111,9 +111,5 @@ class Trace:
 
     @property
     def last_text(self) -> str:
-        from engine.messages import text_of
-
-        for message in reversed(self.messages):
-            if isinstance(message, AssistantMessage) and message.content:
-                return text_of(message.content)
-        return ""
+        """The text of the rollout's last assistant message with content."""
+        return last_text(self.messages)

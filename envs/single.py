@@ -10,12 +10,11 @@ taskset's rubric. The agent's harness defaults to the one the taskset is meant f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
-from engine import AgentConfig, Agents, Env, EnvConfig, Rubric, Task, open_taskset
+from engine import AgentConfig, Agents, EnvConfig, Task, TasksetEnv
 
 __all__ = ["SingleAgentConfig", "SingleAgentEnv"]
 
@@ -30,25 +29,11 @@ class SingleAgentConfig(EnvConfig):
     agent: AgentConfig = attrs.field(factory=AgentConfig)
 
 
-class SingleAgentEnv(Env):
+class SingleAgentEnv(TasksetEnv):
     id = "single-agent"
     config_class = SingleAgentConfig
     config: SingleAgentConfig
 
-    def __init__(self, config: SingleAgentConfig | None = None) -> None:
-        super().__init__(config)
-        # built here so a bad taskset or option is refused before any episode
-        self.taskset = open_taskset(self.config.taskset, field="env.taskset")
-
-    def tasks(self, num_tasks: int) -> Sequence[Task]:
-        return self.taskset.tasks(num_tasks)
-
     async def run(self, task: Task, agents: Agents) -> None:
         resources = self.taskset.resources(task)
         await agents.agent.run(task, tools=resources.tools, state=resources.state)
-
-    def rubric(self, role: str) -> Rubric:
-        return self.taskset.rubric()
-
-    def default_harness(self, role: str) -> str:
-        return self.taskset.harness

@@ -23,7 +23,6 @@ traces record how the conversation ended in ``info["ended_by"]``: ``done``,
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -32,16 +31,15 @@ from engine import (
     AgentConfig,
     Agents,
     ChatSession,
-    Env,
     EnvConfig,
     Limits,
     OptionError,
     Rubric,
     Task,
+    TasksetEnv,
     Trace,
     at_least,
     metric,
-    open_taskset,
 )
 
 __all__ = [
@@ -126,18 +124,10 @@ class UserSimConfig(EnvConfig):
     greeting: str = attrs.field(default=GREETING, validator=_non_blank)
 
 
-class UserSim(Env):
+class UserSim(TasksetEnv):
     id = "user-sim"
     config_class = UserSimConfig
     config: UserSimConfig
-
-    def __init__(self, config: UserSimConfig | None = None) -> None:
-        super().__init__(config)
-        # built here so a bad taskset or option is refused before any episode
-        self.taskset = open_taskset(self.config.taskset, field="env.taskset")
-
-    def tasks(self, num_tasks: int) -> Sequence[Task]:
-        return self.taskset.tasks(num_tasks)
 
     def user_view(self, task: Task) -> Task:
         """What the user's session runs on: the persona as its system prompt, no
@@ -182,10 +172,10 @@ class UserSim(Env):
     def rubric(self, role: str) -> Rubric:
         if role == "user":
             return Rubric()
-        return self.taskset.rubric() + Rubric.of(self)
+        return super().rubric(role) + Rubric.of(self)
 
     def default_harness(self, role: str) -> str:
-        return "null" if role == "user" else self.taskset.harness
+        return "null" if role == "user" else super().default_harness(role)
 
     @metric
     def user_turns(self, task: Task, trace: Trace) -> float:
