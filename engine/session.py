@@ -1,7 +1,7 @@
 """``ChatSession``: the exchange. Whoever calls ``turn(message)`` is the user.
 
-Each ``turn()`` runs exactly one harness segment under the session's lock (trio's
-lock is fair, so concurrent callers are served FIFO and segments never interleave).
+Each ``turn()`` runs exactly one harness segment under the session's lock (a fair
+lock: concurrent callers are served FIFO and segments never interleave).
 ``close()`` runs finalize and scoring exactly once, shielded and timed, then hands the
 trace to its owner. Leaving ``async with agent.chat(task)`` closes the session however
 the block is left.
@@ -88,6 +88,46 @@ def _condition_of(exc: Exception) -> str | None:
     return None
 
 
+class _Turnstile:
+    """The session's lock: FIFO, handed directly to the next waiter on release.
+
+    ``trio.Lock`` does the same plus owner tracking (a parking-lot breaker per
+    acquisition); a session needs neither, and its lock is taken on every turn and
+    close, so this one is kept to a flag and a parking lot made on first contention.
+    Callers pair ``acquire``/``acquire_nowait`` with ``release`` in ``try/finally``."""
+
+    __slots__ = ("_busy", "_waiters")
+
+    def __init__(self) -> None:
+        self._busy = False
+        self._waiters: trio.lowlevel.ParkingLot | None = None
+
+    def locked(self) -> bool:
+        return self._busy
+
+    def acquire_nowait(self) -> bool:
+        """Take the lock if it is free; True when taken. Not a checkpoint."""
+        if self._busy:
+            return False
+        self._busy = True
+        return True
+
+    async def acquire(self) -> None:
+        """Wait FIFO for the lock. A checkpoint only when it has to wait (callers
+        that need one on every path add it)."""
+        if self.acquire_nowait():
+            return
+        if self._waiters is None:
+            self._waiters = trio.lowlevel.ParkingLot()
+        await self._waiters.park()  # woken by release() with the lock already ours
+
+    def release(self) -> None:
+        if self._waiters:
+            self._waiters.unpark()  # hand over: the lock stays taken
+        else:
+            self._busy = False
+
+
 class ChatSession:
     """Created by ``Agent.chat``; not constructed directly.
 
@@ -100,6 +140,7 @@ class ChatSession:
         "_close_reason",
         "_closed",
         "_closing",
+        "_done",
         "_lock",
         "_may_block_at_close",
         "_on_close",
@@ -136,11 +177,12 @@ class ChatSession:
         self.mask_prompt = mask_prompt
         self._trace = trace
         self._on_close = on_close
-        self._lock = trio.Lock()
+        self._lock = _Turnstile()
         self._state = SessionState.FRESH
         self._closing = False
         self._close_reason = "user_closed"
-        self._closed = trio.Event()
+        self._closed: trio.Event | None = None  # made when a close() has to wait
+        self._done = False  # the first close() has finished
         self._segment_scope: trio.CancelScope | None = None
         self.discard = False  # set by Agent.run for a retried attempt: not scored
         self._may_block_at_close = type(harness).aclose is not Harness.aclose or not rubric.is_sync
@@ -185,9 +227,7 @@ class ChatSession:
         scheduler round trip, only a cancellation point: the schedule point of a turn
         is its model call (refusals and errors checkpoint explicitly), so a turn is
         still a full checkpoint on every path."""
-        try:
-            self._lock.acquire_nowait()
-        except trio.WouldBlock:
+        if not self._lock.acquire_nowait():
             await self._lock.acquire()
             return
         try:
@@ -298,7 +338,12 @@ class ChatSession:
         exactly once, shielded from outside cancellation and bounded by the scoring
         timeout; then the trace joins its episode."""
         if self._closing:
-            await self._closed.wait()  # a checkpoint even when already closed
+            if self._done:
+                await trio.lowlevel.checkpoint()
+            else:  # later close() calls return only once the first one is done
+                if self._closed is None:
+                    self._closed = trio.Event()
+                await self._closed.wait()
             return self._trace
         self._closing = True
         self._close_reason = reason
@@ -357,7 +402,9 @@ class ChatSession:
             if self._on_close is not None:
                 self._on_close(self)
         finally:
-            self._closed.set()  # later close() calls return only once this one is done
+            self._done = True
+            if self._closed is not None:
+                self._closed.set()
 
     async def _finalize_and_score(self) -> None:
         try:

@@ -4,6 +4,8 @@ steps per turn, cancel scopes per session."""
 
 from __future__ import annotations
 
+import gc
+
 import trio
 import trio.abc
 
@@ -86,3 +88,29 @@ async def test_each_message_is_converted_to_wire_once_per_trace(monkeypatch) -> 
     distinct = {id(m) for m in session.trace.messages}
     # 10 turns sent 2+4+...+20 messages; each distinct object is converted once
     assert len(calls) == len(distinct) == 21
+
+
+async def _cyclic_garbage_after(episodes: int, tmp_path) -> int:
+    from engine.output import RunDir
+    from engine.registry import envs
+    from engine.runner import run_eval
+    from engine.settings import load_eval_config
+
+    data = {"env_id": "kuhn-poker", "num_tasks": episodes, "concurrency": 8}
+    config = load_eval_config(envs.get("kuhn-poker").config_class, file_data=data)
+    tmp_path.mkdir()
+    gc.collect()
+    gc.disable()
+    try:
+        await run_eval(config, RunDir(tmp_path), progress=False, report=False)
+        return gc.collect()
+    finally:
+        gc.enable()
+
+
+async def test_episodes_leave_no_cyclic_garbage(tmp_path) -> None:
+    # the runner collects rarely while episodes run (runner._collect_less): that is
+    # only cheap while an episode's objects are freed by reference counting alone
+    few = await _cyclic_garbage_after(20, tmp_path / "few")
+    many = await _cyclic_garbage_after(220, tmp_path / "many")
+    assert many - few < 100, (few, many)  # cycles per episode would add >= 200
