@@ -9,7 +9,7 @@ test, build one directly: ``Agent("me", AgentConfig(model="builtin/echo"))``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, ValuesView
 from typing import Any
 
 import attrs
@@ -227,6 +227,9 @@ class Agents(Mapping[str, Agent]):
 
     def __init__(self, agents: Mapping[str, Agent]) -> None:
         self._agents = dict(agents)
+        for role, agent in self._agents.items():
+            if role.isidentifier() and not hasattr(type(self), role) and role != "_agents":
+                self.__dict__[role] = agent  # plain attribute access, once per episode
 
     def __getitem__(self, role: str) -> Agent:
         return self._agents[role]
@@ -242,3 +245,6 @@ class Agents(Mapping[str, Agent]):
 
     def __len__(self) -> int:
         return len(self._agents)
+
+    def values(self) -> ValuesView[Agent]:
+        return self._agents.values()

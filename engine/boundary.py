@@ -134,7 +134,8 @@ class ModelBoundary:
         error: ModelEndpointError | None = None,
     ) -> None:
         trace = self.trace
-        tool_names = tuple(t.get("function", {}).get("name", "") for t in request.tools)
+        tools = request.tools
+        tool_names = tuple(t.get("function", {}).get("name", "") for t in tools) if tools else ()
         if response is None:
             assert error is not None
             trace.errors.append(ErrorInfo.of("model", error))

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import httpx2
+import orjson
 import trio
 
 from engine.errors import ConfigError, ModelEndpointError
@@ -37,6 +38,7 @@ RETRY_COUNT_HEADER = "x-stainless-retry-count"
 _RETRYABLE_STATUS = frozenset({408, 429})
 _CONNECTIONS_PER_POOL = 128
 _SNIPPET = 300
+_JSON = {"Content-Type": "application/json"}
 
 
 class ClientState(enum.Enum):
@@ -173,12 +175,12 @@ class OpenAIClient(ModelClient):
             wait = self.backoff * 2 ** (retry - 1) * (1 - 0.25 * random.random())
         return max(0.0, min(wait, self.max_backoff))
 
-    async def _attempt(self, body: dict[str, Any], attempt: int) -> ModelResponse:
-        headers = {RETRY_COUNT_HEADER: str(attempt)} if attempt else None
+    async def _attempt(self, body: bytes, attempt: int) -> ModelResponse:
+        headers = {**_JSON, RETRY_COUNT_HEADER: str(attempt)} if attempt else _JSON
         try:
             self._turn = (self._turn + 1) % len(self._pools)
             pool = self._pools[self._turn]
-            response = await pool.post(self._url, json=body, headers=headers)
+            response = await pool.post(self._url, content=body, headers=headers)
         except httpx2.HTTPError as exc:
             raise self._transport_failure(exc) from exc
         if response.status_code != 200:
@@ -271,13 +273,15 @@ def _give_up(failure: _Failure, attempt: int) -> NoReturn:
     ) from failure.__cause__
 
 
-def _request_body(request: ModelRequest) -> dict[str, Any]:
+def _request_body(request: ModelRequest) -> bytes:
+    """The JSON body, encoded once for every attempt (orjson: several times faster
+    than the standard library's encoder httpx would use)."""
     body: dict[str, Any] = dict(request.sampling)
     body["model"] = request.model
     body["messages"] = messages_to_wire(request.messages)
     if request.tools:
         body["tools"] = [dict(t) for t in request.tools]
-    return body
+    return orjson.dumps(body)
 
 
 def _retry_after(response: httpx2.Response) -> float | None:
@@ -329,7 +333,7 @@ def _malformed(url: str, problem: str) -> ModelEndpointError:
 
 def _parse_response(response: httpx2.Response, url: str) -> ModelResponse:
     try:
-        data = response.json()
+        data = orjson.loads(response.content)
     except ValueError:
         raise _malformed(url, f"not JSON ({_snip(response.text.strip())!r})") from None
     if not isinstance(data, dict):

@@ -143,11 +143,33 @@ record.register_structure_hook(
 )
 
 
+def _episode_out(episode: Episode) -> dict[str, Any]:
+    # by hand, like _trace_out (tests/test_records.py checks the keys)
+    timing = episode.timing
+    return {
+        "id": episode.id,
+        "env": episode.env,
+        "task": _task_out(episode.task),
+        "rollout": episode.rollout,
+        "ok": episode.ok,
+        "stop": episode.stop,
+        "errors": [{"kind": e.kind, "message": e.message, "type": e.type} for e in episode.errors],
+        "traces": [_trace_out(t) for t in episode.traces],
+        "timing": {
+            "started_at": timing.started_at,
+            "ended_at": timing.ended_at,
+            "wall_s": timing.wall_s,
+        },
+        "info": episode.info,
+    }
+
+
+record.register_unstructure_hook(Episode, _episode_out)
+
+
 def dumps_episode(episode: Episode) -> str:
     """One JSON line (no trailing newline). Values that are not JSON become strings."""
-    return orjson.dumps(
-        record.unstructure(episode), default=str, option=orjson.OPT_NON_STR_KEYS
-    ).decode()
+    return orjson.dumps(_episode_out(episode), default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def loads_episode(line: str) -> Episode:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -83,11 +83,14 @@ class Rubric:
     rewards: tuple[_Scorer, ...] = ()
     metrics: tuple[_Scorer, ...] = ()
     stops: tuple[_Scorer, ...] = ()
+    # no reward or metric is a coroutine function: scoring need not yield (computed
+    # once: every session asks)
+    is_sync: bool = attrs.field(init=False, eq=False, repr=False)
 
-    @property
-    def is_sync(self) -> bool:
-        """No reward or metric is a coroutine function: scoring never yields."""
-        return not any(s.is_async for s in self.rewards + self.metrics)
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(
+            self, "is_sync", not any(s.is_async for s in self.rewards + self.metrics)
+        )
 
     @classmethod
     def from_functions(cls, fns: Iterable[Callable[..., Any]]) -> Rubric:
@@ -133,27 +136,46 @@ class Rubric:
         scores 0.0 and its error is recorded; the caller bounds the time."""
         total = 0.0
         for scorer in self.rewards:
-            value = await self._one(scorer, task, trace)
+            value = _value(scorer, task, trace)
+            if not isinstance(value, float):
+                value = await _settle(scorer, trace, value)
             trace.rewards[scorer.name] = value
             total += scorer.weight * value
             trace.reward = total
         for scorer in self.metrics:
-            trace.metrics[scorer.name] = await self._one(scorer, task, trace)
+            value = _value(scorer, task, trace)
+            if not isinstance(value, float):
+                value = await _settle(scorer, trace, value)
+            trace.metrics[scorer.name] = value
 
-    @staticmethod
-    async def _one(scorer: _Scorer, task: Task, trace: Trace) -> float:
-        try:
-            if scorer.is_async:
-                raw = await scorer.fn(task, trace)
-            else:
-                raw = scorer.fn(task, trace)
-                if inspect.isawaitable(raw):  # a sync function returning an awaitable
-                    raw = await raw
-            value = float(raw)
-            if math.isnan(value):
-                raise ScoringError(f"{scorer.name} returned NaN")
-            return value
-        except (Exception, trio.TooSlowError) as exc:
-            error = ScoringError(f"{scorer.name} failed: {type(exc).__name__}: {exc}")
-            trace.errors.append(ErrorInfo.of("scoring", error))
-            return 0.0
+
+def _value(scorer: _Scorer, task: Task, trace: Trace) -> float | Awaitable[Any]:
+    """A scorer's value, or the awaitable it returned (an async scorer, or a sync
+    one handing back an awaitable): no coroutine of ours for the common sync case."""
+    try:
+        raw = scorer.fn(task, trace)
+        if inspect.isawaitable(raw):
+            return raw
+        return _checked(scorer, raw)
+    except Exception as exc:
+        return _failed(scorer, trace, exc)
+
+
+async def _settle(scorer: _Scorer, trace: Trace, pending: Awaitable[Any]) -> float:
+    try:
+        return _checked(scorer, await pending)
+    except (Exception, trio.TooSlowError) as exc:
+        return _failed(scorer, trace, exc)
+
+
+def _checked(scorer: _Scorer, raw: Any) -> float:
+    value = float(raw)
+    if math.isnan(value):
+        raise ScoringError(f"{scorer.name} returned NaN")
+    return value
+
+
+def _failed(scorer: _Scorer, trace: Trace, exc: BaseException) -> float:
+    error = ScoringError(f"{scorer.name} failed: {type(exc).__name__}: {exc}")
+    trace.errors.append(ErrorInfo.of("scoring", error))
+    return 0.0

@@ -147,6 +147,7 @@ class ChatSession:
         "_segment_scope",
         "_state",
         "_trace",
+        "_untimed",
         "cancel_reason",
         "discard",
         "harness",
@@ -186,6 +187,7 @@ class ChatSession:
         self._segment_scope: trio.CancelScope | None = None
         self.discard = False  # set by Agent.run for a retried attempt: not scored
         self._may_block_at_close = type(harness).aclose is not Harness.aclose or not rubric.is_sync
+        self._untimed = timeouts.segment_s is None and timeouts.rollout_s is None
         # what a cancellation means when it closes the session (the episode knows)
         self.cancel_reason: Callable[[], str] = lambda: "cancelled"
 
@@ -268,6 +270,8 @@ class ChatSession:
         return new
 
     def _deadline(self, now: float) -> tuple[float, str | None]:
+        if self._untimed:
+            return math.inf, None
         deadline, which = math.inf, None
         if self.timeouts.segment_s is not None:
             deadline, which = now + self.timeouts.segment_s, "segment_timeout"
@@ -361,7 +365,8 @@ class ChatSession:
                     trace.stop_condition = reason
                 self._state = SessionState.CLOSED
                 start = trio.current_time()
-                await self._finalize_and_score()
+                if not self.discard:  # harness.aclose is the base no-op here
+                    await self.rubric.score(self.task, trace)  # sync scorers: no yield
             finally:
                 self._lock.release()
             self._joined(start)

@@ -65,13 +65,22 @@ def _retries_text(n: int) -> str:
     return "1 retry" if n == 1 else f"{n} retries"
 
 
-def ask_text(history: Sequence[str]) -> str:
-    """What the seat to act is asked."""
+def _ask_text(history: Sequence[str]) -> str:
     return (
         f"Betting so far: {rules.narrate(history)}. "
         f"Your legal actions: {rules.options(rules.legal_actions(history))}. "
         "Answer with exactly one bracketed action."
     )
+
+
+# a hand has only four histories at which a seat is asked: their texts, made once
+_ASKED = {history: _ask_text(history) for history in rules.OPEN_HISTORIES}
+
+
+def ask_text(history: Sequence[str]) -> str:
+    """What the seat to act is asked."""
+    text = _ASKED.get(tuple(history))
+    return text if text is not None else _ask_text(history)
 
 
 def _feedback(problem: str, history: Sequence[str], left: int) -> str:

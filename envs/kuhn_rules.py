@@ -21,6 +21,7 @@ __all__ = [
     "ACTIONS",
     "ANTE",
     "CARDS",
+    "OPEN_HISTORIES",
     "InvalidAnswer",
     "deal",
     "forfeit_payoffs",
@@ -45,6 +46,7 @@ _LEGAL: dict[tuple[str, ...], tuple[str, ...]] = {
     ("check", "bet"): ("fold", "call"),
     ("bet",): ("fold", "call"),
 }
+OPEN_HISTORIES = tuple(_LEGAL)  # the histories at which a seat is still to act
 _BRACKETED = re.compile(r"\[([^\[\]]*)\]")
 _VERB = {"check": "checks", "bet": "bets", "call": "calls", "fold": "folds"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from engine import Agent, AgentConfig, ImagePart, Task, TextPart, Trace, UserMessage
-from engine.episode import Episode
+from engine.episode import Episode, EpisodeTiming
 from engine.records import dumps_episode, loads_episode, record
 
 
@@ -24,6 +24,13 @@ async def test_trace_record_has_every_persisted_field_in_order() -> None:
     episode = await _episode()
     out = record.unstructure(episode.traces[0])
     assert list(out) == [f.name for f in attrs.fields(Trace) if f.name != "state"]
+
+
+async def test_episode_record_has_every_field_in_order() -> None:
+    episode = await _episode()
+    out = record.unstructure(episode)
+    assert list(out) == [f.name for f in attrs.fields(Episode)]
+    assert list(out["timing"]) == [f.name for f in attrs.fields(EpisodeTiming)]
 
 
 async def test_episode_round_trips_through_a_jsonl_line() -> None:
