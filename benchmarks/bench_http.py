@@ -6,12 +6,15 @@
 (c) a bare httpx2 POST (+ JSON decode) to the same server;
 (d) the ``program`` harness: ``agent.run`` spawning the reference program, which calls
     the model through the interception server;
+(d') the ``program`` harness with ``persistent = true``: one chat of ``--programs``
+    turns on one reference program (``--serve``), a turn per call;
 (e) for reference, the interception hop alone: a bare httpx2 POST to a rollout's
     endpoint on the interception server (the in-process built-in model behind it).
 
 Calls are sequential (concurrency 1), so wall time is latency. CPU is this process
 plus its finished children (the program's processes), so (d) includes the program's
-own start-up. Each figure is the median of ``--repeats`` runs after a warm-up.
+own start-up, and (d') one start-up per chat. Each figure is the median of
+``--repeats`` runs after a warm-up.
 Run: ``python benchmarks/bench_http.py`` (about a minute).
 """
 
@@ -63,6 +66,21 @@ async def measure(
         wall, cpu = time.perf_counter(), cpu_s()
         for i in range(n):
             await call(i)
+        walls.append((time.perf_counter() - wall) / n * 1e6)
+        cpus.append((cpu_s() - cpu) / n * 1e6)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+async def measure_chat(
+    chat: Callable[[int], Awaitable[None]], n: int, repeats: int
+) -> tuple[float, float]:
+    """(wall us, cpu us) per call of ``chat(n)``, which makes ``n`` calls in one
+    session: medians over ``repeats`` chats after a warm-up chat."""
+    await chat(max(2, n // 10))
+    walls, cpus = [], []
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), cpu_s()
+        await chat(n)
         walls.append((time.perf_counter() - wall) / n * 1e6)
         cpus.append((cpu_s() - cpu) / n * 1e6)
     return statistics.median(walls), statistics.median(cpus)
@@ -128,6 +146,24 @@ async def run_all(args: argparse.Namespace) -> dict[str, tuple[float, float, int
 
         results["(d) program harness (subprocess)"] = (
             *await measure(program_harness, n_proc, repeats),
+            n_proc,
+        )
+
+        persistent = Agent(
+            "q",
+            AgentConfig(model="builtin/bracket", harness="program"),
+            harness=ProgramHarness(persistent=True),
+            services=services,
+        )
+
+        async def persistent_chat(n: int) -> None:
+            async with persistent.chat(Task(0)) as session:
+                for _ in range(n):
+                    reply = await session.turn("Pick one: [check] [bet]")
+                    assert not reply.stopped, session.trace.errors
+
+        results["(d') program harness, persistent"] = (
+            *await measure_chat(persistent_chat, n_proc, repeats),
             n_proc,
         )
 

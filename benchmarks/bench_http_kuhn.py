@@ -4,10 +4,11 @@ round-trip to the same server, measured in one run (issue 6, target 2).
 (1) against ``taketurns serve`` (a separate process, so its CPU is not ours): the
     eval's CPU per model call (slope between two run sizes) vs a bare httpx2
     round-trip's client CPU, at the same concurrency.
-(2) through the interception server with the ``program`` harness: this process's CPU
-    per model call (the interception server, the harness, the episode; not the
-    programs' own CPU, which RUSAGE_SELF excludes) vs a bare httpx2 round-trip to the
-    same interception server (client and server both in this process).
+(2) through the interception server with the ``program`` harness, a process per
+    segment and (``persistent``) one per rollout: this process's CPU per model call
+    (the interception server, the harness, the episode; not the programs' own CPU,
+    which RUSAGE_SELF excludes) vs a bare httpx2 round-trip to the same interception
+    server (client and server both in this process).
 
 Run: ``python benchmarks/bench_http_kuhn.py`` (about a minute).
 """
@@ -158,16 +159,19 @@ def main() -> None:
     print(f"{'(1) Kuhn eval against taketurns serve (engine + client)':58} {e:>12.0f}")
     print(f"{'    bare httpx2 round-trip to the same server (client)':58} {b:>12.0f}")
     print(f"{'    ratio':58} {e / b:>12.2f}")
-    program = {"env": {"player0": {"harness": "program"}, "player1": {"harness": "program"}}}
-    p_engine = []
-    for _ in range(args.repeats):
-        cpu, calls = eval_cpu(args.programs, 4, program)
-        p_engine.append(cpu / calls * 1e6)
     p_bare = statistics.median(trio.run(interception_bare, 500) for _ in range(args.repeats))
-    pe = statistics.median(p_engine)
-    print(f"{'(2) Kuhn, program harness: this process per model call':58} {pe:>12.0f}")
-    print(f"{'    bare httpx2 round-trip to the interception server':58} {p_bare:>12.0f}")
-    print(f"{'    ratio':58} {pe / p_bare:>12.2f}")
+    print(f"{'(2) bare httpx2 round-trip to the interception server':58} {p_bare:>12.0f}")
+    modes = (("a process per segment", {}), ("persistent: one per rollout", {"persistent": True}))
+    for label, options in modes:
+        seat = {"harness": "program", "harness_options": options}
+        program = {"env": {"player0": seat, "player1": seat}}
+        p_engine = []
+        for _ in range(args.repeats):
+            cpu, calls = eval_cpu(args.programs, 4, program)
+            p_engine.append(cpu / calls * 1e6)
+        pe = statistics.median(p_engine)
+        print(f"{f'    Kuhn, program harness, {label}':58} {pe:>12.0f}")
+        print(f"{'      ratio':58} {pe / p_bare:>12.2f}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ the session closes, also on error and cancellation) and continues it with a resu
 flag and only the new user message. A first segment, including one opened by the
 user's message, launches fresh.
 
-Options as for ``program``; ``command`` defaults to the reference program
+Options as for ``program`` except ``persistent`` (a relaunch per segment is the
+point); ``command`` defaults to the reference program
 ``python -m harnesses.programs.stateful``.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from engine import Message, Prompt, Rollout, messages_to_wire
 from harnesses.program import ProgramHarness, write_file
@@ -27,6 +28,15 @@ class StatefulHarness(ProgramHarness):
 
     id = "stateful"
     default_command = DEFAULT_COMMAND
+
+    def __init__(
+        self,
+        command: Sequence[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        tail_chars: int = 2000,
+    ) -> None:
+        super().__init__(command, env=env, tail_chars=tail_chars)
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
         workdir, n = self._files(rollout)

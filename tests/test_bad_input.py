@@ -130,6 +130,22 @@ ENV_OPTIONS = [
     ),
     (["--env.player0.harness_options.bogus=1"], ["env.player0.harness_options", "refused"]),
     (
+        ["--env.player0.harness=program", "--env.player0.harness_options.persistent=yes"],
+        ["env.player0.harness_options", "persistent must be true or false, not 'yes'"],
+    ),
+    (
+        ["--env.player1.harness=program", "--env.player1.harness_options.tail_chars=many"],
+        ["env.player1.harness_options", "tail_chars must be a non-negative integer"],
+    ),
+    (
+        ["--env.player0.harness=program", "--env.player0.harness_options.env={ A = 1 }"],
+        ["env.player0.harness_options", "env must be a table of strings"],
+    ),
+    (
+        ["--env.player0.harness=stateful", "--env.player0.harness_options.persistent=true"],
+        ["env.player0.harness_options", "refused by harness 'stateful'", "persistent"],
+    ),
+    (
         ["--env.player0.model=gpt-4o", "--env.player0.base_url=not a url"],
         ["base_url: 'not a url' is not an http(s) URL"],
     ),

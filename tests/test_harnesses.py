@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,8 +47,10 @@ from engine import (
 from engine.cli import main
 from engine.records import read_episodes
 from harnesses.program import ProgramHarness
+from harnesses.program_process import ProgramProcess
 from harnesses.stateful import StatefulHarness
 from harnesses.tools import ToolsHarness
+from tests.procs import children, marked
 from tests.scripted import ScriptedModel, Sleep
 
 # Generous: each segment starts a Python process.
@@ -175,10 +179,13 @@ async def test_program_chat_relaunches_on_the_conversation(
     assert leftovers(scratch_root) == []
 
 
+@pytest.mark.parametrize("persistent", [False, True])
 async def test_program_calls_the_rollouts_python_tools(
-    server: InterceptionServer, scratch_root: Path
+    persistent: bool, server: InterceptionServer, scratch_root: Path
 ) -> None:
-    agent = make_agent(ProgramHarness(), server, model="builtin/tools", tools=[lookup])
+    agent = make_agent(
+        ProgramHarness(persistent=persistent), server, model="builtin/tools", tools=[lookup]
+    )
     with trio.fail_after(LIMIT):
         trace = await agent.run(Task(0, prompt="Where is order_id=A17 now?"))
     no_errors(trace)
@@ -194,11 +201,16 @@ async def test_program_calls_the_rollouts_python_tools(
     assert leftovers(scratch_root) == []
 
 
+@pytest.mark.parametrize("persistent", [False, True])
 async def test_program_stopped_by_a_limit_ends_cleanly(
-    server: InterceptionServer, scratch_root: Path
+    persistent: bool, server: InterceptionServer, scratch_root: Path
 ) -> None:
     agent = make_agent(
-        ProgramHarness(), server, model="builtin/tools", tools=[lookup], limits=Limits(max_turns=1)
+        ProgramHarness(persistent=persistent),
+        server,
+        model="builtin/tools",
+        tools=[lookup],
+        limits=Limits(max_turns=1),
     )
     with trio.fail_after(LIMIT):
         async with agent.chat(Task(0, prompt="order_id=B2")) as session:
@@ -253,11 +265,13 @@ async def test_the_reference_program_exits_3_when_refused(
     assert len(session.trace.turns) == 1
 
 
+@pytest.mark.parametrize("persistent", [False, True])
 async def test_program_survives_a_retryable_upstream_failure(
+    persistent: bool,
     server: InterceptionServer,
 ) -> None:
     model = ScriptedModel(ModelEndpointError("overloaded", status=503, retryable=True), "fine")
-    agent = make_agent(ProgramHarness(), server, client=model)
+    agent = make_agent(ProgramHarness(persistent=persistent), server, client=model)
     with trio.fail_after(LIMIT):
         trace = await agent.run(Task(0, prompt="hi"))
     # the program's retry (marked x-stainless-retry-count: 1) was a fresh attempt
@@ -267,11 +281,13 @@ async def test_program_survives_a_retryable_upstream_failure(
     assert [e.kind for e in trace.errors] == ["model"]
 
 
+@pytest.mark.parametrize("persistent", [False, True])
 async def test_program_failing_on_a_non_retryable_upstream_failure(
+    persistent: bool,
     server: InterceptionServer,
 ) -> None:
     model = ScriptedModel(ModelEndpointError("bad request", status=400, retryable=False))
-    agent = make_agent(ProgramHarness(), server, client=model)
+    agent = make_agent(ProgramHarness(persistent=persistent), server, client=model)
     with trio.fail_after(LIMIT):
         trace = await agent.run(Task(0, prompt="hi"))
     assert len(trace.turns) == 1
@@ -363,6 +379,212 @@ async def test_a_segment_timeout_stops_a_sleeping_program(
     assert reply.stopped
     assert reply.stop_condition == "segment_timeout"
     no_errors(session)
+    assert leftovers(scratch_root) == []
+
+
+# -- program, persistent: one process per rollout ----------------------------------------
+
+
+def start_log_command(log: Path, module: str = "harnesses.programs.chat") -> list[str]:
+    """Runs the reference program ``module`` after appending [cwd, argv] to ``log``:
+    one line per process started."""
+    script = (
+        "import json, os, runpy, sys\n"
+        f"with open({str(log)!r}, 'a') as f:\n"
+        "    f.write(json.dumps([os.getcwd(), sys.argv[1:]]) + '\\n')\n"
+        f"runpy.run_module({module!r}, run_name='__main__')\n"
+    )
+    return [sys.executable, "-c", script]
+
+
+def starts(log: Path) -> list[Any]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def marked_harness(command: Sequence[str] | None = None) -> tuple[ProgramHarness, str]:
+    """A persistent harness whose programs carry a fresh marker in their environment."""
+    marker = f"TAKETURNS_PERSISTENT_{uuid.uuid4().hex}"
+    return ProgramHarness(command, env={marker: "1"}, persistent=True), marker
+
+
+def program_of(session: Any) -> ProgramProcess:
+    program = session.rollout.state["program"]
+    assert isinstance(program, ProgramProcess)
+    return program
+
+
+def gone(program: ProgramProcess, marker: str) -> None:
+    """The program was reaped: not running, not a zombie child of this process."""
+    assert program.process.returncode is not None
+    assert program.process.pid not in [pid for pid, _ in children()]
+    assert marked(marker) == []
+
+
+async def test_persistent_chat_runs_every_turn_on_one_process(
+    server: InterceptionServer, scratch_root: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "starts.jsonl"
+    harness = ProgramHarness(start_log_command(log), persistent=True)
+    agent = make_agent(harness, server, model="builtin/tools", tools=[lookup])
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, system_prompt="Look orders up.")) as session:
+            one = await session.turn("order_id=A1")
+            pid = program_of(session).process.pid
+            two = await session.turn("and order_id=B2")
+            three = await session.turn("last one: order_id=C3")
+            assert program_of(session).process.pid == pid
+            workdir = session.rollout.scratch_dir()
+            assert program_of(session).process.returncode is None
+    no_errors(session)
+    assert starts(log) == [[str(workdir), ["--serve"]]]
+    for reply, order in ((one, "A1"), (two, "B2"), (three, "C3")):
+        assert roles(reply.messages) == ["assistant", "tool", "assistant"]
+        assert reply.text == "The tool said: " + json.dumps({"order": order, "status": "shipped"})
+    conversation = session.trace.messages
+    assert roles(conversation) == ["system", *(["user", "assistant", "tool", "assistant"] * 3)]
+    assert conversation[9] == UserMessage("last one: order_id=C3")
+    # every model call saw the conversation up to that point, system prompt once
+    requests = [turn.request for turn in session.trace.turns]
+    assert requests == [tuple(conversation[:n]) for n in (2, 4, 6, 8, 10, 12)]
+    assert not workdir.exists()
+    assert leftovers(scratch_root) == []
+
+
+async def test_persistent_program_is_killed_after_a_segment_timeout(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    script = "import sys, time; sys.stdin.readline(); time.sleep(60)"
+    harness, marker = marked_harness([sys.executable, "-c", script])
+    agent = make_agent(harness, server, timeouts=Timeouts(segment_s=1.0))
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="hi")) as session:
+            reply = await session.turn()
+            program = program_of(session)
+            # killed at the timeout, not at close
+            assert await program.process.wait() == -signal.SIGKILL
+    assert reply.stop_condition == "segment_timeout"
+    no_errors(session)
+    gone(program, marker)
+    assert "program" not in session.rollout.state
+    assert leftovers(scratch_root) == []
+
+
+async def test_persistent_program_is_killed_when_its_segment_is_cancelled(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    model = Arrival(Sleep(60), "never")
+    harness, marker = marked_harness()
+    agent = make_agent(harness, server, client=model)
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="hi")) as session:
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(session.turn)
+                    await model.arrived.wait()  # the program is waiting on the model
+                    scope.cancel()
+            program = program_of(session)
+            assert await program.process.wait() == -signal.SIGKILL
+            await trio.sleep(0.05)  # let the server see the cancellation
+            assert model.in_flight == 0
+    assert session.trace.stop_condition == "user_closed"
+    gone(program, marker)
+    assert leftovers(scratch_root) == []
+
+
+async def test_cancelling_a_persistent_chat_block_cleans_up(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    harness, marker = marked_harness()
+    model = Arrival("first", Sleep(60))
+    agent = make_agent(harness, server, client=model)
+    with trio.fail_after(LIMIT), trio.CancelScope() as scope:
+        async with agent.chat(Task(0, prompt="hi")) as session:
+            assert (await session.turn()).text == "first"
+            program = program_of(session)
+            model.arrived = trio.Event()  # set again by the next model call
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(session.turn, "more")
+                await model.arrived.wait()  # the same program, waiting on the model
+                scope.cancel()
+    assert scope.cancelled_caught
+    assert session.trace.stop_condition == "cancelled"
+    assert program.process.returncode == -signal.SIGKILL
+    gone(program, marker)
+    assert leftovers(scratch_root) == []
+
+
+SERVE_ONCE = """\
+import json, os, sys
+sys.stdin.readline()
+print(json.dumps({"messages": [{"role": "assistant", "content": "first"}]}), flush=True)
+sys.stderr.write("dying with " + os.environ["OPENAI_API_KEY"] + " in hand\\n")
+sys.exit(5)
+"""
+
+
+async def test_a_persistent_program_that_exits_fails_the_next_segment(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    harness, marker = marked_harness([sys.executable, "-c", SERVE_ONCE])
+    agent = make_agent(harness, server)
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="hi")) as session:
+            first = await session.turn()
+            second = await session.turn("still there?")
+            secret = session.rollout.state["endpoint"].secret
+            program = program_of(session)
+    assert first.text == "first"
+    assert second.stopped
+    assert second.stop_condition == "harness_error"
+    [error] = session.trace.errors
+    assert (error.kind, error.type) == ("harness", "HarnessError")
+    assert "exited with status 5" in error.message
+    assert "dying with *** in hand" in error.message
+    assert secret not in error.message
+    assert secret not in repr(session.trace)
+    assert session.trace.messages[-1] == UserMessage("still there?")  # not restarted
+    gone(program, marker)
+    assert leftovers(scratch_root) == []
+
+
+GARBAGE = """\
+import os, sys
+sys.stdin.readline()
+sys.stderr.write("about to answer\\n")
+print({line!r}.replace("KEY", os.environ["OPENAI_API_KEY"]), flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "not json, KEY",
+        '{"text": "KEY"}',
+        '{"messages": [{"role": "wizard", "content": "KEY"}]}',
+        '["messages", "KEY"]',
+    ],
+)
+async def test_a_persistent_program_answering_garbage_is_a_harness_error(
+    line: str, server: InterceptionServer, scratch_root: Path
+) -> None:
+    harness, marker = marked_harness([sys.executable, "-c", GARBAGE.format(line=line)])
+    agent = make_agent(harness, server)
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="hi")) as session:
+            reply = await session.turn()
+            secret = session.rollout.state["endpoint"].secret
+            program = program_of(session)
+            assert await program.process.wait() == -signal.SIGKILL  # killed, not left
+    assert reply.stop_condition == "harness_error"
+    assert reply.messages == ()
+    [error] = session.trace.errors
+    assert error.type == "HarnessError"
+    assert "answered garbage" in error.message
+    assert "about to answer" in error.message  # the stderr tail
+    assert "***" in error.message
+    assert secret not in repr(session.trace)
+    gone(program, marker)
     assert leftovers(scratch_root) == []
 
 
@@ -634,6 +856,43 @@ def test_kuhn_seats_on_served_harnesses(harness: str, tmp_path: Path, scratch_ro
     text = (out / "episodes.jsonl").read_text()
     assert "Bearer" not in text
     assert "OPENAI_API_KEY" not in text
+
+
+def test_kuhn_self_play_on_persistent_programs(tmp_path: Path, scratch_root: Path) -> None:
+    log = tmp_path / "starts.jsonl"
+    config = tmp_path / "eval.toml"
+    command = json.dumps(start_log_command(log))
+    config.write_text(
+        'env_id = "kuhn-poker"\n'
+        + "".join(
+            f'[env.{seat}]\nharness = "program"\nharness_options = {{ command = {command} }}\n'
+            for seat in ("player0", "player1")
+        )
+    )
+    out = tmp_path / "run"
+    argv = ["eval", "kuhn-poker", "-C", str(config), "-n", "20", "-o", str(out), "--no-progress"]
+    seats = ("player0", "player1")
+    persistent = [f"--env.{seat}.harness_options.persistent=true" for seat in seats]
+    assert main([*argv, *persistent]) == 0
+    episodes = list(read_episodes(out / "episodes.jsonl"))
+    assert len(episodes) == 20
+    segments = []
+    for episode in episodes:
+        assert episode["ok"]
+        assert episode["errors"] == []
+        assert sum(t["rewards"]["payoff"] for t in episode["traces"]) == 0
+        for trace in episode["traces"]:
+            assert trace["errors"] == []
+            assert trace["stop_condition"] == "user_closed"
+            segments.append(len(trace["turns"]))  # one model call per segment here
+    # one process per rollout, however many segments it ran
+    launched = starts(log)
+    assert len(launched) == len(segments) == 40
+    assert len({cwd for cwd, _ in launched}) == 40
+    assert all(argv == ["--serve"] for _, argv in launched)
+    assert max(segments) >= 2
+    assert sum(segments) > 40
+    assert leftovers(scratch_root) == []
 
 
 def test_a_failing_seat_program_from_harness_options(tmp_path: Path, scratch_root: Path) -> None:

@@ -1,3 +1,4 @@
 """Reference agent programs run out of process by the ``program`` and ``stateful``
 harnesses. They know nothing of taketurns: they read ``OPENAI_BASE_URL`` and
-``OPENAI_API_KEY`` like any OpenAI client, and exchange JSON files with the harness."""
+``OPENAI_API_KEY`` like any OpenAI client, and exchange JSON with the harness: in
+files, or (``chat --serve``) as lines on stdin and stdout."""

@@ -1,27 +1,66 @@
-"""Reference program for the ``program`` harness: one segment per process.
+"""Reference program for the ``program`` harness: the chat/tool loop, one segment per
+process or every segment of a rollout in one process.
 
 ``python -m harnesses.programs.chat --prompt-file P --output-file O`` reads
 ``{"messages": [...], "tools": [...], "tool_url": "..."}`` from P, runs the chat loop
 against ``OPENAI_BASE_URL`` and writes ``{"messages": [new assistant/tool messages]}``
-to O.
+to O; it exits 3 when the engine stopped the rollout.
+
+``python -m harnesses.programs.chat --serve`` (the harness's ``persistent`` mode)
+speaks the line protocol instead, with one HTTP client for all segments: it reads one
+prompt object per line of stdin until EOF and, per line, runs the loop and writes one
+line to stdout, ``{"messages": [...]}``, with ``"stopped": true`` when the engine
+stopped the rollout, and flushes. Nothing else goes to stdout: a stray ``print``
+lands on stderr. Any other failure ends the process (status 1, traceback on stderr),
+as in the one-segment mode.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+from typing import Any, BinaryIO
+
+import httpx2
 
 from harnesses.programs import loop
 
 
+def segment(
+    prompt: dict[str, Any], http: httpx2.Client | None = None
+) -> tuple[list[dict[str, Any]], bool]:
+    """Run the loop on one prompt object; (new messages, stopped)."""
+    return loop.run(prompt["messages"], prompt.get("tools") or [], prompt.get("tool_url"), http)
+
+
+def serve(lines: BinaryIO, out: BinaryIO) -> None:
+    """Answer one line on ``out`` for every prompt line on ``lines``, until EOF."""
+    with loop.client() as http:
+        for line in iter(lines.readline, b""):
+            new, stopped = segment(json.loads(line), http)
+            if stopped:
+                print(loop.STOPPED_NOTE, file=sys.stderr, flush=True)
+            out.write(json.dumps(loop.answer(new, stopped)).encode() + b"\n")
+            out.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--prompt-file", type=Path, required=True)
-    parser.add_argument("--output-file", type=Path, required=True)
+    parser.add_argument("--serve", action="store_true", help="the line protocol on stdin/out")
+    parser.add_argument("--prompt-file", type=Path)
+    parser.add_argument("--output-file", type=Path)
     args = parser.parse_args()
+    if args.serve:
+        out = sys.stdout.buffer
+        sys.stdout = sys.stderr  # stdout is the protocol's: anything else goes to stderr
+        serve(sys.stdin.buffer, out)
+        return
+    if args.prompt_file is None or args.output_file is None:
+        parser.error("--prompt-file and --output-file are required (or --serve)")
     prompt = json.loads(args.prompt_file.read_text(encoding="utf-8"))
-    new, stopped = loop.run(prompt["messages"], prompt.get("tools") or [], prompt.get("tool_url"))
+    new, stopped = segment(prompt)
     loop.finish(args.output_file, new, stopped)
 
 

@@ -1,8 +1,10 @@
 """The chat loop both reference programs run: call the model; when it asks for tools
 and a tool URL was given, run them there and call again; stop at a plain reply.
 
-Exit codes: 0 done; 3 the rollout was stopped by a limit (terminal, not a failure);
-1 anything else (the error is printed on stderr).
+Exit codes of a one-segment run (``finish``): 0 done; 3 the rollout was stopped by a
+limit (terminal, not a failure); 1 anything else (the error is printed on stderr). A
+serving program answers ``answer(...)`` per segment instead, and keeps one HTTP
+client (``client()``) across them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import httpx2
 
 STOPPED = 3
+STOPPED_NOTE = "the rollout was stopped by the engine"
 RETRIES = 3
 
 
@@ -53,44 +56,61 @@ def _error_type(response: httpx2.Response) -> str | None:
         return None
 
 
-def run(
-    messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_url: str | None
-) -> tuple[list[dict[str, Any]], bool]:
-    """Run the loop on ``messages``; returns (new messages, stopped)."""
-    base = os.environ["OPENAI_BASE_URL"].rstrip("/")
+def client() -> httpx2.Client:
+    """An HTTP client for the model at ``OPENAI_BASE_URL`` (with ``OPENAI_API_KEY``)."""
     key = os.environ.get("OPENAI_API_KEY", "")
+    return httpx2.Client(
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=float(os.environ.get("TAKETURNS_TIMEOUT", "600")),
+    )
+
+
+def run(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    tool_url: str | None,
+    http: httpx2.Client | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """Run the loop on ``messages`` with ``http`` (None: a client for this call
+    only); returns (new messages, stopped)."""
+    if http is None:
+        with client() as http:
+            return run(messages, tools, tool_url, http)
+    base = os.environ["OPENAI_BASE_URL"].rstrip("/")
     model = os.environ.get("OPENAI_MODEL", "agent")
     new: list[dict[str, Any]] = []
-    headers = {"Authorization": f"Bearer {key}"}
-    with httpx2.Client(
-        headers=headers, timeout=float(os.environ.get("TAKETURNS_TIMEOUT", "600"))
-    ) as client:
-        while True:
-            body: dict[str, Any] = {"model": model, "messages": messages + new}
-            if tools:
-                body["tools"] = tools
-            try:
-                answer = _post(client, f"{base}/chat/completions", body)
-            except Stopped:
-                return new, True
-            message = answer["choices"][0]["message"]
-            message = {k: v for k, v in message.items() if v is not None or k == "content"}
-            new.append(message)
-            calls = message.get("tool_calls") or []
-            if not calls or not tool_url:
-                return new, False
-            for call in calls:
-                fn = call["function"]
-                result = _post(
-                    client,
-                    tool_url,
-                    {"id": call["id"], "name": fn["name"], "arguments": fn.get("arguments", "{}")},
-                )
-                new.append(result)
+    while True:
+        body: dict[str, Any] = {"model": model, "messages": messages + new}
+        if tools:
+            body["tools"] = tools
+        try:
+            completion = _post(http, f"{base}/chat/completions", body)
+        except Stopped:
+            return new, True
+        message = completion["choices"][0]["message"]
+        message = {k: v for k, v in message.items() if v is not None or k == "content"}
+        new.append(message)
+        calls = message.get("tool_calls") or []
+        if not calls or not tool_url:
+            return new, False
+        for call in calls:
+            fn = call["function"]
+            result = _post(
+                http,
+                tool_url,
+                {"id": call["id"], "name": fn["name"], "arguments": fn.get("arguments", "{}")},
+            )
+            new.append(result)
+
+
+def answer(new: list[dict[str, Any]], stopped: bool) -> dict[str, Any]:
+    """What a segment hands back: its new messages (and ``stopped`` when it was)."""
+    return {"messages": new, "stopped": True} if stopped else {"messages": new}
 
 
 def finish(output: Path, new: list[dict[str, Any]], stopped: bool) -> None:
+    """End a one-segment run: the output file, then exit 3 if it was stopped."""
     output.write_text(json.dumps({"messages": new}), encoding="utf-8")
     if stopped:
-        print("the rollout was stopped by the engine", file=sys.stderr)
+        print(STOPPED_NOTE, file=sys.stderr)
         sys.exit(STOPPED)

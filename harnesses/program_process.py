@@ -1,0 +1,112 @@
+"""``ProgramProcess``: a persistent agent program, one JSON line in and one out per
+segment (the ``program`` harness's ``persistent`` mode; the line protocol is in
+``harnesses.program``).
+
+The program's stdin and stdout are pipes; its stderr goes to a file, so it can never
+fill a pipe nobody reads, and its tail is there to quote when something fails.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import trio
+import trio.lowlevel
+
+# How long a program that closed its stdout gets to exit before its status is read,
+# and how long reaping a killed program may take at close.
+EXIT_GRACE_S = 2.0
+REAP_S = 5.0
+_CHUNK = 65536
+
+
+class ProgramProcess:
+    """One running program. ``exchange`` sends a line and returns the program's
+    answering line, or None when the program is gone (it exited, or closed a pipe).
+    ``kill`` is for a segment that ends abnormally; ``aclose`` reaps it."""
+
+    __slots__ = ("_buffer", "process", "stderr_path")
+
+    def __init__(self, process: trio.Process, stderr_path: Path) -> None:
+        self.process = process
+        self.stderr_path = stderr_path
+        self._buffer = bytearray()  # stdout read past the last answered line
+
+    @classmethod
+    async def start(
+        cls, command: Sequence[str], *, cwd: Path, env: Mapping[str, str], stderr_path: Path
+    ) -> ProgramProcess:
+        """Start ``command`` with stdin/stdout pipes and stderr to ``stderr_path``."""
+        with stderr_path.open("wb") as stderr:  # closed once spawned: the child has a copy
+            process = await trio.lowlevel.open_process(
+                list(command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                cwd=str(cwd),
+                env=dict(env),
+            )
+        return cls(process, stderr_path)
+
+    async def exchange(self, line: bytes) -> bytes | None:
+        """Send ``line`` (newline-terminated) and read one line back, without its
+        newline. None: the program is gone."""
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None
+        assert stdout is not None
+        if self.process.poll() is not None:
+            await trio.lowlevel.checkpoint()
+            return None
+        try:
+            await stdin.send_all(line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return None
+        start = 0
+        while (end := self._buffer.find(b"\n", start)) < 0:
+            start = len(self._buffer)
+            try:
+                chunk = await stdout.receive_some(_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return None
+            if not chunk:
+                return None
+            self._buffer += chunk
+        answer = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
+        return answer
+
+    async def farewell(self) -> str:
+        """What became of a program that is gone: its exit status, once it exited
+        (waiting up to ``EXIT_GRACE_S``), or that it closed its stdin or stdout."""
+        with trio.move_on_after(EXIT_GRACE_S):
+            return f"exited with status {await self.process.wait()}"
+        return "closed its stdin or stdout"
+
+    def kill(self) -> None:
+        """Kill the program now (its protocol state is unknown); ``aclose`` reaps it."""
+        self.process.kill()
+
+    async def aclose(self) -> None:
+        """Kill the program, reap it (waiting up to ``REAP_S``) and close the pipes;
+        shielded: cleanup must finish."""
+        self.process.kill()
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(REAP_S):
+                await self.process.wait()
+            for stream in (self.process.stdin, self.process.stdout):
+                if stream is not None:
+                    await stream.aclose()
+
+    def stderr_tail(self, chars: int, secret: str) -> str:
+        """The last ``chars`` characters of the program's stderr, ``secret`` as ***.
+        Read synchronously: a failure path, a small local file."""
+        try:
+            with self.stderr_path.open("rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 4 * chars - len(secret)))
+                data = f.read()
+        except OSError:
+            return ""
+        return data.decode("utf-8", "replace").replace(secret, "***")[-chars:]
