@@ -1,5 +1,7 @@
 """taketurns' engine: the exchange on trio. Everything public is re-exported here."""
 
+import typing
+
 from engine.agent import Agent, Agents
 from engine.aio import AsyncioCancelled, run_asyncio
 from engine.builtin import BuiltinModel
@@ -56,6 +58,15 @@ from engine.taskset import (
 from engine.tools import Tool, as_tools, tool_schema
 from engine.trace import AgentStamp, EpisodeInfo, ErrorInfo, Trace, Turn, Usage
 from engine.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
+
+if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
+    from engine.client import OpenAIClient
+    from engine.interception import (
+        Endpoint,
+        InterceptionServer,
+        ServedHarness,
+        open_interception_server,
+    )
 
 # Names whose modules pull in the HTTP stack (hypercorn, quart, httpx2): imported on
 # first use so `import engine` stays light for in-process work.
