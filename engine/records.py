@@ -168,8 +168,22 @@ record.register_unstructure_hook(Episode, _episode_out)
 
 
 def dumps_episode(episode: Episode) -> str:
-    """One JSON line (no trailing newline). Values that are not JSON become strings."""
-    return orjson.dumps(_episode_out(episode), default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    """One JSON line (no trailing newline). Values that are not JSON become strings,
+    as do keys that are not strings."""
+    out = _episode_out(episode)
+    try:
+        return orjson.dumps(out, default=str).decode()
+    except TypeError:  # a key that is not a string (checking keys doubles the cost)
+        return orjson.dumps(_str_keys(out), default=str).decode()
+
+
+def _str_keys(value: Any) -> Any:
+    """``value`` with every dict key a string (``str(key)`` when it is not)."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(k): _str_keys(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_str_keys(v) for v in value]
+    return value
 
 
 def loads_episode(line: str) -> Episode:

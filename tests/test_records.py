@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import attrs
+import orjson
 
 from engine import Agent, AgentConfig, ImagePart, Task, TextPart, Trace, UserMessage
 from engine.episode import Episode, EpisodeTiming
@@ -45,3 +46,12 @@ async def test_episode_round_trips_through_a_jsonl_line() -> None:
     assert back.usage == trace.usage
     assert back.state == {}
     assert dumps_episode(again) == dumps_episode(episode)
+
+
+async def test_keys_that_are_not_strings_are_written_as_strings() -> None:
+    episode = await _episode()
+    episode.traces[0].info.update({(1, 2): "pair", 3: [{None: 1}], "o": object()})
+    info = orjson.loads(dumps_episode(episode))["traces"][0]["info"]
+    assert info["(1, 2)"] == "pair"
+    assert info["3"] == [{"None": 1}]
+    assert info["o"].startswith("<object object")
