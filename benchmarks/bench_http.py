@@ -6,21 +6,23 @@
 (c) a bare httpx2 POST (+ JSON decode) to the same server;
 (d) the ``program`` harness: ``agent.run`` spawning the reference program, which calls
     the model through the interception server;
-(d') the ``program`` harness with ``persistent = true``: one chat of ``--programs``
-    turns on one reference program (``--serve``), a turn per call;
+(d') the ``program`` harness with ``persistent = true``: ``agent.run`` on a warm
+    pooled reference program (``--serve``), which serves one rollout after another;
 (e) for reference, the interception hop alone: a bare httpx2 POST to a rollout's
     endpoint on the interception server (the in-process built-in model behind it).
 
 Calls are sequential (concurrency 1), so wall time is latency. CPU is this process
 plus its finished children (the program's processes), so (d) includes the program's
-own start-up, and (d') one start-up per chat. Each figure is the median of
-``--repeats`` runs after a warm-up.
+own start-up; for (d') plus the CPU the pooled program used meanwhile (read from
+/proc, as it is not finished). Each figure is the median of ``--repeats`` runs after
+a warm-up.
 Run: ``python benchmarks/bench_http.py`` (about a minute).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import time
@@ -55,34 +57,32 @@ def cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def pool_cpu_s(harness: ProgramHarness) -> float:
+    """CPU seconds of the harness's pooled programs so far (live: from /proc)."""
+    total = 0
+    for program in harness.pool.programs if harness.pool is not None else ():
+        with open(f"/proc/{program.process.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 async def measure(
-    call: Callable[[int], Awaitable[None]], n: int, repeats: int
+    call: Callable[[int], Awaitable[None]],
+    n: int,
+    repeats: int,
+    cpu_of: Callable[[], float] = cpu_s,
 ) -> tuple[float, float]:
     """(wall us, cpu us) per call: medians over ``repeats`` batches of ``n`` calls."""
     for i in range(max(2, n // 10)):  # warm-up: connections, imports, caches
         await call(i)
     walls, cpus = [], []
     for _ in range(repeats):
-        wall, cpu = time.perf_counter(), cpu_s()
+        wall, cpu = time.perf_counter(), cpu_of()
         for i in range(n):
             await call(i)
         walls.append((time.perf_counter() - wall) / n * 1e6)
-        cpus.append((cpu_s() - cpu) / n * 1e6)
-    return statistics.median(walls), statistics.median(cpus)
-
-
-async def measure_chat(
-    chat: Callable[[int], Awaitable[None]], n: int, repeats: int
-) -> tuple[float, float]:
-    """(wall us, cpu us) per call of ``chat(n)``, which makes ``n`` calls in one
-    session: medians over ``repeats`` chats after a warm-up chat."""
-    await chat(max(2, n // 10))
-    walls, cpus = [], []
-    for _ in range(repeats):
-        wall, cpu = time.perf_counter(), cpu_s()
-        await chat(n)
-        walls.append((time.perf_counter() - wall) / n * 1e6)
-        cpus.append((cpu_s() - cpu) / n * 1e6)
+        cpus.append((cpu_of() - cpu) / n * 1e6)
     return statistics.median(walls), statistics.median(cpus)
 
 
@@ -149,23 +149,27 @@ async def run_all(args: argparse.Namespace) -> dict[str, tuple[float, float, int
             n_proc,
         )
 
-        persistent = Agent(
+        pooled_harness = ProgramHarness(persistent=True)
+        pooled = Agent(
             "q",
             AgentConfig(model="builtin/bracket", harness="program"),
-            harness=ProgramHarness(persistent=True),
+            harness=pooled_harness,
             services=services,
         )
 
-        async def persistent_chat(n: int) -> None:
-            async with persistent.chat(Task(0)) as session:
-                for _ in range(n):
-                    reply = await session.turn("Pick one: [check] [bet]")
-                    assert not reply.stopped, session.trace.errors
+        async def pooled_run(i: int) -> None:
+            trace = await pooled.run(Task(i, prompt="Pick one: [check] [bet]"))
+            assert not trace.errors, trace.errors
 
-        results["(d') program harness, persistent"] = (
-            *await measure_chat(persistent_chat, n_proc, repeats),
-            n_proc,
-        )
+        try:
+            results["(d') program harness, pooled"] = (
+                *await measure(
+                    pooled_run, n_http, repeats, lambda: cpu_s() + pool_cpu_s(pooled_harness)
+                ),
+                n_http,
+            )
+        finally:
+            await pooled_harness.shutdown()
 
         served = Agent(
             "s", AgentConfig(model="builtin/bracket"), harness=Register(), services=services
@@ -193,7 +197,7 @@ async def run_all(args: argparse.Namespace) -> dict[str, tuple[float, float, int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fast", type=int, default=2000, help="calls per batch for (a)")
-    parser.add_argument("--http", type=int, default=300, help="calls per batch, (b) (c) (e)")
+    parser.add_argument("--http", type=int, default=300, help="calls per batch, (b) (c) (d') (e)")
     parser.add_argument("--programs", type=int, default=15, help="calls per batch for (d)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

@@ -5,12 +5,14 @@ round-trip to the same server, measured in one run (issue 6, target 2).
     eval's CPU per model call (slope between two run sizes) vs a bare httpx2
     round-trip's client CPU, at the same concurrency.
 (2) through the interception server with the ``program`` harness, a process per
-    segment and (``persistent``) one per rollout: this process's CPU per model call
-    (the interception server, the harness, the episode; not the programs' own CPU,
-    which RUSAGE_SELF excludes) vs a bare httpx2 round-trip to the same interception
-    server (client and server both in this process).
+    segment and (``persistent``) a pool of serving programs per seat, shared by its
+    rollouts: this process's CPU per model call (the interception server, the
+    harness, the episode; not the programs' own CPU, which RUSAGE_SELF excludes) vs a
+    bare httpx2 round-trip to the same interception server (client and server both in
+    this process). The pooled row is a whole run of ``--pooled`` episodes, its
+    program starts (at most 2 seats x concurrency 4) and eval setup included.
 
-Run: ``python benchmarks/bench_http_kuhn.py`` (about a minute).
+Run: ``python benchmarks/bench_http_kuhn.py`` (about a minute and a half).
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=100)
     parser.add_argument("--large", type=int, default=400)
     parser.add_argument("--programs", type=int, default=8, help="program-harness episodes")
+    parser.add_argument("--pooled", type=int, default=200, help="pooled-program episodes")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     BODIES.extend(kuhn_bodies())
@@ -161,16 +164,19 @@ def main() -> None:
     print(f"{'    ratio':58} {e / b:>12.2f}")
     p_bare = statistics.median(trio.run(interception_bare, 500) for _ in range(args.repeats))
     print(f"{'(2) bare httpx2 round-trip to the interception server':58} {p_bare:>12.0f}")
-    modes = (("a process per segment", {}), ("persistent: one per rollout", {"persistent": True}))
-    for label, options in modes:
+    modes = (
+        ("a process per segment", args.programs, {}),
+        ("pooled (persistent)", args.pooled, {"persistent": True}),
+    )
+    for label, episodes, options in modes:
         seat = {"harness": "program", "harness_options": options}
         program = {"env": {"player0": seat, "player1": seat}}
         p_engine = []
         for _ in range(args.repeats):
-            cpu, calls = eval_cpu(args.programs, 4, program)
+            cpu, calls = eval_cpu(episodes, 4, program)
             p_engine.append(cpu / calls * 1e6)
         pe = statistics.median(p_engine)
-        print(f"{f'    Kuhn, program harness, {label}':58} {pe:>12.0f}")
+        print(f"{f'    Kuhn, program harness, {label} (n={episodes})':58} {pe:>12.0f}")
         print(f"{'      ratio':58} {pe / p_bare:>12.2f}")
 
 

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 import attrs
+import trio
 
 from engine.boundary import ModelBoundary
 from engine.messages import Message, SystemMessage
@@ -141,7 +142,8 @@ class Harness(abc.ABC):
     ``aclose`` are optional. ``launch``/``resume`` may raise anything: the session
     records the error and ends the run; ``RolloutStopped`` ends it with that stop
     condition. Harness instances are shared between rollouts: keep per-rollout state
-    on the ``Rollout`` or in its scratch directory."""
+    on the ``Rollout`` or in its scratch directory, and release what is shared in
+    ``shutdown``."""
 
     id: ClassVar[str] = ""
 
@@ -157,6 +159,14 @@ class Harness(abc.ABC):
 
     async def aclose(self, rollout: Rollout) -> None:  # noqa: B027 - optional hook
         """Finalize the rollout at session close (inside a shielded, timed scope)."""
+
+    async def shutdown(self) -> None:
+        """Release what the harness holds across its rollouts (a pool of programs,
+        say). The eval runner calls it once, shielded, after the last session of every
+        agent using this instance has closed, also when the eval fails or is
+        cancelled; outside an eval, call it yourself when done with the harness.
+        Default: nothing (a checkpoint)."""
+        await trio.lowlevel.checkpoint()
 
 
 @functools.cache

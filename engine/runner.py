@@ -152,9 +152,12 @@ class Plan:
         return any(isinstance(a.harness, ServedHarness) for a in self.agents.values())
 
     async def aclose(self) -> None:
+        """Close the model clients, then shut each distinct harness down; shielded."""
         with trio.CancelScope(shield=True):
             for client in self.clients.values():
                 await client.aclose()
+            for harness in {id(a.harness): a.harness for a in self.agents.values()}.values():
+                await harness.shutdown()
 
 
 def make_env(config: EvalConfig) -> Env:

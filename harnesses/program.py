@@ -1,36 +1,53 @@
 """The ``program`` harness: runs an external agent program against the interception
 server.
 
-The program runs in the rollout's scratch directory, with ``OPENAI_BASE_URL`` /
-``OPENAI_API_KEY`` pointing at the interception server and the rollout's own secret
-(``OPENAI_MODEL`` names the model). Each segment hands it the prompt (for a
-continuation, the accreted conversation) as ``{"messages": [...], "tools": [...],
-"tool_url": "..."}`` (``tools`` and ``tool_url`` only when the rollout has tools) and
-takes back ``{"messages": [...]}``: the assistant and tool messages it produced, in
-OpenAI chat format.
+Each segment hands the program the prompt (for a continuation, the accreted
+conversation) as ``{"messages": [...], "tools": [...], "tool_url": "..."}`` (``tools``
+and ``tool_url`` only when the rollout has tools) and takes back ``{"messages":
+[...]}``: the assistant and tool messages it produced, in OpenAI chat format.
 
 Per segment (the default), the program is started with ``--prompt-file P
---output-file O`` and exchanges those JSON objects through the two files; it exits
-when done. A non-zero exit is a harness error, except when the engine stopped the
-rollout (a limit or ``@stop``): then the run ends with that stop condition; and when
-the program gave up on a failed model call, a model error.
+--output-file O`` in the rollout's scratch directory, with ``OPENAI_BASE_URL`` /
+``OPENAI_API_KEY`` pointing at the interception server and the rollout's own secret
+(``OPENAI_MODEL`` names the model), and exchanges those JSON objects through the two
+files; it exits when done. A non-zero exit is a harness error, except when the engine
+stopped the rollout (a limit or ``@stop``): then the run ends with that stop
+condition; and when the program gave up on a failed model call, a model error.
 
-Persistent (``persistent = true``), the program is started once per rollout, with
-``--serve``, and serves every segment of it on a line protocol: per segment the
-harness writes the prompt object as ONE line of JSON to the program's stdin, and the
-program answers ONE line of JSON on its stdout, ``{"messages": [...]}``, adding
-``"stopped": true`` when the server refused a call with ``type: rollout_stopped``.
-The program keeps reading until stdin reaches EOF; nothing else may go to its stdout
-(stderr goes to a file in the scratch directory, quoted on failure). The program
-exiting, an answer that is not such an object, or ``stopped`` are classified as a
-non-zero exit is; a program that died between segments fails the next one (it is not
-restarted). A segment that ends abnormally (timeout, cancellation, failure) kills the
-program; the rest are killed when the session closes.
+Persistent (``persistent = true``), the harness instance keeps a pool of programs
+started ``command --serve`` (``harnesses.program_pool``), shared by all of its
+rollouts: the harness is stateless, every segment carries the whole conversation, so
+a program belongs to no rollout. A segment takes an idle program (or starts one when
+none is idle) and speaks a line protocol with it: the harness writes ONE line of JSON
+to the program's stdin, the prompt object plus the rollout's endpoint, ``{"base_url":
+..., "api_key": ..., "model": ..., "messages": [...], "tools": [...], "tool_url":
+...}``, and the program answers ONE line of JSON on its stdout, ``{"messages":
+[...]}``, adding ``"stopped": true`` when the server refused a call with ``type:
+rollout_stopped``; the program then goes back to the pool. The program must call the
+model at that line's ``base_url`` with that line's ``api_key`` as bearer token (the
+key routes each call to its own rollout's trace; ``OPENAI_*`` are not set), keep
+reading until stdin reaches EOF, and print nothing else to stdout. Its working
+directory and stderr file are its own, in the pool's temp directory, and kept across
+the segments it serves.
+
+The program exiting, an answer that is not such an object, or ``stopped`` are
+classified as a non-zero exit is, quoting what the program wrote to stderr during the
+segment, with the rollout's secret as ``***``. (Residual risk: a program that writes
+*another* rollout's key to stderr, say one it kept from an earlier line, would have
+it quoted; programs should not log keys.) A segment that is cancelled, times out or
+gets garbage or nothing back kills its program (its protocol state is unknown); the
+next segment starts a fresh one. A program that died while idle is replaced
+transparently. ``shutdown()`` kills and reaps every program and removes the pool's
+directory; the eval runner calls it when the eval ends (outside an eval, call it
+when done with the harness; a later segment opens a new pool). A program also exits
+when its stdin reaches EOF, so a crashed parent leaves none behind.
 
 Options (``--env.<role>.harness_options.<name>=...``): ``command`` (argv list;
 default: the reference program ``python -m harnesses.programs.chat``), ``env``
 (extra environment variables), ``tail_chars`` (how much stderr/stdout to keep on
-failure), ``persistent`` (true: one process per rollout, as above).
+failure), ``persistent`` (true: the pool above), ``max_programs`` (with
+``persistent``: how many programs may exist at once, a segment waiting for one while
+that many are busy; default: as many as segments run at once).
 """
 
 from __future__ import annotations
@@ -42,6 +59,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import orjson
 import trio
 
 from engine import (
@@ -57,11 +75,13 @@ from engine import (
     messages_from_wire,
     messages_to_wire,
 )
+from harnesses.program_pool import ProgramPool
 from harnesses.program_process import ProgramProcess
 
 DEFAULT_COMMAND = (sys.executable, "-m", "harnesses.programs.chat")
 SERVE_FLAG = "--serve"
-STDERR_FILE = "program-stderr.log"
+# a pooled program gets its endpoint per line; these would name no rollout
+ENDPOINT_VARS = frozenset({"OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"})
 
 
 def write_file(path: Path, text: str) -> None:
@@ -80,10 +100,14 @@ def _refuse(option: str, value: Any, expected: str) -> HarnessError:
     return HarnessError(f"harness option {option} must be {expected}, not {value!r}")
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class ProgramHarness(ServedHarness):
     """Runs an external agent program (``command``; None: the reference chat/tool
-    loop) against the interception server: per segment, or once per rollout when
-    ``persistent``."""
+    loop) against the interception server: per segment, or on a pool of serving
+    programs shared by the harness's rollouts when ``persistent``."""
 
     id = "program"
     default_command: ClassVar[tuple[str, ...]] = DEFAULT_COMMAND
@@ -95,6 +119,7 @@ class ProgramHarness(ServedHarness):
         env: Mapping[str, str] | None = None,
         tail_chars: int = 2000,
         persistent: bool = False,
+        max_programs: int | None = None,
     ) -> None:
         if command is None:
             command = self.default_command
@@ -104,14 +129,20 @@ class ProgramHarness(ServedHarness):
             isinstance(v, str) for v in (env or {}).values()
         ):
             raise _refuse("env", env, "a table of strings")
-        if not isinstance(tail_chars, int) or isinstance(tail_chars, bool) or tail_chars < 0:
+        if not _count(tail_chars) or tail_chars < 0:
             raise _refuse("tail_chars", tail_chars, "a non-negative integer")
         if not isinstance(persistent, bool):
             raise _refuse("persistent", persistent, "true or false")
+        if max_programs is not None and (not _count(max_programs) or max_programs < 1):
+            raise _refuse("max_programs", max_programs, "a positive integer")
+        if max_programs is not None and not persistent:
+            raise HarnessError("harness option max_programs needs persistent = true")
         self.command = [str(c) for c in command]
         self.env = dict(env or {})
         self.tail_chars = tail_chars
         self.persistent = persistent
+        self.max_programs = max_programs
+        self.pool: ProgramPool | None = None  # opened by the first pooled segment
 
     def _files(self, rollout: Rollout) -> tuple[Path, int]:
         n = rollout.state.get("segments", 0)
@@ -181,56 +212,80 @@ class ProgramHarness(ServedHarness):
             raise HarnessError(f"{self.command[-1]} exited 0 but wrote no output file")
         self._settle(rollout, turns_before, produced, failure)
 
+    # -- persistent: the pool ---------------------------------------------------------
+
+    def _open_pool(self) -> ProgramPool:
+        env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_VARS}
+        env.update(self.env)
+        self.pool = ProgramPool(
+            [*self.command, SERVE_FLAG], env=env, max_programs=self.max_programs
+        )
+        return self.pool
+
     async def serve_segment(self, rollout: Rollout, body: dict[str, Any]) -> None:
-        """One segment on the rollout's persistent program (started on first use):
-        one line out, one line back; emit its messages. Raises as ``run_program``."""
-        secret = self.endpoint(rollout).secret
+        """One segment on a pooled program: one line out (``body`` plus the rollout's
+        endpoint), one line back; emit its messages. Raises as ``run_program``."""
+        endpoint = self.endpoint(rollout)
+        body["base_url"] = endpoint.base_url
+        body["api_key"] = endpoint.secret
+        body["model"] = rollout.boundary.model
+        line = orjson.dumps(body) + b"\n"
+        pool = self.pool if self.pool is not None else self._open_pool()
         turns_before = len(rollout.trace.turns)
-        program: ProgramProcess | None = rollout.state.get("program")
-        produced: list[Message] = []
-        failure: str | None
+        program: ProgramProcess | None = None
         try:
-            if program is None:
-                program = await self._start(rollout)
-            answer = await program.exchange(json.dumps(body).encode() + b"\n")
-            if answer is None:
-                failure = f"{self.command[-1]} {await program.farewell()}"
-            else:
-                produced, failure = self._parse_answer(answer, secret)
+            program = await pool.take()
+            produced, failure, answered = await self._exchange(program, line, endpoint.secret)
         except BaseException:
-            if program is not None:
-                program.kill()  # cancelled mid-exchange: its protocol state is unknown
+            if program is not None:  # cancelled mid-exchange: its protocol state is unknown
+                await pool.discard(program)
             raise
         finally:
             self.end_segment(rollout)
-        if failure is not None:
-            program.kill()
-            failure += f"; stderr tail: {program.stderr_tail(self.tail_chars, secret)!r}"
+        if answered:
+            pool.give_back(program)
+        else:
+            await pool.discard(program)
         self._settle(rollout, turns_before, produced, failure)
 
-    async def _start(self, rollout: Rollout) -> ProgramProcess:
-        workdir = rollout.scratch_dir()
-        program = await ProgramProcess.start(
-            [*self.command, SERVE_FLAG],
-            cwd=workdir,
-            env=self._environment(rollout),
-            stderr_path=workdir / STDERR_FILE,
-        )
-        rollout.state["program"] = program
-        return program
+    async def _exchange(
+        self, program: ProgramProcess, line: bytes, secret: str
+    ) -> tuple[list[Message], str | None, bool]:
+        """(messages, failure, whether the program answered a well-formed line)."""
+        answer = await program.exchange(line)
+        if answer is None:
+            produced: list[Message] = []
+            failure: str | None = f"{self.command[-1]} {await program.farewell()}"
+            answered = False
+        else:
+            produced, failure, answered = self._parse_answer(answer, secret)
+        if failure is not None:
+            failure += f"; stderr tail: {program.stderr_tail(self.tail_chars, secret)!r}"
+        return produced, failure, answered
 
-    def _parse_answer(self, answer: bytes, secret: str) -> tuple[list[Message], str | None]:
-        """(messages, failure) from the program's answer line."""
+    def _parse_answer(self, answer: bytes, secret: str) -> tuple[list[Message], str | None, bool]:
+        """(messages, failure, well-formed) from the program's answer line."""
         try:
-            raw = json.loads(answer)
+            raw = orjson.loads(answer)
             produced = messages_from_wire(raw["messages"], "answer.messages")
         except (ValueError, KeyError, TypeError) as exc:
             quoted = _tail(answer, self.tail_chars, secret)
             garbage = str(exc).replace(secret, "***")
-            return [], f"{self.command[-1]} answered garbage ({garbage}): {quoted!r}"
+            return [], f"{self.command[-1]} answered garbage ({garbage}): {quoted!r}", False
         if raw.get("stopped"):
-            return produced, f"{self.command[-1]} reported the rollout stopped"
-        return produced, None
+            return produced, f"{self.command[-1]} reported the rollout stopped", True
+        return produced, None, True
+
+    async def shutdown(self) -> None:
+        """Close the pool, if one is open: every program killed and reaped, its
+        directory removed. A later pooled segment opens a new pool."""
+        pool, self.pool = self.pool, None
+        if pool is None:
+            await trio.lowlevel.checkpoint()
+            return
+        await pool.aclose()
+
+    # -- both -------------------------------------------------------------------------
 
     def _settle(
         self, rollout: Rollout, turns_before: int, produced: list[Message], failure: str | None
@@ -251,14 +306,6 @@ class ProgramHarness(ServedHarness):
             rollout.trace.errors.append(ErrorInfo("harness", failure, "HarnessError"))
             raise ModelEndpointError(f"the model endpoint failed; {failure}")
         raise HarnessError(failure)
-
-    async def aclose(self, rollout: Rollout) -> None:
-        program: ProgramProcess | None = rollout.state.pop("program", None)
-        try:
-            if program is not None:
-                await program.aclose()
-        finally:
-            await super().aclose(rollout)
 
     @staticmethod
     def _read_output(output: Path) -> list[Message]:

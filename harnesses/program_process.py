@@ -1,6 +1,6 @@
-"""``ProgramProcess``: a persistent agent program, one JSON line in and one out per
+"""``ProgramProcess``: one serving agent program, one JSON line in and one out per
 segment (the ``program`` harness's ``persistent`` mode; the line protocol is in
-``harnesses.program``).
+``harnesses.program``, the pool that owns these in ``harnesses.program_pool``).
 
 The program's stdin and stdout are pipes; its stderr goes to a file, so it can never
 fill a pipe nobody reads, and its tail is there to quote when something fails.
@@ -17,7 +17,7 @@ import trio
 import trio.lowlevel
 
 # How long a program that closed its stdout gets to exit before its status is read,
-# and how long reaping a killed program may take at close.
+# and how long reaping a killed program may take.
 EXIT_GRACE_S = 2.0
 REAP_S = 5.0
 _CHUNK = 65536
@@ -26,20 +26,23 @@ _CHUNK = 65536
 class ProgramProcess:
     """One running program. ``exchange`` sends a line and returns the program's
     answering line, or None when the program is gone (it exited, or closed a pipe).
-    ``kill`` is for a segment that ends abnormally; ``aclose`` reaps it."""
+    ``aclose`` kills and reaps it."""
 
-    __slots__ = ("_buffer", "process", "stderr_path")
+    __slots__ = ("_buffer", "_stderr_mark", "process", "stderr_path", "workdir")
 
-    def __init__(self, process: trio.Process, stderr_path: Path) -> None:
+    def __init__(self, process: trio.Process, workdir: Path, stderr_path: Path) -> None:
         self.process = process
+        self.workdir = workdir
         self.stderr_path = stderr_path
         self._buffer = bytearray()  # stdout read past the last answered line
+        self._stderr_mark = 0  # where the current segment's stderr starts
 
     @classmethod
     async def start(
         cls, command: Sequence[str], *, cwd: Path, env: Mapping[str, str], stderr_path: Path
     ) -> ProgramProcess:
-        """Start ``command`` with stdin/stdout pipes and stderr to ``stderr_path``."""
+        """Start ``command`` in ``cwd`` with stdin/stdout pipes and stderr to
+        ``stderr_path``."""
         with stderr_path.open("wb") as stderr:  # closed once spawned: the child has a copy
             process = await trio.lowlevel.open_process(
                 list(command),
@@ -49,7 +52,20 @@ class ProgramProcess:
                 cwd=str(cwd),
                 env=dict(env),
             )
-        return cls(process, stderr_path)
+        return cls(process, cwd, stderr_path)
+
+    @property
+    def alive(self) -> bool:
+        """Not exited yet (as far as a non-blocking wait can tell)."""
+        return self.process.poll() is None
+
+    def mark_stderr(self) -> None:
+        """A segment begins: failures quote only what stderr gets from now on (a
+        program serves many rollouts; what it wrote for others is not this one's)."""
+        try:
+            self._stderr_mark = os.stat(self.stderr_path).st_size
+        except OSError:
+            self._stderr_mark = 0
 
     async def exchange(self, line: bytes) -> bytes | None:
         """Send ``line`` (newline-terminated) and read one line back, without its
@@ -57,9 +73,6 @@ class ProgramProcess:
         stdin, stdout = self.process.stdin, self.process.stdout
         assert stdin is not None
         assert stdout is not None
-        if self.process.poll() is not None:
-            await trio.lowlevel.checkpoint()
-            return None
         try:
             await stdin.send_all(line)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -86,7 +99,7 @@ class ProgramProcess:
         return "closed its stdin or stdout"
 
     def kill(self) -> None:
-        """Kill the program now (its protocol state is unknown); ``aclose`` reaps it."""
+        """Kill the program now; ``aclose`` reaps it."""
         self.process.kill()
 
     async def aclose(self) -> None:
@@ -101,11 +114,13 @@ class ProgramProcess:
                     await stream.aclose()
 
     def stderr_tail(self, chars: int, secret: str) -> str:
-        """The last ``chars`` characters of the program's stderr, ``secret`` as ***.
-        Read synchronously: a failure path, a small local file."""
+        """The last ``chars`` characters of what the program wrote to stderr since
+        ``mark_stderr``, ``secret`` as ***. Read synchronously: a failure path, a small
+        local file."""
         try:
             with self.stderr_path.open("rb") as f:
-                f.seek(max(0, os.fstat(f.fileno()).st_size - 4 * chars - len(secret)))
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(self._stderr_mark, size - 4 * chars - len(secret)))
                 data = f.read()
         except OSError:
             return ""

@@ -5,9 +5,9 @@ the session closes, also on error and cancellation) and continues it with a resu
 flag and only the new user message. A first segment, including one opened by the
 user's message, launches fresh.
 
-Options as for ``program`` except ``persistent`` (a relaunch per segment is the
-point); ``command`` defaults to the reference program
-``python -m harnesses.programs.stateful``.
+Options as for ``program`` except ``persistent`` and ``max_programs``: no pool of
+shared programs (a relaunch per segment on the rollout's own session is the point);
+``command`` defaults to the reference program ``python -m harnesses.programs.stateful``.
 """
 
 from __future__ import annotations

@@ -146,6 +146,22 @@ ENV_OPTIONS = [
         ["env.player0.harness_options", "refused by harness 'stateful'", "persistent"],
     ),
     (
+        [
+            "--env.player0.harness=program",
+            "--env.player0.harness_options.persistent=true",
+            "--env.player0.harness_options.max_programs=0",
+        ],
+        ["env.player0.harness_options", "max_programs must be a positive integer, not 0"],
+    ),
+    (
+        ["--env.player0.harness=program", "--env.player0.harness_options.max_programs=2"],
+        ["env.player0.harness_options", "max_programs needs persistent = true"],
+    ),
+    (
+        ["--env.player0.harness=stateful", "--env.player0.harness_options.max_programs=2"],
+        ["env.player0.harness_options", "refused by harness 'stateful'", "max_programs"],
+    ),
+    (
         ["--env.player0.model=gpt-4o", "--env.player0.base_url=not a url"],
         ["base_url: 'not a url' is not an http(s) URL"],
     ),

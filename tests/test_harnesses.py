@@ -12,14 +12,17 @@ import os
 import signal
 import sys
 import tempfile
+import tomllib
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 import trio.lowlevel
+import trio.testing
 
 from engine import (
     Agent,
@@ -45,8 +48,13 @@ from engine import (
     text_of,
 )
 from engine.cli import main
+from engine.output import RunDir
 from engine.records import read_episodes
+from engine.runner import Plan, make_env, run_eval
+from engine.settings import load_eval_config
+from envs.kuhn import KuhnConfig
 from harnesses.program import ProgramHarness
+from harnesses.program_pool import ProgramPool
 from harnesses.program_process import ProgramProcess
 from harnesses.stateful import StatefulHarness
 from harnesses.tools import ToolsHarness
@@ -181,11 +189,10 @@ async def test_program_chat_relaunches_on_the_conversation(
 
 @pytest.mark.parametrize("persistent", [False, True])
 async def test_program_calls_the_rollouts_python_tools(
-    persistent: bool, server: InterceptionServer, scratch_root: Path
+    persistent: bool, pools: Pools, server: InterceptionServer, scratch_root: Path
 ) -> None:
-    agent = make_agent(
-        ProgramHarness(persistent=persistent), server, model="builtin/tools", tools=[lookup]
-    )
+    harness = pools() if persistent else ProgramHarness()
+    agent = make_agent(harness, server, model="builtin/tools", tools=[lookup])
     with trio.fail_after(LIMIT):
         trace = await agent.run(Task(0, prompt="Where is order_id=A17 now?"))
     no_errors(trace)
@@ -198,15 +205,17 @@ async def test_program_calls_the_rollouts_python_tools(
     assert len(trace.turns) == 2
     assert trace.turns[0].tools == ("lookup",)
     assert trace.turns[1].request[-1] == trace.messages[2]
+    await pools.close()
     assert leftovers(scratch_root) == []
 
 
 @pytest.mark.parametrize("persistent", [False, True])
 async def test_program_stopped_by_a_limit_ends_cleanly(
-    persistent: bool, server: InterceptionServer, scratch_root: Path
+    persistent: bool, pools: Pools, server: InterceptionServer, scratch_root: Path
 ) -> None:
+    harness = pools() if persistent else ProgramHarness()
     agent = make_agent(
-        ProgramHarness(persistent=persistent),
+        harness,
         server,
         model="builtin/tools",
         tools=[lookup],
@@ -224,6 +233,9 @@ async def test_program_stopped_by_a_limit_ends_cleanly(
     assert session.trace.stop_condition == "max_turns"
     assert len(session.trace.turns) == 1
     no_errors(session)  # exit status 3 after a refusal is not a harness error
+    if persistent:  # it answered "stopped" on its line: it serves on
+        assert len(pool_of(harness).idle) == 1
+        await pools.close()
     assert leftovers(scratch_root) == []
 
 
@@ -268,10 +280,11 @@ async def test_the_reference_program_exits_3_when_refused(
 @pytest.mark.parametrize("persistent", [False, True])
 async def test_program_survives_a_retryable_upstream_failure(
     persistent: bool,
+    pools: Pools,
     server: InterceptionServer,
 ) -> None:
     model = ScriptedModel(ModelEndpointError("overloaded", status=503, retryable=True), "fine")
-    agent = make_agent(ProgramHarness(persistent=persistent), server, client=model)
+    agent = make_agent(pools() if persistent else ProgramHarness(), server, client=model)
     with trio.fail_after(LIMIT):
         trace = await agent.run(Task(0, prompt="hi"))
     # the program's retry (marked x-stainless-retry-count: 1) was a fresh attempt
@@ -284,10 +297,11 @@ async def test_program_survives_a_retryable_upstream_failure(
 @pytest.mark.parametrize("persistent", [False, True])
 async def test_program_failing_on_a_non_retryable_upstream_failure(
     persistent: bool,
+    pools: Pools,
     server: InterceptionServer,
 ) -> None:
     model = ScriptedModel(ModelEndpointError("bad request", status=400, retryable=False))
-    agent = make_agent(ProgramHarness(persistent=persistent), server, client=model)
+    agent = make_agent(pools() if persistent else ProgramHarness(), server, client=model)
     with trio.fail_after(LIMIT):
         trace = await agent.run(Task(0, prompt="hi"))
     assert len(trace.turns) == 1
@@ -382,7 +396,7 @@ async def test_a_segment_timeout_stops_a_sleeping_program(
     assert leftovers(scratch_root) == []
 
 
-# -- program, persistent: one process per rollout ----------------------------------------
+# -- program, persistent: a pool of programs shared by the harness's rollouts ------------
 
 
 def start_log_command(log: Path, module: str = "harnesses.programs.chat") -> list[str]:
@@ -398,45 +412,112 @@ def start_log_command(log: Path, module: str = "harnesses.programs.chat") -> lis
 
 
 def starts(log: Path) -> list[Any]:
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def marked_harness(command: Sequence[str] | None = None) -> tuple[ProgramHarness, str]:
-    """A persistent harness whose programs carry a fresh marker in their environment."""
-    marker = f"TAKETURNS_PERSISTENT_{uuid.uuid4().hex}"
-    return ProgramHarness(command, env={marker: "1"}, persistent=True), marker
+# A serving program that answers "<pid>: <text>" to the last message's text without
+# calling the model, except: "die" exits 5 (its key on stderr), "hang" never answers.
+ECHO_SERVER = """\
+import json, os, sys, time
+for line in iter(sys.stdin.readline, ""):
+    prompt = json.loads(line)
+    text = prompt["messages"][-1]["content"]
+    sys.stderr.write("serving " + text + "\\n")
+    sys.stderr.flush()
+    if text == "die":
+        sys.stderr.write("dying with " + prompt["api_key"] + " in hand\\n")
+        sys.exit(5)
+    if text == "hang":
+        time.sleep(60)
+    answer = {"role": "assistant", "content": f"{os.getpid()}: {text}"}
+    print(json.dumps({"messages": [answer]}), flush=True)
+"""
 
 
-def program_of(session: Any) -> ProgramProcess:
-    program = session.rollout.state["program"]
-    assert isinstance(program, ProgramProcess)
-    return program
+def pid_of(reply_or_trace: Any) -> int:
+    text = getattr(reply_or_trace, "text", None) or reply_or_trace.last_text
+    return int(text.split(":")[0])
 
 
-def gone(program: ProgramProcess, marker: str) -> None:
-    """The program was reaped: not running, not a zombie child of this process."""
+class Pools:
+    """Makes pooled harnesses whose programs carry a fresh marker in their
+    environment; ``close`` shuts them all down and checks nothing is left."""
+
+    def __init__(self) -> None:
+        self.marker = f"TAKETURNS_POOLED_{uuid.uuid4().hex}"
+        self.made: list[ProgramHarness] = []
+
+    def __call__(self, command: Sequence[str] | None = None, **options: Any) -> ProgramHarness:
+        harness = ProgramHarness(command, env={self.marker: "1"}, persistent=True, **options)
+        self.made.append(harness)
+        return harness
+
+    def alive(self) -> list[int]:
+        return marked(self.marker)
+
+    async def close(self) -> None:
+        pools = [h.pool for h in self.made if h.pool is not None]
+        programs = [p for pool in pools for p in pool.programs]
+        for harness in self.made:
+            await harness.shutdown()
+        for program in programs:
+            gone(program)
+        assert self.alive() == []
+        assert all(pool.directory is None for pool in pools)
+
+
+@pytest.fixture
+async def pools() -> AsyncIterator[Pools]:
+    made = Pools()
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+def pool_of(harness: ProgramHarness) -> ProgramPool:
+    assert harness.pool is not None
+    return harness.pool
+
+
+def gone(program: ProgramProcess) -> None:
+    """The program was reaped: not running, not a zombie child of this process, its
+    files removed."""
     assert program.process.returncode is not None
     assert program.process.pid not in [pid for pid, _ in children()]
-    assert marked(marker) == []
+    assert not program.workdir.exists()
+    assert not program.stderr_path.exists()
 
 
-async def test_persistent_chat_runs_every_turn_on_one_process(
-    server: InterceptionServer, scratch_root: Path, tmp_path: Path
+async def warm(harness: ProgramHarness, server: InterceptionServer, n: int) -> None:
+    """Run ``n`` segments at once, so the pool holds ``n`` idle programs."""
+    agent = make_agent(harness, server)
+    async with trio.open_nursery() as nursery:
+        for i in range(n):
+            nursery.start_soon(agent.run, Task(i, prompt=f"warm {i}"))
+    assert len(pool_of(harness).idle) == n
+
+
+async def test_pooled_chat_runs_every_turn_on_one_warm_program(
+    pools: Pools, server: InterceptionServer, scratch_root: Path, tmp_path: Path
 ) -> None:
     log = tmp_path / "starts.jsonl"
-    harness = ProgramHarness(start_log_command(log), persistent=True)
+    harness = pools(start_log_command(log))
     agent = make_agent(harness, server, model="builtin/tools", tools=[lookup])
     with trio.fail_after(LIMIT):
         async with agent.chat(Task(0, system_prompt="Look orders up.")) as session:
             one = await session.turn("order_id=A1")
-            pid = program_of(session).process.pid
             two = await session.turn("and order_id=B2")
             three = await session.turn("last one: order_id=C3")
-            assert program_of(session).process.pid == pid
             workdir = session.rollout.scratch_dir()
-            assert program_of(session).process.returncode is None
+        again = await agent.run(Task(1, prompt="order_id=D4"))  # another rollout, same program
     no_errors(session)
-    assert starts(log) == [[str(workdir), ["--serve"]]]
+    no_errors(again)
+    pool = pool_of(harness)
+    directory = pool.directory
+    assert directory is not None
+    [(cwd, argv)] = starts(log)
+    assert (Path(cwd).parent, argv) == (directory, ["--serve"])  # its own dir in the pool's
     for reply, order in ((one, "A1"), (two, "B2"), (three, "C3")):
         assert roles(reply.messages) == ["assistant", "tool", "assistant"]
         assert reply.text == "The tool said: " + json.dumps({"order": order, "status": "shipped"})
@@ -446,112 +527,89 @@ async def test_persistent_chat_runs_every_turn_on_one_process(
     # every model call saw the conversation up to that point, system prompt once
     requests = [turn.request for turn in session.trace.turns]
     assert requests == [tuple(conversation[:n]) for n in (2, 4, 6, 8, 10, 12)]
-    assert not workdir.exists()
+    assert "D4" in (again.last_text or "")
+    assert not workdir.exists()  # the rollout's scratch dir is not the program's
+    assert leftovers(scratch_root) == [directory.name]
+    [program] = pool.programs
+    await harness.shutdown()
+    gone(program)
+    assert harness.pool is None
     assert leftovers(scratch_root) == []
-
-
-async def test_persistent_program_is_killed_after_a_segment_timeout(
-    server: InterceptionServer, scratch_root: Path
-) -> None:
-    script = "import sys, time; sys.stdin.readline(); time.sleep(60)"
-    harness, marker = marked_harness([sys.executable, "-c", script])
-    agent = make_agent(harness, server, timeouts=Timeouts(segment_s=1.0))
+    await harness.shutdown()  # idempotent
+    # a later segment opens a new pool
     with trio.fail_after(LIMIT):
-        async with agent.chat(Task(0, prompt="hi")) as session:
-            reply = await session.turn()
-            program = program_of(session)
-            # killed at the timeout, not at close
-            assert await program.process.wait() == -signal.SIGKILL
-    assert reply.stop_condition == "segment_timeout"
-    no_errors(session)
-    gone(program, marker)
-    assert "program" not in session.rollout.state
-    assert leftovers(scratch_root) == []
+        assert "E5" in ((await agent.run(Task(2, prompt="order_id=E5"))).last_text or "")
+    assert len(starts(log)) == 2
+    assert pool_of(harness) is not pool
 
 
-async def test_persistent_program_is_killed_when_its_segment_is_cancelled(
-    server: InterceptionServer, scratch_root: Path
+async def test_pooled_programs_route_every_call_to_its_own_rollout(
+    pools: Pools, server: InterceptionServer, tmp_path: Path
 ) -> None:
-    model = Arrival(Sleep(60), "never")
-    harness, marker = marked_harness()
-    agent = make_agent(harness, server, client=model)
+    log = tmp_path / "starts.jsonl"
+    harness = pools(start_log_command(log), max_programs=2)
+    agent = make_agent(harness, server)  # builtin/echo: answers the last user message
+    sessions: list[Any] = []
+
+    async def converse(i: int) -> None:
+        async with agent.chat(Task(i)) as session:
+            sessions.append(session)
+            for j in range(3):
+                reply = await session.turn(f"rollout {i} turn {j}")
+                assert reply.text == f"rollout {i} turn {j}"
+
     with trio.fail_after(LIMIT):
-        async with agent.chat(Task(0, prompt="hi")) as session:
-            with trio.CancelScope() as scope:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(session.turn)
-                    await model.arrived.wait()  # the program is waiting on the model
-                    scope.cancel()
-            program = program_of(session)
-            assert await program.process.wait() == -signal.SIGKILL
-            await trio.sleep(0.05)  # let the server see the cancellation
-            assert model.in_flight == 0
-    assert session.trace.stop_condition == "user_closed"
-    gone(program, marker)
-    assert leftovers(scratch_root) == []
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(converse, i)
+    assert len(starts(log)) == pool_of(harness).starts <= 2  # 6 rollouts, 18 segments
+    for session in sessions:
+        no_errors(session)
+        conversation = session.trace.messages
+        assert roles(conversation) == ["user", "assistant"] * 3
+        # each call is on its own rollout's trace, with that rollout's conversation
+        assert [turn.request for turn in session.trace.turns] == [
+            tuple(conversation[:n]) for n in (1, 3, 5)
+        ]
 
 
-async def test_cancelling_a_persistent_chat_block_cleans_up(
-    server: InterceptionServer, scratch_root: Path
+async def test_a_pooled_program_that_exits_mid_segment_is_replaced_by_a_fresh_one(
+    pools: Pools, server: InterceptionServer
 ) -> None:
-    harness, marker = marked_harness()
-    model = Arrival("first", Sleep(60))
-    agent = make_agent(harness, server, client=model)
-    with trio.fail_after(LIMIT), trio.CancelScope() as scope:
-        async with agent.chat(Task(0, prompt="hi")) as session:
-            assert (await session.turn()).text == "first"
-            program = program_of(session)
-            model.arrived = trio.Event()  # set again by the next model call
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(session.turn, "more")
-                await model.arrived.wait()  # the same program, waiting on the model
-                scope.cancel()
-    assert scope.cancelled_caught
-    assert session.trace.stop_condition == "cancelled"
-    assert program.process.returncode == -signal.SIGKILL
-    gone(program, marker)
-    assert leftovers(scratch_root) == []
-
-
-SERVE_ONCE = """\
-import json, os, sys
-sys.stdin.readline()
-print(json.dumps({"messages": [{"role": "assistant", "content": "first"}]}), flush=True)
-sys.stderr.write("dying with " + os.environ["OPENAI_API_KEY"] + " in hand\\n")
-sys.exit(5)
-"""
-
-
-async def test_a_persistent_program_that_exits_fails_the_next_segment(
-    server: InterceptionServer, scratch_root: Path
-) -> None:
-    harness, marker = marked_harness([sys.executable, "-c", SERVE_ONCE])
+    harness = pools([sys.executable, "-c", ECHO_SERVER], max_programs=1)
     agent = make_agent(harness, server)
     with trio.fail_after(LIMIT):
-        async with agent.chat(Task(0, prompt="hi")) as session:
-            first = await session.turn()
-            second = await session.turn("still there?")
+        first = await agent.run(Task(0, prompt="hi"))
+        [program] = pool_of(harness).programs
+        async with agent.chat(Task(1, prompt="die")) as session:
+            reply = await session.turn()
             secret = session.rollout.state["endpoint"].secret
-            program = program_of(session)
-    assert first.text == "first"
-    assert second.stopped
-    assert second.stop_condition == "harness_error"
+        after = await agent.run(Task(2, prompt="still there?"))  # another rollout
+    assert pid_of(first) == program.process.pid
+    assert reply.stopped
+    assert reply.stop_condition == "harness_error"
     [error] = session.trace.errors
     assert (error.kind, error.type) == ("harness", "HarnessError")
     assert "exited with status 5" in error.message
+    assert "serving die" in error.message
     assert "dying with *** in hand" in error.message
+    assert "serving hi" not in error.message  # only this segment's stderr is quoted
     assert secret not in error.message
     assert secret not in repr(session.trace)
-    assert session.trace.messages[-1] == UserMessage("still there?")  # not restarted
-    gone(program, marker)
-    assert leftovers(scratch_root) == []
+    gone(program)
+    no_errors(after)
+    assert after.last_text == f"{pid_of(after)}: still there?"
+    assert pid_of(after) != program.process.pid
+    assert pool_of(harness).starts == 2
 
 
 GARBAGE = """\
-import os, sys
+import json, os, sys
 sys.stdin.readline()
+print(json.dumps({{"messages": [{{"role": "assistant", "content": "ready"}}]}}), flush=True)
+key = json.loads(sys.stdin.readline())["api_key"]
 sys.stderr.write("about to answer\\n")
-print({line!r}.replace("KEY", os.environ["OPENAI_API_KEY"]), flush=True)
+print({line!r}.replace("KEY", key), flush=True)
 sys.stdin.readline()
 """
 
@@ -565,17 +623,20 @@ sys.stdin.readline()
         '["messages", "KEY"]',
     ],
 )
-async def test_a_persistent_program_answering_garbage_is_a_harness_error(
-    line: str, server: InterceptionServer, scratch_root: Path
+async def test_a_pooled_program_answering_garbage_is_a_harness_error_and_killed(
+    line: str, pools: Pools, server: InterceptionServer
 ) -> None:
-    harness, marker = marked_harness([sys.executable, "-c", GARBAGE.format(line=line)])
+    harness = pools([sys.executable, "-c", GARBAGE.format(line=line)])
     agent = make_agent(harness, server)
     with trio.fail_after(LIMIT):
-        async with agent.chat(Task(0, prompt="hi")) as session:
+        assert (await agent.run(Task(0, prompt="hi"))).last_text == "ready"
+        [program] = pool_of(harness).idle
+        async with agent.chat(Task(1, prompt="hi")) as session:
             reply = await session.turn()
             secret = session.rollout.state["endpoint"].secret
-            program = program_of(session)
-            assert await program.process.wait() == -signal.SIGKILL  # killed, not left
+    assert program.process.returncode == -signal.SIGKILL  # killed, not given back
+    gone(program)
+    assert pool_of(harness).programs == set()
     assert reply.stop_condition == "harness_error"
     assert reply.messages == ()
     [error] = session.trace.errors
@@ -584,8 +645,77 @@ async def test_a_persistent_program_answering_garbage_is_a_harness_error(
     assert "about to answer" in error.message  # the stderr tail
     assert "***" in error.message
     assert secret not in repr(session.trace)
-    gone(program, marker)
-    assert leftovers(scratch_root) == []
+
+
+@pytest.mark.parametrize("how", ["cancelled", "segment_timeout"])
+async def test_a_pooled_segment_cancelled_or_timed_out_kills_only_its_program(
+    how: str, pools: Pools, server: InterceptionServer
+) -> None:
+    harness = pools([sys.executable, "-c", ECHO_SERVER])
+    with trio.fail_after(LIMIT):
+        await warm(harness, server, 2)
+        pool = pool_of(harness)
+        other, busy = pool.idle  # the most recently used is taken first
+        if how == "cancelled":
+            agent = make_agent(harness, server)
+            async with agent.chat(Task(0, prompt="hang")) as session:
+                with trio.CancelScope() as scope:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(session.turn)
+                        await trio.testing.wait_all_tasks_blocked()  # the line is sent
+                        scope.cancel()
+            assert session.trace.stop_condition == "user_closed"
+        else:
+            agent = make_agent(harness, server, timeouts=Timeouts(segment_s=0.5))
+            reply = await agent.run(Task(0, prompt="hang"))
+            assert reply.stop_condition == "segment_timeout"
+            no_errors(reply)
+        assert busy.process.returncode == -signal.SIGKILL
+        gone(busy)
+        assert pool.idle == [other]
+        assert pool.programs == {other}
+        after = await make_agent(harness, server).run(Task(1, prompt="next"))
+    assert pid_of(after) == other.process.pid
+    assert pool.starts == 2
+
+
+async def test_cancelling_a_pooled_segment_cancels_its_programs_model_call(
+    pools: Pools, server: InterceptionServer
+) -> None:
+    model = Arrival(Sleep(60), "never")
+    harness = pools()
+    agent = make_agent(harness, server, client=model)
+    with trio.fail_after(LIMIT), trio.CancelScope() as scope:
+        async with agent.chat(Task(0, prompt="hi")) as session, trio.open_nursery() as nursery:
+            nursery.start_soon(session.turn)
+            await model.arrived.wait()  # the program is waiting on the model
+            [program] = pool_of(harness).programs
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert session.trace.stop_condition == "cancelled"
+    assert program.process.returncode == -signal.SIGKILL
+    gone(program)
+    await trio.sleep(0.05)  # let the server see the cancellation
+    assert model.in_flight == 0  # end_segment cancelled the model call
+
+
+async def test_a_pooled_program_that_died_while_idle_is_replaced_transparently(
+    pools: Pools, server: InterceptionServer
+) -> None:
+    harness = pools([sys.executable, "-c", ECHO_SERVER])
+    agent = make_agent(harness, server)
+    with trio.fail_after(LIMIT):
+        first = await agent.run(Task(0, prompt="one"))
+        [program] = pool_of(harness).idle
+        program.process.send_signal(signal.SIGTERM)
+        await program.process.wait()
+        second = await agent.run(Task(1, prompt="two"))
+    no_errors(second)
+    assert pid_of(first) == program.process.pid
+    assert second.last_text == f"{pid_of(second)}: two"
+    assert pid_of(second) != program.process.pid
+    gone(program)
+    assert pool_of(harness).starts == 2
 
 
 # -- stateful ----------------------------------------------------------------------------
@@ -858,25 +988,32 @@ def test_kuhn_seats_on_served_harnesses(harness: str, tmp_path: Path, scratch_ro
     assert "OPENAI_API_KEY" not in text
 
 
-def test_kuhn_self_play_on_persistent_programs(tmp_path: Path, scratch_root: Path) -> None:
-    log = tmp_path / "starts.jsonl"
-    config = tmp_path / "eval.toml"
-    command = json.dumps(start_log_command(log))
-    config.write_text(
+def pooled_kuhn_config(path: Path, command: Sequence[str], marker: str) -> Path:
+    """An eval config: both Kuhn seats on pooled ``command`` programs marked ``marker``."""
+    options = (
+        f"{{ command = {json.dumps(list(command))}, persistent = true, "
+        f'env = {{ {marker} = "1" }} }}'
+    )
+    path.write_text(
         'env_id = "kuhn-poker"\n'
         + "".join(
-            f'[env.{seat}]\nharness = "program"\nharness_options = {{ command = {command} }}\n'
+            f'[env.{seat}]\nharness = "program"\nharness_options = {options}\n'
             for seat in ("player0", "player1")
         )
     )
+    return path
+
+
+def test_kuhn_self_play_on_pooled_programs(tmp_path: Path, scratch_root: Path) -> None:
+    log = tmp_path / "starts.jsonl"
+    marker = f"TAKETURNS_POOLED_{uuid.uuid4().hex}"
+    config = pooled_kuhn_config(tmp_path / "eval.toml", start_log_command(log), marker)
     out = tmp_path / "run"
-    argv = ["eval", "kuhn-poker", "-C", str(config), "-n", "20", "-o", str(out), "--no-progress"]
-    seats = ("player0", "player1")
-    persistent = [f"--env.{seat}.harness_options.persistent=true" for seat in seats]
-    assert main([*argv, *persistent]) == 0
+    argv = ["eval", "kuhn-poker", "-C", str(config), "-n", "20", "-c", "2", "-o", str(out)]
+    assert main([*argv, "--no-progress"]) == 0
     episodes = list(read_episodes(out / "episodes.jsonl"))
     assert len(episodes) == 20
-    segments = []
+    segments = 0
     for episode in episodes:
         assert episode["ok"]
         assert episode["errors"] == []
@@ -884,14 +1021,62 @@ def test_kuhn_self_play_on_persistent_programs(tmp_path: Path, scratch_root: Pat
         for trace in episode["traces"]:
             assert trace["errors"] == []
             assert trace["stop_condition"] == "user_closed"
-            segments.append(len(trace["turns"]))  # one model call per segment here
-    # one process per rollout, however many segments it ran
+            # every call is on its own rollout's trace: its seat's, in its hand
+            own = f"You are player{trace['info']['seat']} in hand #{episode['task']['idx']} "
+            assert trace["turns"]
+            for turn in trace["turns"]:
+                assert turn["request"][0]["content"].startswith(own)
+            segments += len(trace["turns"])  # one model call per segment here
+    # one pool per seat, each at most as many programs as episodes run at once
     launched = starts(log)
-    assert len(launched) == len(segments) == 40
-    assert len({cwd for cwd, _ in launched}) == 40
+    assert len(launched) <= 4
     assert all(argv == ["--serve"] for _, argv in launched)
-    assert max(segments) >= 2
-    assert sum(segments) > 40
+    assert segments > 40
+    # after the eval: every program killed and reaped, the pools' directories removed
+    assert marked(marker) == []
+    assert leftovers(scratch_root) == []
+
+
+# player0 checks; player1 never answers
+CHECK_THEN_HANG = """\
+import json, sys, time
+for line in iter(sys.stdin.readline, ""):
+    if "You are player1" in json.loads(line)["messages"][0]["content"]:
+        time.sleep(60)
+    print(json.dumps({"messages": [{"role": "assistant", "content": "[check]"}]}), flush=True)
+"""
+
+
+async def test_an_eval_cancelled_from_outside_closes_its_pools(
+    tmp_path: Path, scratch_root: Path
+) -> None:
+    marker = f"TAKETURNS_POOLED_{uuid.uuid4().hex}"
+    command = [sys.executable, "-c", CHECK_THEN_HANG]
+    config_path = pooled_kuhn_config(tmp_path / "eval.toml", command, marker)
+    config = load_eval_config(
+        KuhnConfig, file_data={**tomllib.loads(config_path.read_text()), "num_tasks": 2}
+    )
+    plan = Plan(config, make_env(config))
+    seat0, seat1 = (plan.agents[seat].harness for seat in ("player0", "player1"))
+    assert isinstance(seat0, ProgramHarness)
+    assert isinstance(seat1, ProgramHarness)
+    (tmp_path / "run").mkdir()
+    before = children()
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            run = partial(run_eval, config, RunDir(tmp_path / "run"), plan=plan, progress=False)
+            nursery.start_soon(partial(run, report=False))
+            # both hands: player0 checked (its programs idle), player1 is thinking
+            while not (seat1.pool and len(seat1.pool.programs) == 2):  # noqa: ASYNC110
+                await trio.sleep(0.02)  # (other processes: no event to wait on)
+            idle = list(pool_of(seat0).idle)
+            assert idle
+            nursery.cancel_scope.cancel()
+    for program in idle:  # killed by the pool's shutdown, not by a segment
+        gone(program)
+    assert seat0.pool is None
+    assert marked(marker) == []
+    assert set(children()) <= set(before)  # reaped
     assert leftovers(scratch_root) == []
 
 

@@ -1,18 +1,22 @@
 """Reference program for the ``program`` harness: the chat/tool loop, one segment per
-process or every segment of a rollout in one process.
+process, or any number of segments of any rollouts in one process.
 
 ``python -m harnesses.programs.chat --prompt-file P --output-file O`` reads
 ``{"messages": [...], "tools": [...], "tool_url": "..."}`` from P, runs the chat loop
-against ``OPENAI_BASE_URL`` and writes ``{"messages": [new assistant/tool messages]}``
-to O; it exits 3 when the engine stopped the rollout.
+against ``OPENAI_BASE_URL`` (key ``OPENAI_API_KEY``, model ``OPENAI_MODEL``) and writes
+``{"messages": [new assistant/tool messages]}`` to O; it exits 3 when the engine
+stopped the rollout.
 
-``python -m harnesses.programs.chat --serve`` (the harness's ``persistent`` mode)
-speaks the line protocol instead, with one HTTP client for all segments: it reads one
-prompt object per line of stdin until EOF and, per line, runs the loop and writes one
-line to stdout, ``{"messages": [...]}``, with ``"stopped": true`` when the engine
-stopped the rollout, and flushes. Nothing else goes to stdout: a stray ``print``
-lands on stderr. Any other failure ends the process (status 1, traceback on stderr),
-as in the one-segment mode.
+``python -m harnesses.programs.chat --serve`` (the harness's ``persistent`` pool)
+speaks the line protocol instead: it reads one prompt object per line of stdin until
+EOF, each also carrying its rollout's endpoint (``base_url``, ``api_key``, ``model``;
+the ``OPENAI_*`` variables fill in what a line leaves out) and, per line, runs the
+loop against that endpoint and writes one line to stdout, ``{"messages": [...]}``,
+with ``"stopped": true`` when the engine stopped the rollout, and flushes. One HTTP
+client serves every line (the key goes on each request), so its connections stay
+warm from rollout to rollout. Nothing else goes to stdout: a stray ``print`` lands on
+stderr. Any other failure ends the process (status 1, traceback on stderr), as in the
+one-segment mode.
 """
 
 from __future__ import annotations
@@ -31,8 +35,14 @@ from harnesses.programs import loop
 def segment(
     prompt: dict[str, Any], http: httpx2.Client | None = None
 ) -> tuple[list[dict[str, Any]], bool]:
-    """Run the loop on one prompt object; (new messages, stopped)."""
-    return loop.run(prompt["messages"], prompt.get("tools") or [], prompt.get("tool_url"), http)
+    """Run the loop on one prompt object against its endpoint; (new messages, stopped)."""
+    return loop.run(
+        prompt["messages"],
+        prompt.get("tools") or [],
+        prompt.get("tool_url"),
+        http,
+        loop.Endpoint.of(prompt),
+    )
 
 
 def serve(lines: BinaryIO, out: BinaryIO) -> None:

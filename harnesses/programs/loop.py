@@ -1,10 +1,15 @@
 """The chat loop both reference programs run: call the model; when it asks for tools
 and a tool URL was given, run them there and call again; stop at a plain reply.
 
+The model endpoint is an ``Endpoint``: in a one-segment run from ``OPENAI_BASE_URL``,
+``OPENAI_API_KEY`` and ``OPENAI_MODEL``; in a serving program from each prompt line
+(``Endpoint.of(prompt)``), since one program serves many rollouts in turn. The key goes as a
+header on each request, so one HTTP client (``client()``) keeps its connections warm
+across segments and rollouts.
+
 Exit codes of a one-segment run (``finish``): 0 done; 3 the rollout was stopped by a
 limit (terminal, not a failure); 1 anything else (the error is printed on stderr). A
-serving program answers ``answer(...)`` per segment instead, and keeps one HTTP
-client (``client()``) across them.
+serving program answers ``answer(...)`` per segment instead.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx2
 
@@ -27,10 +32,33 @@ class Stopped(Exception):
     """The server refused the call: the rollout is over."""
 
 
-def _post(client: httpx2.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
-    """POST with the OpenAI SDK's retry convention (``x-stainless-retry-count``)."""
+class Endpoint(NamedTuple):
+    """Where the model is: base URL, bearer key, model name."""
+
+    base_url: str
+    api_key: str
+    model: str
+
+    @classmethod
+    def of(cls, prompt: dict[str, Any] | None = None) -> Endpoint:
+        """From a prompt line's ``base_url``, ``api_key`` and ``model``; what it
+        leaves out (all of it, for None) from ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``
+        and ``OPENAI_MODEL``."""
+        line = prompt or {}
+        return cls(
+            line.get("base_url") or os.environ["OPENAI_BASE_URL"],
+            line.get("api_key") or os.environ.get("OPENAI_API_KEY", ""),
+            line.get("model") or os.environ.get("OPENAI_MODEL", "agent"),
+        )
+
+
+def _post(client: httpx2.Client, url: str, body: dict[str, Any], key: str) -> dict[str, Any]:
+    """POST with the bearer ``key`` and the OpenAI SDK's retry convention
+    (``x-stainless-retry-count``)."""
     for attempt in range(RETRIES + 1):
-        headers = {"x-stainless-retry-count": str(attempt)} if attempt else {}
+        headers = {"Authorization": f"Bearer {key}"}
+        if attempt:
+            headers["x-stainless-retry-count"] = str(attempt)
         try:
             response = client.post(url, json=body, headers=headers)
         except httpx2.TransportError:
@@ -57,12 +85,8 @@ def _error_type(response: httpx2.Response) -> str | None:
 
 
 def client() -> httpx2.Client:
-    """An HTTP client for the model at ``OPENAI_BASE_URL`` (with ``OPENAI_API_KEY``)."""
-    key = os.environ.get("OPENAI_API_KEY", "")
-    return httpx2.Client(
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=float(os.environ.get("TAKETURNS_TIMEOUT", "600")),
-    )
+    """An HTTP client for the model calls (the key goes on each request)."""
+    return httpx2.Client(timeout=float(os.environ.get("TAKETURNS_TIMEOUT", "600")))
 
 
 def run(
@@ -70,21 +94,22 @@ def run(
     tools: list[dict[str, Any]],
     tool_url: str | None,
     http: httpx2.Client | None = None,
+    endpoint: Endpoint | None = None,
 ) -> tuple[list[dict[str, Any]], bool]:
-    """Run the loop on ``messages`` with ``http`` (None: a client for this call
-    only); returns (new messages, stopped)."""
+    """Run the loop on ``messages`` against ``endpoint`` (None: the environment's) with
+    ``http`` (None: a client for this call only); returns (new messages, stopped)."""
     if http is None:
         with client() as http:
-            return run(messages, tools, tool_url, http)
-    base = os.environ["OPENAI_BASE_URL"].rstrip("/")
-    model = os.environ.get("OPENAI_MODEL", "agent")
+            return run(messages, tools, tool_url, http, endpoint)
+    base, key, model = endpoint if endpoint is not None else Endpoint.of()
+    base = base.rstrip("/")
     new: list[dict[str, Any]] = []
     while True:
         body: dict[str, Any] = {"model": model, "messages": messages + new}
         if tools:
             body["tools"] = tools
         try:
-            completion = _post(http, f"{base}/chat/completions", body)
+            completion = _post(http, f"{base}/chat/completions", body, key)
         except Stopped:
             return new, True
         message = completion["choices"][0]["message"]
@@ -99,6 +124,7 @@ def run(
                 http,
                 tool_url,
                 {"id": call["id"], "name": fn["name"], "arguments": fn.get("arguments", "{}")},
+                key,
             )
             new.append(result)
 
