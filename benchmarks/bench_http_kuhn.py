@@ -1,9 +1,13 @@
 """Kuhn self-play over HTTP: the engine's cost per model call against a bare httpx2
 round-trip to the same server, measured in one run (issue 6, target 2).
 
-(1) against ``taketurns serve`` (a separate process, so its CPU is not ours): the
-    eval's CPU per model call (slope between two run sizes) vs a bare httpx2
-    round-trip's client CPU, at the same concurrency.
+(1) against ``taketurns serve`` (a separate process, so its CPU is not ours), the
+    eval's cost per model call (slope between two run sizes, so start-up cancels)
+    vs a bare httpx2 POST + JSON decode of the same request bodies:
+    - sequential (c = 1): wall time per call, i.e. what a model call costs end to
+      end through the engine vs a bare round-trip (the target's measure);
+    - at ``--concurrency``: this process's CPU per call, the engine's work beside
+      the HTTP client's (stricter: the server's share of a round-trip is left out).
 (2) through the interception server with the ``program`` harness, a process per
     segment and (``persistent``) a pool of serving programs per seat, shared by its
     rollouts: this process's CPU per model call (the interception server, the
@@ -23,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import httpx2
 import trio
@@ -48,23 +53,31 @@ def own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def eval_cpu(num: int, concurrency: int, overrides: dict) -> tuple[float, int]:
-    """(this process's CPU s, model calls) for one Kuhn eval of ``num`` episodes."""
+def eval_cost(num: int, concurrency: int, overrides: dict) -> tuple[float, float, int]:
+    """(wall s, this process's CPU s, model calls) for one Kuhn eval of ``num``
+    episodes."""
     data = {"env_id": "kuhn-poker", "num_tasks": num, "concurrency": concurrency, **overrides}
     config = load_eval_config(envs.get("kuhn-poker").config_class, file_data=data)
     with tempfile.TemporaryDirectory() as tmp:
-        start = own_cpu()
+        wall, start = time.perf_counter(), own_cpu()
         result = trio.run(lambda: run_eval(config, RunDir(tmp), progress=False, report=False))
-        cpu = own_cpu() - start
+        wall, cpu = time.perf_counter() - wall, own_cpu() - start
     assert result.summary["failed"] == 0, result.summary
     calls = round(sum(a["turns_mean"] * a["traces"] for a in result.summary["agents"].values()))
+    return wall, cpu, calls
+
+
+def eval_cpu(num: int, concurrency: int, overrides: dict) -> tuple[float, int]:
+    """(this process's CPU s, model calls) for one Kuhn eval of ``num`` episodes."""
+    _, cpu, calls = eval_cost(num, concurrency, overrides)
     return cpu, calls
 
 
-def slope(small: int, large: int, concurrency: int, overrides: dict) -> float:
-    c1, t1 = eval_cpu(small, concurrency, overrides)
-    c2, t2 = eval_cpu(large, concurrency, overrides)
-    return (c2 - c1) / (t2 - t1) * 1e6
+def slope(small: int, large: int, concurrency: int, overrides: dict) -> tuple[float, float]:
+    """(wall us, CPU us) per model call: the slope between two run sizes."""
+    w1, c1, t1 = eval_cost(small, concurrency, overrides)
+    w2, c2, t2 = eval_cost(large, concurrency, overrides)
+    return (w2 - w1) / (t2 - t1) * 1e6, (c2 - c1) / (t2 - t1) * 1e6
 
 
 def kuhn_bodies(num: int = 40) -> list[dict]:
@@ -89,6 +102,14 @@ BODIES: list[dict] = []
 async def bare_cpu(url: str, n: int, concurrency: int, headers: dict | None = None) -> float:
     """Client-side CPU us per bare httpx2 POST (+ JSON decode) of the Kuhn eval's own
     request bodies, ``concurrency`` at once."""
+    return (await bare_cost(url, n, concurrency, headers))[1]
+
+
+async def bare_cost(
+    url: str, n: int, concurrency: int, headers: dict | None = None
+) -> tuple[float, float]:
+    """(wall us, client CPU us) per bare httpx2 POST (+ JSON decode) of the Kuhn eval's
+    own request bodies, ``concurrency`` at once (wall: elapsed / calls)."""
     limits = httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx2.AsyncClient(timeout=60, limits=limits, headers=headers) as http:
 
@@ -100,11 +121,15 @@ async def bare_cpu(url: str, n: int, concurrency: int, headers: dict | None = No
         async with trio.open_nursery() as nursery:  # warm-up
             for _ in range(concurrency):
                 nursery.start_soon(worker, 2)
-        start = own_cpu()
+        wall, start = time.perf_counter(), own_cpu()
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
                 nursery.start_soon(worker, n // concurrency)
-        return (own_cpu() - start) / (n // concurrency * concurrency) * 1e6
+        calls = n // concurrency * concurrency
+        return (
+            (time.perf_counter() - wall) / calls * 1e6,
+            (own_cpu() - start) / calls * 1e6,
+        )
 
 
 class Register(ServedHarness):
@@ -142,26 +167,42 @@ def main() -> None:
         assert server.stdout is not None
         base_url = server.stdout.readline().strip()
         try:
-            engine_us, bare_us = [], []
-            for _ in range(args.repeats):
-                engine_us.append(
-                    slope(
-                        args.small,
-                        args.large,
-                        args.concurrency,
-                        {"base_url": base_url, "model": "builtin/bracket"},
-                    )
-                )
-                bare_us.append(
-                    trio.run(bare_cpu, f"{base_url}/chat/completions", 2000, args.concurrency)
-                )
+            rows = {"seq": ([], []), "conc": ([], [])}  # (eval, bare) (wall, cpu) pairs
+            endpoint = {"base_url": base_url, "model": "builtin/bracket"}
+            url = f"{base_url}/chat/completions"
+            for _ in range(args.repeats):  # interleaved, so drift hits both alike
+                rows["seq"][0].append(slope(args.small, args.large, 1, endpoint))
+                rows["seq"][1].append(trio.run(bare_cost, url, 1000, 1))
+                rows["conc"][0].append(slope(args.small, args.large, args.concurrency, endpoint))
+                rows["conc"][1].append(trio.run(bare_cost, url, 2000, args.concurrency))
         finally:
             server.terminate()
-    e, b = statistics.median(engine_us), statistics.median(bare_us)
-    print(f"{'path':58} {'cpu us/call':>12}")
-    print(f"{'(1) Kuhn eval against taketurns serve (engine + client)':58} {e:>12.0f}")
-    print(f"{'    bare httpx2 round-trip to the same server (client)':58} {b:>12.0f}")
-    print(f"{'    ratio':58} {e / b:>12.2f}")
+
+    def median(pairs: list[tuple[float, float]], i: int) -> float:
+        return statistics.median(p[i] for p in pairs)
+
+    (se, sb), (ce, cb) = rows["seq"], rows["conc"]
+    print(f"{'path':58} {'wall us/call':>12} {'cpu us/call':>12}")
+    print("(1) Kuhn eval against taketurns serve, sequential (c = 1)")
+    print(
+        f"{'    eval (engine + client; the server in its own process)':58} "
+        f"{median(se, 0):>12.0f} {median(se, 1):>12.0f}"
+    )
+    print(
+        f"{'    bare httpx2 round-trip, same bodies, same server':58} "
+        f"{median(sb, 0):>12.0f} {median(sb, 1):>12.0f}"
+    )
+    print(
+        f"{'    ratio (target <= 1.2 on wall: cost of a call end to end)':58} "
+        f"{median(se, 0) / median(sb, 0):>12.2f} {median(se, 1) / median(sb, 1):>12.2f}"
+    )
+    print(f"    at c = {args.concurrency}: CPU of this process per call")
+    print(f"{'    eval':58} {'':>12} {median(ce, 1):>12.0f}")
+    print(f"{'    bare':58} {'':>12} {median(cb, 1):>12.0f}")
+    print(
+        f"{'    ratio (the engine beside the HTTP client)':58} {'':>12} "
+        f"{median(ce, 1) / median(cb, 1):>12.2f}"
+    )
     p_bare = statistics.median(trio.run(interception_bare, 500) for _ in range(args.repeats))
     print(f"{'(2) bare httpx2 round-trip to the interception server':58} {p_bare:>12.0f}")
     modes = (

@@ -91,8 +91,11 @@ class OpenAIClient(ModelClient):
         self.backoff = backoff
         self.max_backoff = max_backoff
         self._url = f"{self.base_url}/chat/completions"
+        # parsed once: httpx2 parses a string URL and merges per-request headers on
+        # every request (together more than half of building one)
+        self._target = httpx2.URL(self._url)
         key = api_key if api_key is not None else (os.environ.get(api_key_var or "") or None)
-        all_headers = dict(headers or {})
+        all_headers = {**_JSON, **(headers or {})}
         if key:
             all_headers["Authorization"] = f"Bearer {key}"
         self._has_key = bool(key)
@@ -176,11 +179,11 @@ class OpenAIClient(ModelClient):
         return max(0.0, min(wait, self.max_backoff))
 
     async def _attempt(self, body: bytes, attempt: int) -> ModelResponse:
-        headers = {**_JSON, RETRY_COUNT_HEADER: str(attempt)} if attempt else _JSON
+        headers = {RETRY_COUNT_HEADER: str(attempt)} if attempt else None
         try:
             self._turn = (self._turn + 1) % len(self._pools)
             pool = self._pools[self._turn]
-            response = await pool.post(self._url, content=body, headers=headers)
+            response = await pool.post(self._target, content=body, headers=headers)
         except httpx2.HTTPError as exc:
             raise self._transport_failure(exc) from exc
         if response.status_code != 200:
