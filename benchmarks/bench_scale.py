@@ -32,6 +32,28 @@ targets 3 and 4).
     peak RSS (``ru_maxrss`` of the process that ran only this phase) and
     ``(peak RSS - RSS before) / open sessions``.
 
+    *One process and worker processes.* ``--workers`` lists the runs, side by side in
+    one table: ``0`` is ``--backend local`` (this one process), ``W`` is ``--backend
+    processes --workers W`` (W worker processes, each with ``c / W`` of the episodes,
+    and this process as the driver writing what they send); default ``0,2``. A worker
+    runs the model in its own process, so ``time_calls`` cannot time its calls. For a
+    worker run the calls are rebuilt from the episode records (``episodes.jsonl``)
+    and go through the same Little's-law window: each turn records its call's
+    ``latency_s``, an episode's calls are strictly sequential, and they are placed back
+    to back from the episode's ``started_at``: a Kuhn episode makes its first call as
+    it starts and each seat answers the other at once, while the episode's own engine
+    time (closing the sessions, scoring, writing) comes after its last call. Placing
+    that time evenly between the calls instead reads 2% high at c = 10,000; back to
+    back agrees with the per-call timing within 0.3% at c = 1,000 and 10,000 (it is
+    the same engine code in a worker). The one-process run reports both, so the
+    method is checked in the same table on every run. CPU is this process's plus
+    its reaped children's (``RUSAGE_CHILDREN``: every worker, exact); peak RSS is the
+    sum of each process's own peak (``ru_maxrss`` here, ``VmHWM`` of each worker read
+    from ``/proc`` every 0.25 s while it runs: a sum of peaks, an upper bound on the
+    peak of the sum); the time waited for a CPU adds the workers' (their
+    ``/proc/PID/schedstat``, sampled likewise). The cyclic GC is timed in this process
+    only (for a worker run: the driver's).
+
     *Memory per idle open session.* A Kuhn variant holds each episode open after both
     seats have answered once (one turn each, the real system prompts), all of them
     waiting on one ``trio.Event``: ``--sessions`` (20,000) sessions held by
@@ -211,6 +233,7 @@ class EpisodeRow:
     ended_at: float
     wall_s: float
     calls: int
+    latencies: tuple[float, ...]  # its calls' latency_s, turn by turn, seats in turn
     errors: tuple[str, ...]
 
 
@@ -231,10 +254,34 @@ def read_rows(path: Path) -> list[EpisodeRow]:
                     timing["ended_at"],
                     timing["wall_s"],
                     sum(len(t["turns"]) for t in e["traces"]),
+                    call_latencies(e["traces"]),
                     tuple(errors),
                 )
             )
     return rows
+
+
+def call_latencies(traces: list[dict[str, Any]]) -> tuple[float, ...]:
+    """The episode's calls' ``latency_s`` in the order the seats take turns."""
+    longest = max((len(t["turns"]) for t in traces), default=0)
+    return tuple(
+        t["turns"][k]["latency_s"] or 0.0
+        for k in range(longest)
+        for t in traces
+        if k < len(t["turns"])
+    )
+
+
+def calls_from_episodes(rows: list[EpisodeRow]) -> list[tuple[float, float]]:
+    """(start, end) of every model call rebuilt from the episode records: back to back
+    from the episode's start (the module docstring says why and how well it holds)."""
+    calls = []
+    for r in rows:
+        t = r.started_at
+        for latency in r.latencies:
+            calls.append((t, t + latency))
+            t += latency
+    return calls
 
 
 def ideal_makespan(counts: Sequence[int], concurrency: int, latency: float) -> float:
@@ -256,9 +303,13 @@ def analyse(
     latency: float,
     wall: float,
 ) -> dict[str, Any]:
-    """Throughput against the ideals described in the module docstring."""
+    """Throughput against the ideals described in the module docstring. Without
+    ``calls`` (timed at the model) the steady rate comes from the episode records."""
     counts = [r.calls for r in sorted(rows, key=lambda r: r.idx)]
     total = sum(counts)
+    rebuilt = calls_from_episodes(rows)
+    method = "calls" if calls else "episodes"
+    calls = calls or rebuilt
     out: dict[str, Any] = {
         "episodes": len(rows),
         "calls": total,
@@ -278,7 +329,10 @@ def analyse(
     out["ramp_up_s"] = starts[min(concurrency, len(starts)) - 1] - starts[0]
     if len(starts) > concurrency:
         w0, w1 = starts[concurrency - 1], starts[-1]
+        out["steady_method"] = method
         out.update(steady_window(calls, w0, w1))
+        by_episodes = steady_window(rebuilt, w0, w1)["steady_calls_per_s"]
+        out["episodes_steady_calls_per_s"] = by_episodes
         episodes = [(r.started_at, r.ended_at) for r in rows]
         out["steady_open_episodes"] = steady_window(episodes, w0, w1)["steady_in_flight"]
         out["steady_ratio"] = out["steady_calls_per_s"] / out["ideal_calls_per_s"]
@@ -311,13 +365,66 @@ def steady_window(calls: list[tuple[float, float]], w0: float, w1: float) -> dic
 # --- phase (a): throughput and peak RSS at -c 10000 ----------------------------------
 
 
+class Workers:
+    """This process's children (the worker processes of ``--backend processes``), each
+    one's last-read peak RSS (``VmHWM``) and time waited for a CPU, read from /proc
+    every ``every`` seconds while the eval runs."""
+
+    def __init__(self, expected: int, every: float = 0.25) -> None:
+        self.expected = expected
+        self.every = every
+        self.peak: dict[int, int] = {}
+        self.delay: dict[int, float] = {}
+
+    def _find(self) -> None:
+        me = os.getpid()
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) not in self.peak:
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                except OSError:
+                    continue
+                if ppid == me:
+                    self.peak[int(entry)], self.delay[int(entry)] = 0, 0.0
+
+    def _read(self, pid: int) -> None:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                hwm = next(line for line in f if line.startswith("VmHWM:"))
+            with open(f"/proc/{pid}/schedstat") as f:
+                self.delay[pid] = int(f.read().split()[1]) / 1e9
+        except (OSError, StopIteration):
+            return  # it exited (and is being reaped)
+        self.peak[pid] = max(self.peak[pid], int(hwm.split()[1]) * 1024)
+
+    async def run(self) -> None:
+        while True:
+            if len(self.peak) < self.expected:
+                self._find()
+            for pid in self.peak:
+                self._read(pid)
+            await trio.sleep(self.every)
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's children reaped so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def phase_scale(args: argparse.Namespace) -> dict[str, Any]:
     latency = args.latency_ms / 1000
-    config = kuhn_config(args.n, args.c, f"builtin/bracket?latency_ms={args.latency_ms:g}")
+    workers = args.run_workers
+    backend = {"backend": "processes", "workers": workers} if workers else {}
+    model = f"builtin/bracket?latency_ms={args.latency_ms:g}"
+    config = kuhn_config(args.n, args.c, model, **backend)
     env = KuhnPoker(config.env)
     plan = Plan(config, env)
     calls: list[tuple[float, float]] = []
-    time_calls(plan, calls)
+    if not workers:  # the model runs in this process: time each call at its client
+        time_calls(plan, calls)
+    sampler = Workers(workers)
     gc.collect()
     base_rss = rss_bytes()
     profiler = None
@@ -326,14 +433,22 @@ def phase_scale(args: argparse.Namespace) -> dict[str, Any]:
 
         profiler = Profiler(async_mode="disabled")
         profiler.start()
+
+    async def run(run_dir: RunDir) -> None:
+        async with trio.open_nursery() as nursery:
+            if workers:
+                nursery.start_soon(sampler.run)
+            await run_eval(config, run_dir, env=env, plan=plan, progress=False, report=False)
+            nursery.cancel_scope.cancel()
+
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = RunDir(tmp)
         wall, cpu, delay = time.perf_counter(), time.process_time(), run_delay_s()
+        worker_cpu = children_cpu_s()
         with GcTimer() as gc_time:
-            trio.run(
-                lambda: run_eval(config, run_dir, env=env, plan=plan, progress=False, report=False)
-            )
+            trio.run(run, run_dir)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        worker_cpu = children_cpu_s() - worker_cpu
         delay = run_delay_s() - delay
         if profiler is not None:
             profiler.stop()
@@ -342,22 +457,29 @@ def phase_scale(args: argparse.Namespace) -> dict[str, Any]:
             (RESULTS / "scale_profile.txt").write_text(text)
         rows = read_rows(run_dir.episodes_path)
     out = analyse(rows, calls, args.c, latency, wall)
+    total_cpu = cpu + worker_cpu
     out.update(
+        workers=workers,
+        label=f"{workers} worker processes" if workers else "1 process",
         concurrency=args.c,
         latency_s=latency,
-        cpu_s=cpu,
-        cpu_util=cpu / wall,
-        run_delay_s=delay,
+        cpu_s=total_cpu,
+        driver_cpu_s=cpu,
+        worker_cpu_s=worker_cpu,
+        cpu_util=total_cpu / wall,
+        run_delay_s=delay + sum(sampler.delay.values()),
         gc_s=gc_time.seconds,
         gc_counts=gc_time.counts,
-        cpu_us_per_call=cpu / max(out["calls"], 1) * 1e6,
-        cpu_ceiling_calls_per_s=out["calls"] / cpu,
+        cpu_us_per_call=total_cpu / max(out["calls"], 1) * 1e6,
+        cpu_ceiling_calls_per_s=out["calls"] / total_cpu,
         errors=sum(len(r.errors) for r in rows),
         base_rss=base_rss,
-        peak_rss=peak_rss_bytes(),
+        peak_rss=peak_rss_bytes() + sum(sampler.peak.values()),
+        worker_peak_rss=sorted(sampler.peak.values()),
         sessions=2 * min(args.c, args.n),
     )
-    out["peak_per_session"] = (out["peak_rss"] - base_rss) / out["sessions"]
+    # each worker taken to start where this process stood before the run
+    out["peak_per_session"] = (out["peak_rss"] - (1 + workers) * base_rss) / out["sessions"]
     return out
 
 
@@ -640,45 +762,114 @@ def _mark(ok: bool) -> str:
     return "yes" if ok else "NO"
 
 
-def report_scale(a: dict[str, Any], mem_rss: dict[str, Any], mem_tm: dict[str, Any]) -> list[str]:
-    kib = 1024
-    lines = [
-        f"## (a) {a['concurrency']} concurrent Kuhn episodes in process, "
-        f"built-in model at {a['latency_s'] * 1e3:g} ms",
-        "",
-        "| measure | value | target | met |",
-        "|---|---|---|---|",
-        f"| episodes / model calls | {a['episodes']} / {a['calls']} "
-        f"({a['calls_per_episode']:.2f} per episode) | | |",
-        f"| wall / episodes per s | {a['wall_s']:.1f} s / {a['episodes_per_s']:.0f} | | |",
-    ]
-    if "steady_ratio" in a:
-        lines += (
-            f"| steady model calls/s vs c/L | {a['steady_calls_per_s']:.0f} / "
-            f"{a['ideal_calls_per_s']:.0f} = **{a['steady_ratio']:.0%}** "
-            f"(window {a['steady_window_s']:.1f} s, {a['steady_in_flight']:.0f} calls in "
-            f"flight) | >= 90% | {_mark(a['steady_ratio'] >= 0.9)} |",
-            f"| mean open episodes in that window (c = {a['concurrency']}) | "
-            f"{a['steady_open_episodes']:.0f} | | |",
+def report_scale(
+    runs: list[dict[str, Any]], mem_rss: dict[str, Any], mem_tm: dict[str, Any]
+) -> list[str]:
+    """Phase (a): the throughput runs side by side, then memory per idle session."""
+    kib, mib = 1024, 2**20
+    a = runs[0]
+
+    def row(measure: str, cell: Callable[[dict[str, Any]], str], target: str = "", met: Any = None):
+        marks = " / ".join(_mark(met(r)) for r in runs) if met else ""
+        return f"| {measure} | {' | '.join(cell(r) for r in runs)} | {target} | {marks} |"
+
+    def steady(r: dict[str, Any]) -> str:
+        how = "timed per call" if r["steady_method"] == "calls" else "from episode records"
+        return (
+            f"{r['steady_calls_per_s']:.0f} / {r['ideal_calls_per_s']:.0f} = "
+            f"**{r['steady_ratio']:.0%}** ({how}; window {r['steady_window_s']:.1f} s, "
+            f"{r['steady_in_flight']:.0f} calls in flight)"
         )
+
+    def gc_cell(r: dict[str, Any]) -> str:
+        who = " (driver)" if r.get("workers") else ""
+        return f"{sum(r['gc_s']):.1f} s{who} ({'/'.join(str(n) for n in r['gc_counts'])})"
+
+    def cpu_cell(r: dict[str, Any]) -> str:
+        split = ""
+        if r.get("workers"):
+            split = f" (driver {r['driver_cpu_s']:.1f} s, workers {r['worker_cpu_s']:.1f} s)"
+        return f"{r['cpu_s']:.1f} s / {r['cpu_util']:.0%}{split}"
+
+    def rss_cell(r: dict[str, Any]) -> str:
+        parts = ""
+        if r.get("worker_peak_rss"):
+            each = " + ".join(f"{b / mib:.0f}" for b in r["worker_peak_rss"])
+            parts = f" = driver {(r['peak_rss'] - sum(r['worker_peak_rss'])) / mib:.0f} + {each}"
+        return (
+            f"{r['peak_rss'] / mib:.0f} MiB{parts} (before the run {r['base_rss'] / mib:.0f} MiB)"
+        )
+
+    lines = [
+        f"## (a) {a['concurrency']} concurrent Kuhn episodes, built-in model at "
+        f"{a['latency_s'] * 1e3:g} ms",
+        "",
+        f"| measure | {' | '.join(r.get('label', '1 process') for r in runs)} | target | met |",
+        f"|---|{'---|' * len(runs)}---|---|",
+        row(
+            "episodes / model calls",
+            lambda r: f"{r['episodes']} / {r['calls']} ({r['calls_per_episode']:.2f} per episode)",
+        ),
+        row("wall / episodes per s", lambda r: f"{r['wall_s']:.1f} s / {r['episodes_per_s']:.0f}"),
+    ]
+    if all("steady_ratio" in r for r in runs):
+        lines += [
+            row(
+                "steady model calls/s vs c/L",
+                steady,
+                ">= 90%",
+                lambda r: r["steady_ratio"] >= 0.9,
+            ),
+            row(
+                "the same from the episode records (the method check)",
+                lambda r: f"{r.get('episodes_steady_calls_per_s', 0):.0f}",
+            ),
+            row(
+                f"mean open episodes in that window (c = {a['concurrency']})",
+                lambda r: f"{r['steady_open_episodes']:.0f}",
+            ),
+        ]
     lines += [
-        f"| whole run vs ideal schedule | {a['ideal_makespan_s']:.1f} s / {a['wall_s']:.1f} s "
-        f"= {a['vs_ideal_schedule']:.0%} | | |",
-        f"| ramp-up: first to {a['concurrency']}th episode start | {a['ramp_up_s']:.1f} s | | |",
-        f"| mean model call (sleep {a['latency_s']:g} s) | {a['mean_call_s']:.3f} s | | |",
-        f"| median episode time beyond its calls | {a['episode_overhead_ms_p50']:.0f} ms | | |",
-        f"| CPU / share of one core | {a['cpu_s']:.1f} s / {a['cpu_util']:.0%} | | |",
-        f"| of which cyclic GC (gen 0/1/2 collections) | {sum(a['gc_s']):.1f} s "
-        f"({'/'.join(str(n) for n in a['gc_counts'])}) | | |",
-        f"| waited for a CPU (taken by other processes) | {a['run_delay_s']:.1f} s "
-        f"({a['run_delay_s'] / a['wall_s']:.0%} of wall) | | |",
-        f"| engine CPU per model call (all-in) | {a['cpu_us_per_call']:.0f} us "
-        f"(CPU-bound ceiling {a['cpu_ceiling_calls_per_s']:.0f} calls/s) | | |",
-        f"| errors on episodes/traces | {a['errors']} | 0 | {_mark(a['errors'] == 0)} |",
-        f"| peak RSS | {a['peak_rss'] / 2**20:.0f} MiB (before the run "
-        f"{a['base_rss'] / 2**20:.0f} MiB) | reported | |",
-        f"| (peak - before) / {a['sessions']} busy sessions | "
-        f"{a['peak_per_session'] / kib:.1f} KiB | | |",
+        row(
+            "whole run vs ideal schedule",
+            lambda r: (
+                f"{r['ideal_makespan_s']:.1f} s / {r['wall_s']:.1f} s = "
+                f"{r['vs_ideal_schedule']:.0%}"
+            ),
+        ),
+        row(
+            f"ramp-up: first to {a['concurrency']}th episode start",
+            lambda r: f"{r['ramp_up_s']:.1f} s",
+        ),
+        row(f"mean model call (sleep {a['latency_s']:g} s)", lambda r: f"{r['mean_call_s']:.3f} s"),
+        row(
+            "median episode time beyond its calls",
+            lambda r: f"{r['episode_overhead_ms_p50']:.0f} ms",
+        ),
+        row("CPU, all processes / share of one core", cpu_cell),
+        row("of which cyclic GC (gen 0/1/2 collections)", gc_cell),
+        row(
+            "waited for a CPU (taken by other processes)",
+            lambda r: f"{r['run_delay_s']:.1f} s ({r['run_delay_s'] / r['wall_s']:.0%} of wall)",
+        ),
+        row(
+            "engine CPU per model call (all-in, all processes)",
+            lambda r: (
+                f"**{r['cpu_us_per_call']:.0f} us** "
+                f"({r['cpu_ceiling_calls_per_s']:.0f} calls per CPU-second)"
+            ),
+        ),
+        row(
+            "errors on episodes/traces", lambda r: str(r["errors"]), "0", lambda r: r["errors"] == 0
+        ),
+        row("peak RSS (sum over the processes)", rss_cell, "reported"),
+        row(
+            f"(peak - before) / {a['sessions']} busy sessions",
+            lambda r: f"{r['peak_per_session'] / kib:.1f} KiB",
+        ),
+        "",
+        "| idle open sessions (one process) | value | target | met |",
+        "|---|---|---|---|",
         f"| idle open session, RSS ({mem_rss['sessions']} sessions) | "
         f"**{mem_rss['per_session'] / kib:.1f} KiB** | <= 20 KiB | "
         f"{_mark(mem_rss['per_session'] <= 20 * kib)} |",
@@ -741,6 +932,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("-n", type=int, default=None, help="(a) episodes (default 3 x -c)")
     parser.add_argument("--latency-ms", type=float, default=1000.0)
     parser.add_argument("--sessions", type=int, default=20_000, help="(a) idle open sessions")
+    parser.add_argument(
+        "--workers",
+        default="0,2",
+        help="(a) the throughput runs, comma-separated: 0 = one process (--backend local), "
+        "W = --backend processes --workers W (default 0,2)",
+    )
     parser.add_argument("--http-c", type=int, default=1000, help="(b) concurrent episodes")
     parser.add_argument("--http-n", type=int, default=None, help="(b) episodes (3 x)")
     parser.add_argument("--bare-seconds", type=float, default=10.0, help="(b) bare load time")
@@ -753,10 +950,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--only", choices=["a", "b"], default=None, help="run one part")
     parser.add_argument("--profile", action="store_true", help="only profile (a)'s throughput run")
     parser.add_argument("--phase", help=argparse.SUPPRESS)
+    parser.add_argument("--run-workers", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
     parser.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.n = args.n or 3 * args.c
+    args.workers = [int(w) for w in args.workers.split(",")]
     args.http_n = args.http_n or 3 * args.http_c
     return args
 
@@ -786,7 +985,7 @@ def main() -> None:
     )
     if args.only in (None, "a"):
         data["a"] = {
-            "scale": child("scale", argv),
+            "runs": [child("scale", argv, ["--run-workers", str(w)]) for w in args.workers],
             "memory_rss": child("memory-rss", argv),
             "memory_tracemalloc": child("memory-tracemalloc", argv),
         }
@@ -800,7 +999,8 @@ def main() -> None:
     lines = []
     if "a" in data:
         a = data["a"]
-        lines += report_scale(a["scale"], a["memory_rss"], a["memory_tracemalloc"])
+        runs = a.get("runs") or [a["scale"]]  # results stored before --workers
+        lines += report_scale(runs, a["memory_rss"], a["memory_tracemalloc"])
         lines += ["", a["note"], ""]
     if "b" in data:
         b = data["b"]

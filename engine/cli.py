@@ -2,7 +2,7 @@
 
 ``taketurns eval ENV [-n N] [-r R] [-c C] [--model M] [--base-url URL]
 [--api-key-var VAR] [-C run.toml] [--env.<field>=V ...] [-o DIR] [--resume|--overwrite]
-[--backend local|ray] [--ray-address ADDR]``
+[--backend local|ray|processes] [--workers N] [--ray-address ADDR]``
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 2 bad config or usage, 130
@@ -25,10 +25,11 @@ from rich.console import Console
 from engine.config import EvalConfig
 from engine.errors import ConfigError
 from engine.output import RunDir
-from engine.ray_backend import WorkerLost
+from engine.process_backend import WorkerError
 from engine.registry import envs, tasksets
 from engine.runner import Interrupted, Plan, make_env, preflight, run_eval
 from engine.settings import dump_toml, load_eval_config, read_toml
+from engine.shards import WorkerLost
 from engine.summary import render
 
 __all__ = ["main"]
@@ -45,10 +46,11 @@ _FLAGS = {
     "episode_timeout": "episode_timeout_s",
     "max_concurrent_calls": "max_concurrent_calls",
     "backend": "backend",
+    "workers": "workers",
     "ray_address": "ray_address",
 }
 # how a run executes, not what it computes: --resume may change them
-_EXECUTION = ("backend", "ray_address")
+_EXECUTION = ("backend", "workers", "ray_address")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,7 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--api-key-var", help="environment variable holding the API key")
     ev.add_argument("--episode-timeout", type=float, help="seconds per episode")
     ev.add_argument("--max-concurrent-calls", type=int, help="cap on model calls at once")
-    ev.add_argument("--backend", help="where episodes run: local (default) or ray")
+    ev.add_argument(
+        "--backend", help="where episodes run: local (default), ray, or processes (on this machine)"
+    )
+    # no type=int: a bad value is refused by the config, naming the field
+    ev.add_argument("--workers", help="worker processes or Ray tasks (default: one per CPU)")
     ev.add_argument("--ray-address", help="Ray cluster to join (default: a private local one)")
     ev.add_argument("-C", "--config", help="TOML config file")
     ev.add_argument("-o", "--output-dir", help="run directory")
@@ -267,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in exc.problems:
             console.print(f"  - {problem}", highlight=False, markup=False)
         return 2
-    except WorkerLost as exc:
+    except (WorkerLost, WorkerError) as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False)
         return 1
 

@@ -191,8 +191,11 @@ class EvalConfig:
     interception_port: int = attrs.field(default=0, validator=_non_negative)
     interception_public_url: str | None = None
     output_dir: str | None = None
-    # where episodes run: this process, or Ray workers (engine.ray_backend); the
-    # address of the Ray cluster (None: RAY_ADDRESS, else a private local instance)
-    backend: str = attrs.field(default="local", validator=_one_of("local", "ray"))
+    # where episodes run: this process, Ray workers (engine.ray_backend) or worker
+    # processes on this machine (engine.process_backend); how many workers (None: one
+    # per CPU); the address of the Ray cluster (None: RAY_ADDRESS, else a private
+    # local instance)
+    backend: str = attrs.field(default="local", validator=_one_of("local", "ray", "processes"))
+    workers: int | None = attrs.field(default=None, validator=at_least(1))
     ray_address: str | None = None
     env: Any = None

@@ -9,7 +9,10 @@
     ├── HarnessError             a harness failed or cannot do what was asked
     ├── ModelEndpointError       a model endpoint answered badly or not at all
     ├── ScoringError             a reward, metric or stop hook failed
-    └── RolloutStopped           control flow: the boundary refused a model call
+    ├── RolloutStopped           control flow: the boundary refused a model call
+    ├── WorkerLost               workers kept dying on the same pairs (engine.shards)
+    └── WorkerError              a worker process's own code failed, not re-raisable
+                                 as itself (engine.process_backend)
 
 Errors inside a rollout are data on its trace; errors in an env's ``run`` fail
 the episode; neither stops the rest of an eval.

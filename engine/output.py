@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from engine.episode import Episode
 from engine.errors import ConfigError
-from engine.records import dumps_episode, read_episodes
+from engine.records import read_episodes
 
 __all__ = ["RunDir"]
 
@@ -29,7 +29,7 @@ class RunDir:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._file: IO[str] | None = None
+        self._file: IO[bytes] | None = None
 
     @property
     def episodes_path(self) -> Path:
@@ -103,16 +103,15 @@ class RunDir:
         os.replace(tmp, self.config_path)
 
     def open(self) -> None:
-        self._file = self.episodes_path.open("a", encoding="utf-8")
+        self._file = self.episodes_path.open("ab")
 
-    def append(self, episode: Episode) -> str:
-        """Write one episode line and flush it (a page-cache write: microseconds, so
-        done inline rather than through a thread). Returns the line."""
+    def append_lines(self, lines: Iterable[bytes]) -> None:
+        """Write episode JSONL lines (``records.dumps_episode``, UTF-8, no newline) and
+        flush them (a page-cache write: microseconds, so done inline rather than
+        through a thread). A worker backend hands over what its workers serialised."""
         assert self._file is not None, "RunDir.open() first"
-        line = dumps_episode(episode)
-        self._file.write(line + "\n")
+        self._file.write(b"".join(line + b"\n" for line in lines))
         self._file.flush()
-        return line
 
     def close(self) -> None:
         if self._file is not None:

@@ -5,6 +5,8 @@ own refresh thread (a library-owned thread, stopped in ``close``)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -15,8 +17,6 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-
-from engine.episode import Episode
 
 __all__ = ["EvalProgress"]
 
@@ -53,13 +53,14 @@ class EvalProgress:
     def __exit__(self, *exc: object) -> None:
         self._bar.stop()
 
-    def add(self, episode: Episode) -> None:
+    def add(self, digested: Mapping[str, Any]) -> None:
+        """Count one finished episode, given its ``summary.digest``."""
         self.episodes += 1
-        self.failed += not episode.ok
-        for trace in episode.traces:
-            self.reward_sum += trace.reward
+        self.failed += not digested["ok"]
+        for trace in digested["traces"]:
+            self.reward_sum += trace["reward"]
             self.rewarded += 1
-            self.tokens += trace.usage.total_tokens
+            self.tokens += trace["usage"]["total_tokens"]
         self._pending += 1
         if not self.enabled:
             return

@@ -9,15 +9,13 @@
      │  --max-concurrent-calls) split into W shares    ├─ play_pairs in a trio guest run
      ├─ wait on the shards' streams (in a thread);     │  hosted by the generator itself
      │  each received episode goes to run_eval's       └─ yields each batch of finished
-     │  writer at once, once per pair                     episodes (JSONL lines) at once
-     └─ a shard whose worker died: its pairs not yet
-        received run again in a new shard
+     │  writer at once, once per pair                     episodes at once (digest and
+     └─ a shard whose worker died: its pairs not yet      JSONL line: the driver writes
+        received run again in a new shard                 the line as it is)
 
-Exactly once: the driver writes a pair the first time it receives it and re-dispatches
-only pairs it has not received, so a dead worker's finished-but-undelivered episodes
-run again and a redelivered one is dropped. A shard re-dispatched ``MAX_LOST`` times
-(a pair that kills every worker that runs it) stops the eval with ``WorkerLost``; what
-was received is on disk and ``--resume`` continues on either backend.
+W is ``--workers`` (default: the cluster's CPUs), at most ``-c`` and the number of
+pairs. Exactly once, ``MAX_LOST`` and ``WorkerLost``: ``engine.shards``, shared with
+``--backend processes``.
 
 Why a guest run: a Ray generator task is synchronous, and trio.run cannot yield in
 the middle. In guest mode the generator is trio's host loop: it runs trio's steps and
@@ -45,30 +43,15 @@ from engine.config import EvalConfig
 from engine.env import Env
 from engine.episode import Episode
 from engine.errors import ConfigError, TaketurnsError
-from engine.records import dumps_episode, loads_episode
-from engine.task import Task
+from engine.records import dumps_episode
+from engine.shards import Ledger, OnLines, Pair, Shard, deal
+from engine.summary import digest
 
-__all__ = ["MAX_LOST", "WorkerLost", "require_ray", "run_on_ray", "split"]
+__all__ = ["require_ray", "run_on_ray"]
 
-MAX_LOST = 3  # workers that may die on one shard's pairs before the eval gives up
 POLL_S = 1.0  # longest one wait on Ray blocks its thread (bounds an abandoned wait)
 
-Pair = tuple[Task, int]
-Key = tuple[int, int]
-Batch = list[tuple[int, int, str]]  # (task idx, rollout, JSONL line)
-
-
-class WorkerLost(TaketurnsError):
-    """Ray workers kept dying on the same pairs (``pairs``: (task idx, rollout))."""
-
-    def __init__(self, pairs: Sequence[Key], cause: BaseException) -> None:
-        self.pairs = sorted(pairs)
-        shown = ", ".join(map(str, self.pairs[:8])) + (" ..." if len(pairs) > 8 else "")
-        super().__init__(
-            f"Ray workers died {MAX_LOST + 1} times running the pairs {shown} "
-            f"(last: {type(cause).__name__}: {cause}); the episodes received are written: "
-            "find the failing task, then continue with --resume"
-        )
+Batch = list[tuple[int, int, dict[str, Any], bytes]]  # (task idx, rollout, digest, line)
 
 
 def require_ray() -> None:
@@ -78,11 +61,6 @@ def require_ray() -> None:
             "backend = 'ray': Ray is not installed; pip install 'taketurns[ray]' "
             "(or run with --backend local)"
         )
-
-
-def split(total: int, parts: int) -> list[int]:
-    """``total`` in ``parts`` shares differing by at most one, largest first."""
-    return [total // parts + (i < total % parts) for i in range(parts)]
 
 
 # --- the worker ----------------------------------------------------------------------
@@ -104,7 +82,8 @@ def _shard(job: _Job) -> Iterator[Batch]:
     out: Batch = []
 
     def finished(episode: Episode) -> None:
-        out.append((episode.task.idx, episode.rollout, dumps_episode(episode)))
+        line = dumps_episode(episode).encode()
+        out.append((episode.task.idx, episode.rollout, digest(episode), line))
 
     async def main() -> None:
         try:
@@ -152,18 +131,6 @@ def _guest_run(main: Callable[[], Awaitable[None]], out: Batch) -> Iterator[Batc
 # --- the driver ----------------------------------------------------------------------
 
 
-@attrs.define
-class _Shard:
-    pairs: list[Pair]
-    share: int  # episodes at once
-    calls: int | None  # model calls at once (None: no cap)
-    lost: int = 0  # workers that died on these pairs so far
-    pending: set[Key] = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        self.pending = {(task.idx, r) for task, r in self.pairs}
-
-
 _END = object()
 
 
@@ -200,10 +167,10 @@ def _connect(address: str | None) -> bool:
 
 
 async def run_on_ray(
-    config: EvalConfig, env: Env, pairs: Sequence[Pair], on_episode: Callable[[Episode], None]
+    config: EvalConfig, env: Env, pairs: Sequence[Pair], on_lines: OnLines
 ) -> None:
-    """Run ``pairs`` on Ray workers, calling ``on_episode`` in this trio task for each
-    episode as it arrives (each pair exactly once)."""
+    """Run ``pairs`` on Ray workers, calling ``on_lines`` in this trio task with each
+    batch of episodes as it arrives (each pair exactly once)."""
     require_ray()
     if not pairs:
         return
@@ -212,7 +179,7 @@ async def run_on_ray(
     import ray
 
     try:
-        await _Driver(ray, config, type(env), on_episode).run(list(pairs))
+        await _Driver(ray, config, type(env), on_lines).run(list(pairs))
     finally:
         if started:
             with trio.CancelScope(shield=True):
@@ -225,25 +192,24 @@ class _Driver:
         ray: Any,
         config: EvalConfig,
         env_cls: type[Env],
-        on_episode: Callable[[Episode], None],
+        on_lines: OnLines,
     ) -> None:
         self.ray = ray
         self.config = config
         self.env_cls = env_cls
-        self.on_episode = on_episode
+        self.on_lines = on_lines
         self.task = ray.remote(num_cpus=1, max_retries=0)(_shard)
-        self.live: dict[Any, _Shard] = {}  # ObjectRefGenerator -> its shard
-        self.received: set[Key] = set()
+        self.live: dict[Any, Shard] = {}  # ObjectRefGenerator -> its shard
+        self.ledger = Ledger()
 
     async def run(self, pairs: list[Pair]) -> None:
-        cpus = await trio.to_thread.run_sync(lambda: self.ray.cluster_resources().get("CPU", 1))
-        calls = self.config.max_concurrent_calls
-        workers = max(1, min(int(cpus), self.config.concurrency, len(pairs), calls or len(pairs)))
-        shares = split(self.config.concurrency, workers)
-        call_shares = split(calls, workers) if calls else [None] * workers
+        workers = self.config.workers
+        if workers is None:  # one per CPU of the cluster
+            resources = await trio.to_thread.run_sync(self.ray.cluster_resources)
+            workers = int(resources.get("CPU", 1))
         try:
-            for i in range(workers):
-                self._submit(_Shard(pairs[i::workers], shares[i], call_shares[i]))
+            for shard in deal(pairs, workers, self.config):
+                self._submit(shard)
             while self.live:
                 ready = await trio.to_thread.run_sync(
                     self._poll, list(self.live), abandon_on_cancel=True
@@ -263,14 +229,8 @@ class _Driver:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(self._cancel, gens)
 
-    def _submit(self, shard: _Shard) -> None:
-        config = attrs.evolve(
-            self.config,
-            backend="local",
-            concurrency=shard.share,
-            max_concurrent_calls=shard.calls,
-        )
-        gen = self.task.remote(_Job(config, self.env_cls, shard.pairs))
+    def _submit(self, shard: Shard) -> None:
+        gen = self.task.remote(_Job(shard.config(self.config), self.env_cls, shard.pairs))
         self.live[gen] = shard
 
     def _poll(self, gens: list[Any]) -> list[tuple[Any, Any]]:
@@ -293,25 +253,18 @@ class _Driver:
     def _take(self, gen: Any, result: Any) -> None:
         shard = self.live[gen]
         if isinstance(result, list):
-            for idx, rollout, line in result:
-                key = (idx, rollout)
-                if key in self.received:
-                    continue
-                self.received.add(key)
-                shard.pending.discard(key)
-                self.on_episode(loads_episode(line))
+            receive = self.ledger.receive
+            batch = [(line, d) for idx, r, d, line in result if receive(shard, (idx, r))]
+            self.on_lines(batch)
             return
         del self.live[gen]
         if isinstance(result, self.ray.exceptions.RayTaskError):
             raise _cause(result)  # the shard's own code failed: a bug or bad config
-        if not shard.pending:
-            return
         # the worker died (or ended without sending everything): run the rest again
         cause = result if isinstance(result, BaseException) else RuntimeError("stream ended")
-        if shard.lost >= MAX_LOST:
-            raise WorkerLost(sorted(shard.pending), cause)
-        rest = [(task, r) for task, r in shard.pairs if (task.idx, r) in shard.pending]
-        self._submit(_Shard(rest, shard.share, shard.calls, lost=shard.lost + 1))
+        rest = self.ledger.redo(shard, cause)
+        if rest is not None:
+            self._submit(rest)
 
     def _cancel(self, gens: list[Any]) -> None:
         for gen in gens:

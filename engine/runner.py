@@ -3,16 +3,19 @@
 Structure (DESIGN.md "who owns what")::
 
     run_eval (one nursery: signal watcher, the backend)
-     └─ play_pairs (local backend; on Ray, each worker: engine.ray_backend)
+     └─ play_pairs (local backend; each worker of engine.ray_backend and of
+        │          engine.process_backend runs it on its shard of the pairs)
         ├─ interception server (if a harness needs one), shared asyncio loop (engine.aio)
         └─ episode limiter (CapacityLimiter c), taken before an episode opens any
            session and held until it is written; the only other gate is the optional
            model-call limiter, held for one request at a time.
 
 Each finished episode is appended to ``episodes.jsonl`` at once (also a failed,
-timed-out or cancelled one). SIGINT/SIGTERM cancel the running episodes, which are
-closed, scored and written as cancelled (on Ray: not written; ``--resume`` reruns
-them); a second signal exits at once.
+timed-out or cancelled one); a worker backend hands over each batch it receives,
+lines and digests as its workers made them (``shards.OnLines``). SIGINT/SIGTERM
+cancel the running episodes, which are closed, scored and written as cancelled (also
+by worker processes; on Ray: not written, ``--resume`` reruns them); a second signal
+exits at once.
 """
 
 from __future__ import annotations
@@ -38,12 +41,22 @@ from engine.errors import ConfigError, TaketurnsError, sole_error
 from engine.model import ModelClient
 from engine.output import RunDir
 from engine.progress import EvalProgress
+from engine.records import dumps_episode
 from engine.registry import envs
 from engine.summary import digest, summarize
 from engine.task import Task
 from engine.trace import EpisodeInfo, Trace
 
-__all__ = ["EvalRun", "Interrupted", "Plan", "make_env", "play_pairs", "preflight", "run_eval"]
+__all__ = [
+    "EvalRun",
+    "Interrupted",
+    "Plan",
+    "collect_less",
+    "make_env",
+    "play_pairs",
+    "preflight",
+    "run_eval",
+]
 
 
 class Interrupted(Exception):
@@ -202,12 +215,16 @@ async def run_eval(
         planned = len(tasks) * config.rollouts
         with EvalProgress(planned, done=planned - len(todo), enabled=progress) as bar:
 
-            def record(episode: Episode) -> None:
+            def record_lines(batch: list[tuple[bytes, dict[str, Any]]]) -> None:
                 nonlocal written
-                run_dir.append(episode)
-                finished.append(digest(episode))
-                written += 1
-                bar.add(episode)
+                run_dir.append_lines(line for line, _ in batch)
+                for _, digested in batch:
+                    finished.append(digested)
+                    bar.add(digested)
+                written += len(batch)
+
+            def record(episode: Episode) -> None:
+                record_lines([(dumps_episode(episode).encode(), digest(episode))])
 
             with trio.CancelScope() as cancel, _unwrapped():
                 async with trio.open_nursery() as nursery:
@@ -216,7 +233,11 @@ async def run_eval(
                     if config.backend == "ray":
                         from engine.ray_backend import run_on_ray
 
-                        await run_on_ray(config, env, todo, record)
+                        await run_on_ray(config, env, todo, record_lines)
+                    elif config.backend == "processes":
+                        from engine.process_backend import run_on_processes
+
+                        await run_on_processes(config, env, todo, record_lines)
                     else:
                         await play_pairs(config, env, plan, todo, record)
                     nursery.cancel_scope.cancel()
@@ -255,7 +276,7 @@ async def play_pairs(
     """Play each (task, rollout) pair as an episode, ``config.concurrency`` at once, and
     call ``on_episode`` as each finishes (also a failed, timed-out or cancelled one).
     Brackets the episodes with ``env.setup`` / ``env.finalize``. The per-episode loop
-    of the local backend and of every Ray worker."""
+    of the local backend and of every worker (Ray or process)."""
     limiter = trio.CapacityLimiter(config.concurrency)
     rank = {role: i for i, role in enumerate(plan.roles)}
 
@@ -270,7 +291,7 @@ async def play_pairs(
 
     try:
         await env.setup()
-        with _collect_less():
+        with collect_less():
             await _serve_pairs(config, plan, pairs, play, limiter)
     finally:
         with trio.CancelScope(shield=True):
@@ -313,13 +334,14 @@ async def _serve_pairs(
 
 
 @contextlib.contextmanager
-def _collect_less() -> Iterator[None]:
+def collect_less() -> Iterator[None]:
     """An eval keeps thousands of sessions alive while it churns through short-lived
     objects. A young-generation collection scans every young object still alive, and
     with the default threshold (a collection every 700 allocations) nearly all of them
     are: sessions live for seconds, collections come every few milliseconds (half the
     CPU at 10,000 episodes, benchmarks/bench_scale.py). The engine itself leaves no
-    cyclic garbage per episode (tests/test_work_counts.py), so while episodes run:
+    cyclic garbage per episode (tests/test_work_counts.py), so while episodes run (or,
+    in a worker backend's driver, while their records arrive):
     freeze what exists already and collect only every million allocations, by which
     time most young objects have died by reference counting and are never scanned.
     The process's settings are restored after."""
@@ -335,8 +357,9 @@ def _collect_less() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _unwrapped() -> Iterator[None]:
-    """A taketurns error raised on purpose (a backend's ``ConfigError``, Ray's
-    ``WorkerLost``) leaves the run's nursery as itself, not in an exception group."""
+    """A taketurns error raised on purpose (a backend's ``ConfigError``, a worker
+    backend's ``WorkerLost``) leaves the run's nursery as itself, not in an exception
+    group."""
     try:
         yield
     except BaseExceptionGroup as group:

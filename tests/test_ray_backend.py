@@ -6,23 +6,23 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
+import crashenv
 import pytest
 import trio
+from crashenv import CrashConfig, CrashOnce
 
-from engine import AgentConfig, Agents, ConfigError, Env, EnvConfig, EvalConfig, Task
+from engine import ConfigError, Env, EvalConfig
 from engine.cli import main
 from engine.output import RunDir
-from engine.ray_backend import MAX_LOST, WorkerLost, _guest_run, require_ray, split
+from engine.ray_backend import _guest_run, require_ray
 from engine.records import read_episodes
 from engine.runner import run_eval
+from engine.shards import MAX_LOST, WorkerLost, split
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,8 @@ def ray_cluster() -> Iterator[Any]:
         ray.init(
             num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR
         )
-        # the test envs below live in this module, which workers cannot import
-        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        # the test env lives in a module of the tests, which workers cannot import
+        ray.cloudpickle.register_pickle_by_value(crashenv)
         try:
             yield ray
         finally:
@@ -145,7 +145,7 @@ def test_missing_ray_is_a_config_error_before_any_episode(
 
 def test_an_unknown_backend_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _eval("kuhn-poker", "-n", "2", "--backend", "spark", "-o", str(tmp_path / "r")) == 2
-    assert "backend = 'spark': expected local or ray" in capsys.readouterr().err
+    assert "backend = 'spark': expected local or ray or processes" in capsys.readouterr().err
 
 
 # --- on a local Ray cluster -------------------------------------------------------------
@@ -169,50 +169,6 @@ def test_ray_writes_the_same_records_as_local(ray_cluster: Any, tmp_path: Path) 
     # the same numbers, summed in another order
     assert _flat(sb["agents"]) == pytest.approx(_flat(sa["agents"]))
     assert (remote / "report.html").is_file()
-
-
-@attrs.define
-class CrashConfig(EnvConfig):
-    player: AgentConfig = attrs.field(factory=AgentConfig)
-    marker: str = ""  # a file: the worker that creates it dies (once, or always)
-    log: str = ""  # each finished episode appends "idx pid"
-    crash_task: int = 12
-    always: bool = False
-    hang: bool = False
-
-
-class CrashOnce(Env):
-    """Task ``crash_task`` kills its worker process (``os._exit``): the first time
-    only, or every time with ``always``."""
-
-    id = "crash-once"
-    config_class = CrashConfig
-    config: CrashConfig
-
-    def tasks(self, num_tasks: int) -> Sequence[Task]:
-        return [Task(idx=i, prompt=f"choose [left] or [right] #{i}") for i in range(num_tasks)]
-
-    async def run(self, task: Task, agents: Agents) -> None:
-        if self.config.hang:
-            await trio.sleep_forever()
-        await trio.sleep(0.05)
-        if task.idx == self.config.crash_task:
-            _crash(self.config)
-        await agents.player.run(task)
-        _log(self.config.log, task.idx)
-
-
-def _crash(config: CrashConfig) -> None:
-    marker = Path(config.marker)
-    if config.always or not marker.exists():
-        with marker.open("a") as f:
-            f.write(f"{os.getpid()}\n")
-        os._exit(1)
-
-
-def _log(path: str, idx: int) -> None:
-    with open(path, "a") as f:
-        f.write(f"{idx} {os.getpid()}\n")
 
 
 def _crash_run(tmp_path: Path, **options: Any) -> tuple[EvalConfig, Env, RunDir]:
