@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl
 
 import trio
 
+from engine.delay import FixedDelay
 from engine.errors import ConfigError
 from engine.messages import (
     AssistantMessage,
@@ -126,7 +127,8 @@ def _words(messages: Sequence[Message]) -> int:
 
 class BuiltinModel(ModelClient):
     """A scripted model called in process. ``complete`` is a checkpoint: it sleeps
-    ``latency`` seconds (or just checkpoints when latency is 0)."""
+    ``latency`` seconds (or just checkpoints when latency is 0); its concurrent calls
+    share one timer (``engine.delay``)."""
 
     def __init__(
         self, policy: str = "bracket", *, latency: float = 0.0, seed: int = 0, field: str = "model"
@@ -140,6 +142,7 @@ class BuiltinModel(ModelClient):
         self.latency = latency
         self.seed = seed
         self._fn = POLICIES[policy]
+        self._delay = FixedDelay(latency) if latency > 0 else None
 
     @classmethod
     def from_model_name(cls, model: str | None, *, field: str = "model") -> BuiltinModel:
@@ -180,8 +183,8 @@ class BuiltinModel(ModelClient):
         return ModelResponse(message, Usage(_words(request.messages), completion), finish)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        if self.latency > 0:
-            await trio.sleep(self.latency)
+        if self._delay is not None:
+            await self._delay.wait()
         else:
             await trio.lowlevel.checkpoint()
         return self.respond(request)
