@@ -21,7 +21,15 @@ from engine.model import ModelClient, ModelRequest, ModelResponse
 from engine.rubric import Rubric
 from engine.trace import ErrorInfo, Trace, Turn, Usage
 
-__all__ = ["ModelBoundary"]
+__all__ = ["ModelBoundary", "unlimited"]
+
+
+def unlimited(limits: Limits, rubric: Rubric) -> bool:
+    """No limit and no stop hook: nothing to check before a call."""
+    return not rubric.stops and all(
+        getattr(limits, name) is None
+        for name in ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens")
+    )
 
 
 class ModelBoundary:
@@ -50,7 +58,10 @@ class ModelBoundary:
         limits: Limits,
         rubric: Rubric,
         limiter: trio.CapacityLimiter | None = None,
+        is_unlimited: bool | None = None,
     ) -> None:
+        """``is_unlimited``: ``unlimited(limits, rubric)`` when the caller knows it
+        (an agent works it out once for all its sessions)."""
         self.trace = trace
         self.client = client
         self.model = model
@@ -58,10 +69,7 @@ class ModelBoundary:
         self.limits = limits
         self.rubric = rubric
         self.limiter = limiter
-        self._unlimited = not rubric.stops and all(
-            getattr(limits, name) is None
-            for name in ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens")
-        )
+        self._unlimited = unlimited(limits, rubric) if is_unlimited is None else is_unlimited
 
     def _limit_hit(self) -> str | None:
         if self._unlimited:

@@ -110,8 +110,11 @@ class RunDir:
         flush them (a page-cache write: microseconds, so done inline rather than
         through a thread). A worker backend hands over what its workers serialised."""
         assert self._file is not None, "RunDir.open() first"
-        self._file.write(b"".join(line + b"\n" for line in lines))
-        self._file.flush()
+        file = self._file
+        for line in lines:
+            file.write(line)
+            file.write(b"\n")
+        file.flush()
 
     def close(self) -> None:
         if self._file is not None:

@@ -60,7 +60,7 @@ from engine.config import EvalConfig
 from engine.env import Env
 from engine.episode import Episode
 from engine.errors import ConfigError, TaketurnsError, sole_error
-from engine.records import dumps_episode
+from engine.records import episode_line
 from engine.shards import Ledger, OnLines, Pair, Shard, deal
 from engine.summary import digest
 
@@ -343,7 +343,7 @@ def _send(out: int, episode: Episode) -> None:
     """One finished episode to the driver, at once. A blocking write: the pipe holds
     ``PIPE_SIZE`` bytes, so it waits only when the driver falls that far behind."""
     head = orjson.dumps([episode.task.idx, episode.rollout, digest(episode)], default=str)
-    _write(out, b"E%s\t%s\n" % (head, dumps_episode(episode).encode()))
+    _write(out, b"E%s\t%s\n" % (head, episode_line(episode)))
 
 
 def _report(out: int, exc: BaseException) -> None:

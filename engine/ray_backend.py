@@ -43,7 +43,7 @@ from engine.config import EvalConfig
 from engine.env import Env
 from engine.episode import Episode
 from engine.errors import ConfigError, TaketurnsError
-from engine.records import dumps_episode
+from engine.records import episode_line
 from engine.shards import Ledger, OnLines, Pair, Shard, deal
 from engine.summary import digest
 
@@ -82,7 +82,7 @@ def _shard(job: _Job) -> Iterator[Batch]:
     out: Batch = []
 
     def finished(episode: Episode) -> None:
-        line = dumps_episode(episode).encode()
+        line = episode_line(episode)
         out.append((episode.task.idx, episode.rollout, digest(episode), line))
 
     async def main() -> None:

@@ -170,11 +170,16 @@ record.register_unstructure_hook(Episode, _episode_out)
 def dumps_episode(episode: Episode) -> str:
     """One JSON line (no trailing newline). Values that are not JSON become strings,
     as do keys that are not strings."""
+    return episode_line(episode).decode()
+
+
+def episode_line(episode: Episode) -> bytes:
+    """``dumps_episode`` as UTF-8 bytes, as written to episodes.jsonl."""
     out = _episode_out(episode)
     try:
-        return orjson.dumps(out, default=str).decode()
+        return orjson.dumps(out, default=str)
     except TypeError:  # a key that is not a string (checking keys doubles the cost)
-        return orjson.dumps(_str_keys(out), default=str).decode()
+        return orjson.dumps(_str_keys(out), default=str)
 
 
 def _str_keys(value: Any) -> Any:

@@ -41,7 +41,7 @@ from engine.errors import ConfigError, TaketurnsError, sole_error
 from engine.model import ModelClient
 from engine.output import RunDir
 from engine.progress import EvalProgress
-from engine.records import dumps_episode
+from engine.records import episode_line
 from engine.registry import envs
 from engine.summary import digest, summarize
 from engine.task import Task
@@ -224,7 +224,7 @@ async def run_eval(
                 written += len(batch)
 
             def record(episode: Episode) -> None:
-                record_lines([(dumps_episode(episode).encode(), digest(episode))])
+                record_lines([(episode_line(episode), digest(episode))])
 
             with trio.CancelScope() as cancel, _unwrapped():
                 async with trio.open_nursery() as nursery:
@@ -316,6 +316,15 @@ async def _serve_pairs(
                 public_url=config.interception_public_url,
             )
             plan.services["interception"] = await services.start(server.run)
+        if config.concurrency == 1:
+            # one at a time: in this task, in order (a task per episode would only
+            # add its spawn and a wake-up of this loop: two of a Kuhn episode's seven
+            # scheduler steps)
+            for task, rollout in pairs:
+                limiter.acquire_on_behalf_of_nowait((task.idx, rollout))
+                await play(task, rollout)
+            services.cancel_scope.cancel()
+            return
         async with trio.open_nursery() as episodes:
             for i, (task, rollout) in enumerate(pairs):
                 # taken here, released by play(): holds for the whole episode. While
