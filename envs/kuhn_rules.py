@@ -102,7 +102,12 @@ def parse_action(text: str, legal: Sequence[str]) -> str:
     text that is not an action word is ignored; naming the same action twice is still
     one action. Raises ``InvalidAnswer`` when there is no action, more than one, or
     an illegal one."""
-    named = [m.strip().lower() for m in _BRACKETED.findall(text)]
+    found = _BRACKETED.findall(text)
+    if len(found) == 1:  # the usual answer: one bracketed word, no list work
+        action = found[0].strip().lower()
+        if action in legal:
+            return action
+    named = [m.strip().lower() for m in found]
     actions = list(dict.fromkeys(a for a in named if a in ACTIONS))
     if not actions:
         raise InvalidAnswer("your answer has no bracketed action")
