@@ -20,9 +20,9 @@ import pytest
 import trio
 from crashenv import CrashConfig, CrashOnce
 from procs import children, marked, open_fds
+from rundirs import eval_cli, flat, pairs, records, steady
 
 from engine import ConfigError, EvalConfig, OptionError, Task
-from engine.cli import main
 from engine.output import RunDir
 from engine.process_backend import WorkerDied, WorkerError
 from engine.records import read_episodes
@@ -33,52 +33,19 @@ from engine.shards import MAX_LOST, Ledger, Shard, WorkerLost, deal
 LIMIT = 60  # seconds any one subprocess step may take on a loaded machine
 
 
-def _eval(*args: str) -> int:
-    return main(["eval", *args, "--no-progress"])
-
-
-def _records(out: Path) -> dict[str, dict[str, Any]]:
-    return {e["id"]: e for e in read_episodes(out / "episodes.jsonl")}
-
-
-def _pairs(out: Path) -> list[tuple[int, int]]:
-    return sorted((e["task"]["idx"], e["rollout"]) for e in read_episodes(out / "episodes.jsonl"))
-
-
-def _steady(value: Any) -> Any:
-    """A record without its wall-clock fields (the only ones two runs may differ in)."""
-    if isinstance(value, dict):
-        return {
-            k: _steady(v)
-            for k, v in value.items()
-            if k not in ("timing", "latency_s", "wall_s", "episodes_per_s")
-        }
-    if isinstance(value, list):
-        return [_steady(v) for v in value]
-    return value
-
-
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        return {
-            k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}.{key}").items()
-        }
-    return {prefix: value}
-
-
 # --- sharding and the ledger (no processes) ----------------------------------------------
 
 
 def test_pairs_are_dealt_round_robin_with_shares_of_the_limits() -> None:
     config = EvalConfig(env_id="x", concurrency=5, max_concurrent_calls=3)
-    pairs = [(Task(idx=i), 0) for i in range(7)]
-    shards = deal(pairs, 4, config)  # 4 workers, but only 3 model calls at once
+    owed = [(Task(idx=i), 0) for i in range(7)]
+    shards = deal(owed, 4, config)  # 4 workers, but only 3 model calls at once
     assert [[t.idx for t, _ in s.pairs] for s in shards] == [[0, 3, 6], [1, 4], [2, 5]]
     assert [(s.share, s.calls) for s in shards] == [(2, 1), (2, 1), (1, 1)]
     worker = shards[2].config(config)
     assert (worker.backend, worker.concurrency, worker.max_concurrent_calls) == ("local", 1, 1)
-    assert len(deal(pairs[:2], 8, EvalConfig(env_id="x", concurrency=32))) == 2
-    assert len(deal(pairs, 8, EvalConfig(env_id="x", concurrency=1))) == 1
+    assert len(deal(owed[:2], 8, EvalConfig(env_id="x", concurrency=32))) == 2
+    assert len(deal(owed, 8, EvalConfig(env_id="x", concurrency=1))) == 1
 
 
 def test_the_ledger_writes_each_pair_once_and_gives_up_after_max_lost() -> None:
@@ -119,7 +86,7 @@ def test_bad_workers_and_backends_are_refused_naming_the_field(
     config = tmp_path / "run.toml"
     config.write_text(f'env_id = "kuhn-poker"\n{toml}')
     out = tmp_path / "run"
-    assert _eval("-C", str(config), "-o", str(out), *args) == 2
+    assert eval_cli("-C", str(config), "-o", str(out), *args) == 2
     lines = capsys.readouterr().err.splitlines()
     assert [line.strip() for line in lines] == ["error:", f"- {problem}"]
     assert not out.exists()
@@ -155,22 +122,22 @@ async def test_an_env_class_workers_cannot_import_is_refused(tmp_path: Path) -> 
 def test_processes_write_the_same_records_as_local(tmp_path: Path) -> None:
     local, procs = tmp_path / "local", tmp_path / "processes"
     base = ["kuhn-poker", "-n", "200", "-r", "2", "-c", "32"]
-    assert _eval(*base, "-o", str(local)) == 0
-    assert _eval(*base, "--backend", "processes", "--workers", "2", "-o", str(procs)) == 0
-    a, b = _records(local), _records(procs)
+    assert eval_cli(*base, "-o", str(local)) == 0
+    assert eval_cli(*base, "--backend", "processes", "--workers", "2", "-o", str(procs)) == 0
+    a, b = records(local), records(procs)
     assert len(b) == 400
     assert a.keys() == b.keys()
     for key, episode in b.items():
         assert list(episode) == list(a[key])  # same fields, same order
-        assert _steady(episode) == _steady(a[key])  # same payoffs, turns, messages ...
+        assert steady(episode) == steady(a[key])  # same payoffs, turns, messages ...
         assert episode["ok"]
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (local, procs))
     assert sb.keys() == sa.keys()
     # identical apart from timing; the agents' means were summed in another order
-    assert {k: v for k, v in _steady(sb).items() if k != "agents"} == {
-        k: v for k, v in _steady(sa).items() if k != "agents"
+    assert {k: v for k, v in steady(sb).items() if k != "agents"} == {
+        k: v for k, v in steady(sa).items() if k != "agents"
     }
-    assert _flat(sb["agents"]) == pytest.approx(_flat(sa["agents"]))
+    assert flat(sb["agents"]) == pytest.approx(flat(sa["agents"]))
     assert (procs / "report.html").is_file()
 
 
@@ -185,18 +152,18 @@ def test_resume_works_across_backends(tmp_path: Path) -> None:
     first, second = tmp_path / "local-then-processes", tmp_path / "processes-then-local"
     base = ["kuhn-poker", "-n", "16", "-r", "2", "-c", "4"]
     everything = [(i, r) for i in range(16) for r in range(2)]
-    assert _eval(*base, "-o", str(first)) == 0
+    assert eval_cli(*base, "-o", str(first)) == 0
     _truncate(first, 9)
-    assert _eval("--resume", "-o", str(first), "--backend", "processes", "--workers", "2") == 0
-    assert _pairs(first) == everything
+    assert eval_cli("--resume", "-o", str(first), "--backend", "processes", "--workers", "2") == 0
+    assert pairs(first) == everything
     assert json.loads((first / "summary.json").read_text())["episodes"] == 32
 
-    assert _eval(*base, "--backend", "processes", "-o", str(second)) == 0
+    assert eval_cli(*base, "--backend", "processes", "-o", str(second)) == 0
     _truncate(second, 5)
-    assert _eval("--resume", "-o", str(second), "--backend", "local") == 0
-    assert _pairs(second) == everything
-    a, b = _records(first), _records(second)
-    assert {k: _steady(v) for k, v in a.items()} == {k: _steady(v) for k, v in b.items()}
+    assert eval_cli("--resume", "-o", str(second), "--backend", "local") == 0
+    assert pairs(second) == everything
+    a, b = records(first), records(second)
+    assert {k: steady(v) for k, v in a.items()} == {k: steady(v) for k, v in b.items()}
 
 
 # --- workers that die, fail or are stopped -------------------------------------------------
@@ -238,7 +205,7 @@ async def test_a_dead_workers_pairs_are_redone_exactly_once(
         _reap(orphan)
     dead = int((tmp_path / "marker").read_text())
     assert run.written == 24
-    assert _pairs(run_dir.path) == [(i, 0) for i in range(24)]  # each exactly once
+    assert pairs(run_dir.path) == [(i, 0) for i in range(24)]  # each exactly once
     assert all(e["ok"] for e in read_episodes(run_dir.episodes_path))
     assert run.summary["episodes"] == 24
     log = _log(tmp_path)
@@ -259,7 +226,7 @@ async def test_a_pair_that_kills_every_worker_stops_the_eval(tmp_path: Path) -> 
         await run_eval(config, run_dir, env=env, progress=False, report=False)
     assert (1, 0) in info.value.pairs
     assert len((tmp_path / "marker").read_text().split()) == MAX_LOST + 1
-    written = _pairs(run_dir.path)
+    written = pairs(run_dir.path)
     assert (1, 0) not in written
     assert len(written) == len(set(written))
     assert children() == before
@@ -280,7 +247,7 @@ async def test_an_env_failing_in_setup_fails_the_eval_with_its_error(
         with pytest.raises(ConfigError) as caught:
             await run_eval(config, run_dir, env=env, progress=False, report=False)
         assert caught.value.problems == ["env.data = 'missing.jsonl': no such file"]
-    assert _pairs(run_dir.path) == []
+    assert pairs(run_dir.path) == []
     assert children() == before
 
 
@@ -303,7 +270,7 @@ async def test_cancelling_the_driver_writes_the_workers_cancelled_episodes(
     started = sorted((idx, 0) for idx, _ in _log(tmp_path))
     assert len({pid for _, pid in _log(tmp_path)}) == 2
     episodes = list(read_episodes(run_dir.episodes_path))
-    assert _pairs(run_dir.path) == started  # written as cancelled, as the local backend does
+    assert pairs(run_dir.path) == started  # written as cancelled, as the local backend does
     for e in episodes:
         assert (e["ok"], e["stop"]) == (False, "cancelled")
         assert {t["stop_condition"] for t in e["traces"]} <= {"cancelled"}
@@ -365,8 +332,8 @@ def test_sigint_stops_the_workers_writes_cancelled_episodes_and_exits_130(
         assert {t["stop_condition"] for t in e["traces"]} <= {"cancelled"}
     assert json.loads((out / "summary.json").read_text())["interrupted"] is True
 
-    assert _eval("-o", str(out), "--resume") == 0  # the stored config: processes again
-    assert _pairs(out) == [(i, 0) for i in range(60)]
+    assert eval_cli("-o", str(out), "--resume") == 0  # the stored config: processes again
+    assert pairs(out) == [(i, 0) for i in range(60)]
     assert all(e["ok"] for e in read_episodes(out / "episodes.jsonl"))
 
 

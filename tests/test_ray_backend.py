@@ -15,9 +15,9 @@ import crashenv
 import pytest
 import trio
 from crashenv import CrashConfig, CrashOnce
+from rundirs import eval_cli, flat, pairs, records, steady
 
 from engine import ConfigError, Env, EvalConfig
-from engine.cli import main
 from engine.output import RunDir
 from engine.ray_backend import _guest_run, require_ray
 from engine.records import read_episodes
@@ -41,35 +41,6 @@ def ray_cluster() -> Iterator[Any]:
             yield ray
         finally:
             ray.shutdown()
-
-
-def _eval(*args: str) -> int:
-    return main(["eval", *args, "--no-progress"])
-
-
-def _records(out: Path) -> dict[str, dict[str, Any]]:
-    return {e["id"]: e for e in read_episodes(out / "episodes.jsonl")}
-
-
-def _pairs(out: Path) -> list[tuple[int, int]]:
-    return sorted((e["task"]["idx"], e["rollout"]) for e in read_episodes(out / "episodes.jsonl"))
-
-
-def _steady(value: Any) -> Any:
-    """A record without its wall-clock fields (the only ones two runs may differ in)."""
-    if isinstance(value, dict):
-        return {k: _steady(v) for k, v in value.items() if k not in ("timing", "latency_s")}
-    if isinstance(value, list):
-        return [_steady(v) for v in value]
-    return value
-
-
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        return {
-            k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}.{key}").items()
-        }
-    return {prefix: value}
 
 
 # --- without Ray ------------------------------------------------------------------------
@@ -138,13 +109,13 @@ def test_missing_ray_is_a_config_error_before_any_episode(
     with pytest.raises(ConfigError, match=r"pip install 'taketurns\[ray\]'"):
         require_ray()
     out = tmp_path / "run"
-    assert _eval("kuhn-poker", "-n", "2", "--backend", "ray", "-o", str(out)) == 2
+    assert eval_cli("kuhn-poker", "-n", "2", "--backend", "ray", "-o", str(out)) == 2
     assert "pip install 'taketurns[ray]'" in capsys.readouterr().err
     assert not (out / "episodes.jsonl").exists()
 
 
 def test_an_unknown_backend_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert _eval("kuhn-poker", "-n", "2", "--backend", "spark", "-o", str(tmp_path / "r")) == 2
+    assert eval_cli("kuhn-poker", "-n", "2", "--backend", "spark", "-o", str(tmp_path / "r")) == 2
     assert "backend = 'spark': expected local or ray or processes" in capsys.readouterr().err
 
 
@@ -153,21 +124,23 @@ def test_an_unknown_backend_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_ray_writes_the_same_records_as_local(ray_cluster: Any, tmp_path: Path) -> None:
     local, remote = tmp_path / "local", tmp_path / "ray"
-    assert _eval("kuhn-poker", "-n", "200", "-c", "32", "-o", str(local)) == 0
-    assert _eval("kuhn-poker", "-n", "200", "-c", "32", "--backend", "ray", "-o", str(remote)) == 0
-    a, b = _records(local), _records(remote)
+    assert eval_cli("kuhn-poker", "-n", "200", "-c", "32", "-o", str(local)) == 0
+    assert (
+        eval_cli("kuhn-poker", "-n", "200", "-c", "32", "--backend", "ray", "-o", str(remote)) == 0
+    )
+    a, b = records(local), records(remote)
     assert len(b) == 200
     assert a.keys() == b.keys()
     for key, episode in b.items():
         assert list(episode) == list(a[key])  # same fields, same order
-        assert _steady(episode) == _steady(a[key])
+        assert steady(episode) == steady(a[key])
         assert episode["ok"]
         assert sum(t["rewards"]["payoff"] for t in episode["traces"]) == 0
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (local, remote))
     for field in ("episodes", "ok", "failed", "episode_stops"):
         assert sb[field] == sa[field]
     # the same numbers, summed in another order
-    assert _flat(sb["agents"]) == pytest.approx(_flat(sa["agents"]))
+    assert flat(sb["agents"]) == pytest.approx(flat(sa["agents"]))
     assert (remote / "report.html").is_file()
 
 
@@ -186,7 +159,7 @@ def test_a_dead_workers_pairs_are_redone_exactly_once(ray_cluster: Any, tmp_path
     run = trio.run(lambda: run_eval(config, run_dir, env=env, progress=False, report=False))
     dead = int((tmp_path / "marker").read_text())
     assert run.written == 24
-    assert _pairs(run_dir.path) == [(i, 0) for i in range(24)]  # each exactly once
+    assert pairs(run_dir.path) == [(i, 0) for i in range(24)]  # each exactly once
     assert all(e["ok"] for e in read_episodes(run_dir.episodes_path))
     assert run.summary["episodes"] == 24
     by = [tuple(map(int, line.split())) for line in (tmp_path / "log").read_text().splitlines()]
@@ -204,7 +177,7 @@ def test_a_pair_that_kills_every_worker_stops_the_eval(ray_cluster: Any, tmp_pat
         trio.run(lambda: run_eval(config, run_dir, env=env, progress=False, report=False))
     assert (1, 0) in info.value.pairs
     assert len((tmp_path / "marker").read_text().split()) == MAX_LOST + 1
-    written = _pairs(run_dir.path)
+    written = pairs(run_dir.path)
     assert (1, 0) not in written
     assert len(written) == len(set(written))
 
@@ -221,7 +194,7 @@ def test_cancelling_the_driver_stops_the_workers(ray_cluster: Any, tmp_path: Pat
     start = time.monotonic()
     assert trio.run(run)
     assert time.monotonic() - start < 20
-    assert _pairs(run_dir.path) == []  # nothing finished; --resume reruns all four
+    assert pairs(run_dir.path) == []  # nothing finished; --resume reruns all four
     # the hung workers were stopped: their CPUs come back
     while ray_cluster.available_resources().get("CPU", 0) < 2:
         assert time.monotonic() - start < 30, ray_cluster.available_resources()
@@ -238,16 +211,16 @@ def _truncate(out: Path, keep: int) -> None:
 def test_resume_works_across_backends(ray_cluster: Any, tmp_path: Path) -> None:
     first, second = tmp_path / "local-then-ray", tmp_path / "ray-then-local"
     base = ["kuhn-poker", "-n", "16", "-r", "2", "-c", "4"]
-    assert _eval(*base, "-o", str(first)) == 0
+    assert eval_cli(*base, "-o", str(first)) == 0
     _truncate(first, 9)
-    assert _eval("--resume", "-o", str(first), "--backend", "ray") == 0
-    assert _pairs(first) == [(i, r) for i in range(16) for r in range(2)]
+    assert eval_cli("--resume", "-o", str(first), "--backend", "ray") == 0
+    assert pairs(first) == [(i, r) for i in range(16) for r in range(2)]
     assert json.loads((first / "summary.json").read_text())["episodes"] == 32
 
-    assert _eval(*base, "--backend", "ray", "-o", str(second)) == 0
+    assert eval_cli(*base, "--backend", "ray", "-o", str(second)) == 0
     _truncate(second, 5)
-    assert _eval("--resume", "-o", str(second), "--backend", "local") == 0
-    assert _pairs(second) == [(i, r) for i in range(16) for r in range(2)]
+    assert eval_cli("--resume", "-o", str(second), "--backend", "local") == 0
+    assert pairs(second) == [(i, r) for i in range(16) for r in range(2)]
     # and both runs hold the same records
-    a, b = _records(first), _records(second)
-    assert {k: _steady(v) for k, v in a.items()} == {k: _steady(v) for k, v in b.items()}
+    a, b = records(first), records(second)
+    assert {k: steady(v) for k, v in a.items()} == {k: steady(v) for k, v in b.items()}
