@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import trio
 
-from engine.boundary import ModelBoundary, unlimited
+from engine.boundary import ModelBoundary
 from engine.builtin import BuiltinModel, is_builtin
 from engine.config import AgentConfig, Sampling
 from engine.errors import ConfigError, HarnessError, TurnError
@@ -78,7 +78,6 @@ class Agent:
         self.harness: Harness = harness
         self.harness_id: str = config.harness or type(harness).id or "null"
         self.rubric = rubric if rubric is not None else Rubric()
-        self._unlimited = unlimited(config.limits, self.rubric)
         self._stamp = AgentStamp(self.name, self.model, self.harness_id, config.trainable)
         self.episode = episode
         self.sampling = config.sampling.over(sampling) if sampling else config.sampling
@@ -166,7 +165,6 @@ class Agent:
             limits=self.config.limits,
             rubric=self.rubric,
             limiter=self.limiter,
-            is_unlimited=self._unlimited,
         )
         offered = self.tools if tools is None else tuple(tools)
         rollout = Rollout(trace, boundary, task=view, tools=offered, services=self.services)

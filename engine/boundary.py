@@ -21,15 +21,7 @@ from engine.model import ModelClient, ModelRequest, ModelResponse
 from engine.rubric import Rubric
 from engine.trace import ErrorInfo, Trace, Turn, Usage
 
-__all__ = ["ModelBoundary", "unlimited"]
-
-
-def unlimited(limits: Limits, rubric: Rubric) -> bool:
-    """No limit and no stop hook: nothing to check before a call."""
-    return not rubric.stops and all(
-        getattr(limits, name) is None
-        for name in ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens")
-    )
+__all__ = ["ModelBoundary"]
 
 
 class ModelBoundary:
@@ -58,10 +50,7 @@ class ModelBoundary:
         limits: Limits,
         rubric: Rubric,
         limiter: trio.CapacityLimiter | None = None,
-        is_unlimited: bool | None = None,
     ) -> None:
-        """``is_unlimited``: ``unlimited(limits, rubric)`` when the caller knows it
-        (an agent works it out once for all its sessions)."""
         self.trace = trace
         self.client = client
         self.model = model
@@ -69,7 +58,13 @@ class ModelBoundary:
         self.limits = limits
         self.rubric = rubric
         self.limiter = limiter
-        self._unlimited = unlimited(limits, rubric) if is_unlimited is None else is_unlimited
+        self._unlimited = (  # nothing to check before a call
+            not rubric.stops
+            and limits.max_turns is None
+            and limits.max_input_tokens is None
+            and limits.max_output_tokens is None
+            and limits.max_total_tokens is None
+        )
 
     def _limit_hit(self) -> str | None:
         if self._unlimited:

@@ -65,13 +65,9 @@ class FixedDelay:
     async def _keep(self, me: _Wait) -> None:
         try:
             await trio.sleep_until(me.due)
-        except BaseException:
-            me.cancelled = True
-            raise
-        else:
             self._release_due()
         finally:
-            self._hand_over()
+            self._hand_over()  # drops the keeper (the head), due or cancelled
 
     def _release_due(self) -> None:
         """Pop every wait that is due, in order, rescheduling all but the keeper (the

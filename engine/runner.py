@@ -223,23 +223,11 @@ async def run_eval(
                     bar.add(digested)
                 written += len(batch)
 
-            def record(episode: Episode) -> None:
-                record_lines([(episode_line(episode), digest(episode))])
-
             with trio.CancelScope() as cancel, _unwrapped():
                 async with trio.open_nursery() as nursery:
                     if handle_signals:
                         await nursery.start(_watch_signals, cancel)
-                    if config.backend == "ray":
-                        from engine.ray_backend import run_on_ray
-
-                        await run_on_ray(config, env, todo, record_lines)
-                    elif config.backend == "processes":
-                        from engine.process_backend import run_on_processes
-
-                        await run_on_processes(config, env, todo, record_lines)
-                    else:
-                        await play_pairs(config, env, plan, todo, record)
+                    await _on_backend(config, env, plan, todo, record_lines)
                     nursery.cancel_scope.cancel()
             interrupted = cancel.cancelled_caught
     finally:
@@ -256,6 +244,31 @@ async def run_eval(
     if interrupted:
         raise Interrupted(f"interrupted; {written} episodes written this run to {run_dir.path}")
     return EvalRun(summary, run_dir, written)
+
+
+async def _on_backend(
+    config: EvalConfig,
+    env: Env,
+    plan: Plan,
+    todo: Sequence[tuple[Task, int]],
+    record_lines: Callable[[list[tuple[bytes, dict[str, Any]]]], None],
+) -> None:
+    """Play ``todo`` where ``config.backend`` says; each finished episode reaches
+    ``record_lines`` as its JSONL line and summary digest."""
+    if config.backend == "ray":
+        from engine.ray_backend import run_on_ray
+
+        await run_on_ray(config, env, todo, record_lines)
+    elif config.backend == "processes":
+        from engine.process_backend import run_on_processes
+
+        await run_on_processes(config, env, todo, record_lines)
+    else:
+
+        def record(episode: Episode) -> None:
+            record_lines([(episode_line(episode), digest(episode))])
+
+        await play_pairs(config, env, plan, todo, record)
 
 
 def _owed(

@@ -147,7 +147,6 @@ class ChatSession:
         "_segment_scope",
         "_state",
         "_trace",
-        "_untimed",
         "cancel_reason",
         "discard",
         "harness",
@@ -187,7 +186,6 @@ class ChatSession:
         self._segment_scope: trio.CancelScope | None = None
         self.discard = False  # set by Agent.run for a retried attempt: not scored
         self._may_block_at_close = type(harness).aclose is not Harness.aclose or not rubric.is_sync
-        self._untimed = timeouts.segment_s is None and timeouts.rollout_s is None
         # what a cancellation means when it closes the session (the episode knows)
         self.cancel_reason: Callable[[], str] = lambda: "cancelled"
 
@@ -270,8 +268,6 @@ class ChatSession:
         return new
 
     def _deadline(self, now: float) -> tuple[float, str | None]:
-        if self._untimed:
-            return math.inf, None
         deadline, which = math.inf, None
         if self.timeouts.segment_s is not None:
             deadline, which = now + self.timeouts.segment_s, "segment_timeout"
@@ -342,46 +338,59 @@ class ChatSession:
         exactly once, shielded from outside cancellation and bounded by the scoring
         timeout; then the trace joins its episode."""
         if self._closing:
-            if self._done:
-                await trio.lowlevel.checkpoint()
-            else:  # later close() calls return only once the first one is done
-                if self._closed is None:
-                    self._closed = trio.Event()
-                await self._closed.wait()
+            await self._wait_closed()
             return self._trace
         self._closing = True
         self._close_reason = reason
         if self._segment_scope is not None:
             self._segment_scope.cancel()
-        trace = self._trace
         if not self._may_block_at_close and not self._lock.locked():
-            # Fast path: with the lock free and finalize + scoring synchronous, nothing
-            # below can block or be cancelled, so no shield or deadline is needed; the
-            # checkpoint comes after the session is closed (trio's aclose idiom: a
-            # cancellation raised there loses nothing).
-            self._lock.acquire_nowait()
-            try:
-                if trace.stop_condition is None:
-                    trace.stop_condition = reason
-                self._state = SessionState.CLOSED
-                start = trio.current_time()
-                if not self.discard:  # harness.aclose is the base no-op here
-                    await self.rubric.score(self.task, trace)  # sync scorers: no yield
-            finally:
-                self._lock.release()
-            self._joined(start)
+            await self._close_unblocked(reason)
+            # the checkpoint comes after the session is closed (trio's aclose idiom: a
+            # cancellation raised there loses nothing)
             await trio.lowlevel.checkpoint()
-            return trace
+        else:
+            await self._close_shielded(reason)
+        return self._trace
+
+    async def _wait_closed(self) -> None:
+        """A later close(): returns once the first one is done; a checkpoint."""
+        if self._done:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._closed is None:
+            self._closed = trio.Event()
+        await self._closed.wait()
+
+    def _mark_closed(self, reason: str) -> None:
+        if self._trace.stop_condition is None:
+            self._trace.stop_condition = reason
+        self._state = SessionState.CLOSED
+
+    async def _close_unblocked(self, reason: str) -> None:
+        """The lock is free and finalize + scoring are synchronous (``harness.aclose``
+        is the base no-op): nothing here can block or be cancelled, so no shield or
+        deadline is needed."""
+        self._lock.acquire_nowait()
         try:
-            # one scope: shielded from outside cancellation, and (once the lock is
-            # ours) bounded by the scoring timeout
+            self._mark_closed(reason)
+            start = trio.current_time()
+            if not self.discard:
+                await self.rubric.score(self.task, self._trace)  # sync scorers: no yield
+        finally:
+            self._lock.release()
+        self._joined(start)
+
+    async def _close_shielded(self, reason: str) -> None:
+        """One scope: shielded from outside cancellation, and (once the lock is ours)
+        bounded by the scoring timeout."""
+        start: float | None = None
+        try:
             with trio.CancelScope(shield=True) as scope:
                 await self._acquire()
                 try:
                     await trio.lowlevel.cancel_shielded_checkpoint()  # close's schedule point
-                    if trace.stop_condition is None:
-                        trace.stop_condition = reason
-                    self._state = SessionState.CLOSED
+                    self._mark_closed(reason)
                     start = trio.current_time()
                     if self._may_block_at_close:
                         # a deadline can only strike at a checkpoint: skip it when
@@ -393,8 +402,7 @@ class ChatSession:
             if scope.cancelled_caught:
                 self._scoring_timed_out()
         finally:
-            self._joined(start if "start" in locals() else trio.current_time())
-        return trace
+            self._joined(trio.current_time() if start is None else start)
 
     def _joined(self, start: float) -> None:
         """The last step of close, whatever happened: bookkeeping, the trace joins
