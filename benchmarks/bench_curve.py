@@ -39,10 +39,8 @@ from typing import Any
 import orjson
 import trio
 
-from engine.output import RunDir
-from engine.registry import envs
-from engine.runner import run_eval
-from engine.settings import load_eval_config
+from taketurns import RunDir, load_eval_config, run_eval
+from taketurns._config.registry import envs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import ideal_makespan, run_delay_s  # a sibling script, not a package

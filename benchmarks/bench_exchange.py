@@ -20,11 +20,18 @@ import tracemalloc
 
 import trio
 
-from engine import Agent, AgentConfig, BuiltinModel, ModelRequest, ModelResponse, Task
-from engine.output import RunDir
-from engine.registry import envs
-from engine.runner import run_eval
-from engine.settings import load_eval_config
+from taketurns import (
+    Agent,
+    AgentConfig,
+    BuiltinModel,
+    ModelRequest,
+    ModelResponse,
+    RunDir,
+    Task,
+    load_eval_config,
+    run_eval,
+)
+from taketurns._config.registry import envs
 
 _MODEL_CPU = [0.0]
 _respond = BuiltinModel.respond

@@ -2,7 +2,7 @@
 
 (a) the in-process ``null`` harness on the built-in model (``agent.run``, no HTTP);
 (b) the HTTP path alone: ``OpenAIClient.complete`` -> the built-in model server
-    (``engine.server.serve``) over loopback;
+    (``taketurns._http.server.serve``) over loopback;
 (c) a bare httpx2 POST (+ JSON decode) to the same server;
 (d) the ``program`` harness: ``agent.run`` spawning the reference program, which calls
     the model through the interception server;
@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 import httpx2
 import trio
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     BuiltinModel,
@@ -44,8 +44,8 @@ from engine import (
     UserMessage,
     open_interception_server,
 )
-from engine.server import serve
-from harnesses.program import ProgramHarness
+from taketurns._http.server import serve
+from taketurns.harnesses.program import ProgramHarness
 
 MESSAGES = [{"role": "user", "content": "Pick one: [check] [bet]"}]
 

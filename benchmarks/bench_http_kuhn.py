@@ -32,20 +32,20 @@ import time
 import httpx2
 import trio
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     Prompt,
     Rollout,
+    RunDir,
     ServedHarness,
     Task,
+    load_eval_config,
     open_interception_server,
+    read_episodes,
+    run_eval,
 )
-from engine.output import RunDir
-from engine.records import read_episodes
-from engine.registry import envs
-from engine.runner import run_eval
-from engine.settings import load_eval_config
+from taketurns._config.registry import envs
 
 
 def own_cpu() -> float:
@@ -159,7 +159,7 @@ def main() -> None:
     args = parser.parse_args()
     BODIES.extend(kuhn_bodies())
     with subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "serve", "--port", "0"],
+        [sys.executable, "-m", "taketurns", "serve", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -76,7 +76,7 @@ targets 3 and 4).
     the same way (Little's law) after a warm-up of max(2 s, 2 L).
 
     Errors, all expected to be 0: failed attempts the client retried (its
-    ``engine.client`` debug log), errors recorded on traces or episodes, and bare-load
+    ``taketurns._models.openai`` debug log), errors recorded on traces or episodes, and bare-load
     exceptions. ``--request-timeout`` (default 30 s, not the eval default 600 s) bounds
     the wait for a pooled connection, so pool starvation would show up as errors. Also
     shown: the kernel's ``ListenOverflows`` count during each run (connections dropped
@@ -84,11 +84,11 @@ targets 3 and 4).
     CPU per call of this process and of the server process.
 
     *Which server placement is honest.* By default the server is a separate process
-    (``python -m engine.cli serve --port 0``), as a real inference server is: it runs
+    (``python -m taketurns serve --port 0``), as a real inference server is: it runs
     on the other core instead of sharing the eval's event loop (one GIL, one core). On
     this 2-core machine the two processes still compete with each other (and with
     whatever else runs), which the bare load suffers equally, so the ratio stays fair.
-    ``--server in-process`` starts ``engine.server.serve`` in the eval's own nursery:
+    ``--server in-process`` starts ``taketurns._http.server.serve`` in the eval's own nursery:
     server CPU then counts against the engine's loop and caps both runs at one core.
 
 Results are printed and written to ``benchmarks/results/scale.md`` (and ``.json``).
@@ -130,11 +130,10 @@ import httpx2
 import orjson
 import trio
 
-from engine.output import RunDir
-from engine.runner import Plan, run_eval
-from engine.settings import load_eval_config
-from envs import kuhn_rules as rules
-from envs.kuhn import KuhnPoker, ask_text, rules_prompt
+from taketurns import RunDir, load_eval_config, run_eval
+from taketurns._eval.plan import Plan
+from taketurns.envs import kuhn_rules as rules
+from taketurns.envs.kuhn import KuhnPoker, ask_text, rules_prompt
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RESULT_TAG = "RESULT "
@@ -204,7 +203,7 @@ def proc_cpu_s(pid: int) -> float:
 
 
 def kuhn_config(n: int, c: int, model: str, **extra: Any) -> Any:
-    from engine.registry import envs
+    from taketurns._config.registry import envs
 
     data = {"env_id": "kuhn-poker", "num_tasks": n, "concurrency": c, "model": model, **extra}
     return load_eval_config(envs.get("kuhn-poker").config_class, file_data=data)
@@ -649,7 +648,7 @@ async def engine_http(args: argparse.Namespace, base_url: str) -> dict[str, Any]
     calls: list[tuple[float, float]] = []
     time_calls(plan, calls)
     counter = RetryCounter()
-    client_log = logging.getLogger("engine.client")
+    client_log = logging.getLogger("taketurns._models.openai")
     client_log.addHandler(counter)
     client_log.setLevel(logging.DEBUG)
     try:
@@ -681,8 +680,8 @@ def phase_http(args: argparse.Namespace) -> dict[str, Any]:
             if args.base_url:
                 base_url, pid = args.base_url, args.server_pid
             else:
-                from engine.builtin import BuiltinModel
-                from engine.server import serve
+                from taketurns._http.server import serve
+                from taketurns._models.builtin import BuiltinModel
 
                 model = BuiltinModel("bracket", latency=latency)
                 base_url, pid = await nursery.start(serve, model), None
@@ -732,7 +731,7 @@ def child(phase: str, argv: list[str], extra: Sequence[str] = ()) -> dict[str, A
 
 
 def start_server(latency_ms: float, log: Any) -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, "-m", "engine.cli", "serve", "--latency-ms", f"{latency_ms:g}"]
+    cmd = [sys.executable, "-m", "taketurns", "serve", "--latency-ms", f"{latency_ms:g}"]
     server = subprocess.Popen([*cmd, "--port", "0"], stdout=subprocess.PIPE, stderr=log, text=True)
     assert server.stdout is not None
     url = server.stdout.readline().strip()

@@ -1,11 +1,27 @@
-"""taketurns' engine: the exchange on trio. Everything public is re-exported here."""
+"""taketurns: a trio-based structured-concurrency engine for multi-turn LLM rollouts.
+
+Everything public is re-exported here (``__all__``); the subpackages are private:
+
+- ``_exchange``  the exchange: Agent, ChatSession, harness (+ null), model boundary,
+                 rubric, tools, task, trace
+- ``_models``    what a model reads and writes (messages, their OpenAI wire shape) and
+                 the clients: the built-in model, any OpenAI-compatible endpoint
+- ``_http``      the HTTP face: wire dialects, the interception server, ``serve``
+- ``_config``    options (attrs), TOML + dotted overrides, the id registries
+- ``_eval``      how a task becomes an episode: Env, Taskset, episodes, the plan, play
+- ``_output``    episode records, the run directory, summary, progress
+- ``_backends``  worker processes and Ray
+- ``_report``    the self-contained HTML report
+- ``_cli``       the ``taketurns`` command
+
+Public submodules: ``taketurns.testing`` (the built-in model and a scripted model for
+tests), ``taketurns.envs`` and ``taketurns.harnesses`` (built-in envs and harnesses,
+written against this public API exactly as a plugin would be).
+"""
 
 import typing
 
-from engine.agent import Agent, Agents
-from engine.aio import AsyncioCancelled, run_asyncio
-from engine.builtin import BuiltinModel
-from engine.config import (
+from taketurns._config.options import (
     AgentConfig,
     EnvConfig,
     EvalConfig,
@@ -16,9 +32,10 @@ from engine.config import (
     at_least,
     int_between,
 )
-from engine.env import Env, register_env, roles_of
-from engine.episode import Episode, run_episode
-from engine.errors import (
+from taketurns._config.registry import envs as env_registry
+from taketurns._config.registry import harnesses as harness_registry
+from taketurns._config.registry import tasksets as taskset_registry
+from taketurns._errors import (
     ConfigError,
     HarnessError,
     ModelEndpointError,
@@ -30,8 +47,27 @@ from engine.errors import (
     TaketurnsError,
     TurnError,
 )
-from engine.harness import Harness, Prompt, Rollout, can_chat
-from engine.messages import (
+from taketurns._eval.aio import AsyncioCancelled, run_asyncio
+from taketurns._eval.env import Env, register_env, roles_of
+from taketurns._eval.episode import Episode, run_episode
+from taketurns._eval.taskset import (
+    Resources,
+    Taskset,
+    TasksetConfig,
+    TasksetEnv,
+    open_taskset,
+    register_taskset,
+)
+from taketurns._exchange.agent import Agent, Agents
+from taketurns._exchange.harness import Harness, Prompt, Rollout, can_chat
+from taketurns._exchange.null import NullHarness
+from taketurns._exchange.rubric import Rubric, metric, reward, stop
+from taketurns._exchange.session import ChatSession, Reply, SessionState
+from taketurns._exchange.task import Task
+from taketurns._exchange.tools import Tool, as_tools, tool_schema
+from taketurns._exchange.trace import AgentStamp, EpisodeInfo, ErrorInfo, Trace, Turn, Usage
+from taketurns._models.builtin import BuiltinModel
+from taketurns._models.messages import (
     AssistantMessage,
     ImagePart,
     Message,
@@ -42,47 +78,44 @@ from engine.messages import (
     UserMessage,
     text_of,
 )
-from engine.model import ModelClient, ModelRequest, ModelResponse
-from engine.registry import envs, harnesses, tasksets
-from engine.rubric import Rubric, metric, reward, stop
-from engine.session import ChatSession, Reply, SessionState
-from engine.task import Task
-from engine.taskset import (
-    Resources,
-    Taskset,
-    TasksetConfig,
-    TasksetEnv,
-    open_taskset,
-    register_taskset,
-)
-from engine.tools import Tool, as_tools, tool_schema
-from engine.trace import AgentStamp, EpisodeInfo, ErrorInfo, Trace, Turn, Usage
-from engine.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
+from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
+from taketurns._models.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
 
 if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
-    from engine.client import OpenAIClient
-    from engine.interception import (
+    from taketurns._config.settings import load_eval_config
+    from taketurns._http.interception import (
         Endpoint,
         InterceptionServer,
         ServedHarness,
         open_interception_server,
     )
+    from taketurns._models.openai import OpenAIClient
+    from taketurns._output.records import read_episodes
+    from taketurns._output.rundir import RunDir
+    from taketurns._runner import EvalRun, Interrupted, run_eval
 
-# Names whose modules pull in the HTTP stack (hypercorn, quart, httpx2): imported on
-# first use so `import engine` stays light for in-process work.
+# Names whose modules pull in the HTTP stack (hypercorn, quart, httpx2) or the eval
+# runner (rich, the backends): imported on first use, so `import taketurns` stays light
+# for in-process work.
 _LAZY = {
-    "Endpoint": "engine.interception",
-    "InterceptionServer": "engine.interception",
-    "OpenAIClient": "engine.client",
-    "ServedHarness": "engine.interception",
-    "open_interception_server": "engine.interception",
+    "EvalRun": "taketurns._runner",
+    "Interrupted": "taketurns._runner",
+    "RunDir": "taketurns._output.rundir",
+    "load_eval_config": "taketurns._config.settings",
+    "read_episodes": "taketurns._output.records",
+    "run_eval": "taketurns._runner",
+    "Endpoint": "taketurns._http.interception",
+    "InterceptionServer": "taketurns._http.interception",
+    "OpenAIClient": "taketurns._models.openai",
+    "ServedHarness": "taketurns._http.interception",
+    "open_interception_server": "taketurns._http.interception",
 }
 
 
 def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+        raise AttributeError(f"module 'taketurns' has no attribute {name!r}")
     import importlib
 
     return getattr(importlib.import_module(module), name)
@@ -105,16 +138,19 @@ __all__ = [
     "EpisodeInfo",
     "ErrorInfo",
     "EvalConfig",
+    "EvalRun",
     "Harness",
     "HarnessError",
     "ImagePart",
     "InterceptionServer",
+    "Interrupted",
     "Limits",
     "Message",
     "ModelClient",
     "ModelEndpointError",
     "ModelRequest",
     "ModelResponse",
+    "NullHarness",
     "OpenAIClient",
     "OptionError",
     "Prompt",
@@ -123,6 +159,7 @@ __all__ = [
     "Rollout",
     "RolloutStopped",
     "Rubric",
+    "RunDir",
     "Sampling",
     "ScoringError",
     "ServedHarness",
@@ -149,23 +186,26 @@ __all__ = [
     "as_tools",
     "at_least",
     "can_chat",
-    "envs",
+    "env_registry",
     "from_wire",
-    "harnesses",
+    "harness_registry",
     "int_between",
+    "load_eval_config",
     "messages_from_wire",
     "messages_to_wire",
     "metric",
     "open_interception_server",
     "open_taskset",
+    "read_episodes",
     "register_env",
     "register_taskset",
     "reward",
     "roles_of",
     "run_asyncio",
     "run_episode",
+    "run_eval",
     "stop",
-    "tasksets",
+    "taskset_registry",
     "text_of",
     "to_wire",
     "tool_schema",

@@ -8,7 +8,7 @@ Each answer scores ``similarity ** power`` (difflib ratio of the answer lines to
 expected lines, 0 when the tag is missing); the ``sort_score`` reward is the mean over
 the task's turns. A reply that stops instead of answering ends the episode; the turns
 not played score 0. Per-turn scores go on ``trace.info`` before the session closes.
-Rules live in ``envs.alphabet_sort_rules``.
+Rules live in ``taketurns.envs.alphabet_sort_rules``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from engine import (
+from taketurns import (
     AgentConfig,
     Agents,
     Env,
@@ -30,7 +30,7 @@ from engine import (
     metric,
     reward,
 )
-from envs import alphabet_sort_rules as rules
+from taketurns.envs import alphabet_sort_rules as rules
 
 __all__ = ["AlphabetSort", "AlphabetSortConfig"]
 

@@ -9,7 +9,7 @@ turn is the full codeword; the ``partial_match`` metric is the mean over the tas
 turns of the fraction of positions right in that turn's answer (turns not played score
 0). A reply that stops instead of answering ends the episode. Per-turn answers and
 scores go on ``trace.info`` before the session closes. Rules live in
-``envs.color_codeword_rules``.
+``taketurns.envs.color_codeword_rules``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import random
 
 import attrs
 
-from engine import (
+from taketurns import (
     AgentConfig,
     Agents,
     Env,
@@ -30,7 +30,7 @@ from engine import (
     metric,
     reward,
 )
-from envs import color_codeword_rules as rules
+from taketurns.envs import color_codeword_rules as rules
 
 __all__ = ["ColorCodeword", "ColorCodewordConfig"]
 

@@ -16,7 +16,7 @@ import re
 import struct
 import zlib
 
-from engine import ImagePart, TextPart, UserMessage
+from taketurns import ImagePart, TextPart, UserMessage
 
 __all__ = [
     "ANSWER_FORMAT",

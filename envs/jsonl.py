@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from engine import (
+from taketurns import (
     ConfigError,
     OptionError,
     Task,

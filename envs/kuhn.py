@@ -6,7 +6,7 @@ far and the legal actions as bracketed options; a reply counts when it names exa
 one legal bracketed action. A seat that keeps answering badly (more than
 ``invalid_retries`` re-prompts) or whose run stops instead of answering forfeits.
 The payoff is written on both traces before the sessions close, so the ``payoff``
-reward scores it. Rules live in ``envs.kuhn_rules``.
+reward scores it. Rules live in ``taketurns.envs.kuhn_rules``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from engine import (
+from taketurns import (
     AgentConfig,
     Agents,
     ChatSession,
@@ -27,7 +27,7 @@ from engine import (
     metric,
     reward,
 )
-from envs import kuhn_rules as rules
+from taketurns.envs import kuhn_rules as rules
 
 __all__ = ["KuhnConfig", "KuhnPoker", "ask_text", "rules_prompt"]
 

@@ -1,5 +1,5 @@
 """Kuhn poker's rules, pure: the deal, whose turn it is, what is legal, how an answer
-is read and who wins what. No I/O and no engine: ``envs.kuhn`` referees with these.
+is read and who wins what. No I/O and no engine: ``taketurns.envs.kuhn`` referees with these.
 
 Three cards (J < Q < K), two players, ante 1, one betting round of at most one bet.
 A history is the list of actions in order; the seats alternate, player 0 first:

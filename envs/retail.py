@@ -2,7 +2,7 @@
 over a small deterministic store; each task is one customer's goal.
 
 Task ``i`` draws a seed from ``(config.seed, i)``; the seed makes the store (users,
-orders, products: ``envs.retail_store``) and the customer's goal, one of ``kinds``:
+orders, products: ``taketurns.envs.retail_store``) and the customer's goal, one of ``kinds``:
 
 - ``cancel``: cancel a pending order, for a reason the customer gives;
 - ``address``: change the shipping address of a pending order;
@@ -30,7 +30,7 @@ from typing import Any
 
 import attrs
 
-from engine import (
+from taketurns import (
     AssistantMessage,
     OptionError,
     Resources,
@@ -43,7 +43,7 @@ from engine import (
     reward,
     text_of,
 )
-from envs.retail_store import (
+from taketurns.envs.retail_store import (
     CANCEL_REASONS,
     RetailTools,
     Store,

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from engine import AgentConfig, Agents, EnvConfig, Task, TasksetEnv
+from taketurns import AgentConfig, Agents, EnvConfig, Task, TasksetEnv
 
 __all__ = ["SingleAgentConfig", "SingleAgentEnv"]
 

@@ -10,7 +10,7 @@ did not finish; the trace's info holds ``game``, ``seed``, ``moves``, ``finished
 ``reason`` (the engine's outcome reason), ``invalid_move`` and ``game_reward``.
 
 ``wordle`` is ``textarena`` pinned to Wordle-v0. How the engine is driven (threads, one
-lock, the global RNG, nltk) is in ``envs.textarena_games``.
+lock, the global RNG, nltk) is in ``taketurns.envs.textarena_games``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from engine import AgentConfig, Agents, Env, EnvConfig, OptionError, Task, Trace, metric, reward
-from envs import textarena_games as games
+from taketurns import AgentConfig, Agents, Env, EnvConfig, OptionError, Task, Trace, metric, reward
+from taketurns.envs import textarena_games as games
 
 __all__ = ["GAMES", "TextArena", "TextArenaConfig", "Wordle", "WordleConfig"]
 

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from engine import ConfigError
+from taketurns import ConfigError
 
 __all__ = ["GAMES", "Deal", "Game", "Outcome", "Step", "deal", "load", "render"]
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from engine import (
+from taketurns import (
     AgentConfig,
     Agents,
     ChatSession,

@@ -15,7 +15,7 @@ stopped the rollout (a limit or ``@stop``): then the run ends with that stop
 condition; and when the program gave up on a failed model call, a model error.
 
 Persistent (``persistent = true``), the harness instance keeps a pool of programs
-started ``command --serve`` (``harnesses.program_pool``), shared by all of its
+started ``command --serve`` (``taketurns.harnesses.program_pool``), shared by all of its
 rollouts: the harness is stateless, every segment carries the whole conversation, so
 a program belongs to no rollout. A segment takes an idle program (or starts one when
 none is idle) and speaks a line protocol with it: the harness writes ONE line of JSON
@@ -43,7 +43,7 @@ when done with the harness; a later segment opens a new pool). A program also ex
 when its stdin reaches EOF, so a crashed parent leaves none behind.
 
 Options (``--env.<role>.harness_options.<name>=...``): ``command`` (argv list;
-default: the reference program ``python -m harnesses.programs.chat``), ``env``
+default: the reference program ``python -m taketurns.harnesses.programs.chat``), ``env``
 (extra environment variables), ``tail_chars`` (how much stderr/stdout to keep on
 failure), ``persistent`` (true: the pool above), ``max_programs`` (with
 ``persistent``: how many programs may exist at once, a segment waiting for one while
@@ -62,7 +62,7 @@ from typing import Any, ClassVar
 import orjson
 import trio
 
-from engine import (
+from taketurns import (
     ErrorInfo,
     HarnessError,
     Message,
@@ -75,10 +75,10 @@ from engine import (
     messages_from_wire,
     messages_to_wire,
 )
-from harnesses.program_pool import ProgramPool
-from harnesses.program_process import ProgramProcess
+from taketurns.harnesses.program_pool import ProgramPool
+from taketurns.harnesses.program_process import ProgramProcess
 
-DEFAULT_COMMAND = (sys.executable, "-m", "harnesses.programs.chat")
+DEFAULT_COMMAND = (sys.executable, "-m", "taketurns.harnesses.programs.chat")
 SERVE_FLAG = "--serve"
 # a pooled program gets its endpoint per line; these would name no rollout
 ENDPOINT_VARS = frozenset({"OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"})

@@ -27,8 +27,8 @@ from pathlib import Path
 import trio
 import trio.lowlevel
 
-from engine import HarnessError
-from harnesses.program_process import ProgramProcess
+from taketurns import HarnessError
+from taketurns.harnesses.program_process import ProgramProcess
 
 
 class PoolState(enum.Enum):

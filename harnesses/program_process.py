@@ -1,6 +1,6 @@
 """``ProgramProcess``: one serving agent program, one JSON line in and one out per
 segment (the ``program`` harness's ``persistent`` mode; the line protocol is in
-``harnesses.program``, the pool that owns these in ``harnesses.program_pool``).
+``taketurns.harnesses.program``, the pool that owns these in ``taketurns.harnesses.program_pool``).
 
 The program's stdin and stdout are pipes; its stderr goes to a file, so it can never
 fill a pipe nobody reads, and its tail is there to quote when something fails.

@@ -7,7 +7,7 @@ user's message, launches fresh.
 
 Options as for ``program`` except ``persistent`` and ``max_programs``: no pool of
 shared programs (a relaunch per segment on the rollout's own session is the point);
-``command`` defaults to the reference program ``python -m harnesses.programs.stateful``.
+``command`` defaults to the reference program ``python -m taketurns.harnesses.programs.stateful``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 
-from engine import Message, Prompt, Rollout, messages_to_wire
-from harnesses.program import ProgramHarness, write_file
+from taketurns import Message, Prompt, Rollout, messages_to_wire
+from taketurns.harnesses.program import ProgramHarness, write_file
 
-DEFAULT_COMMAND = (sys.executable, "-m", "harnesses.programs.stateful")
+DEFAULT_COMMAND = (sys.executable, "-m", "taketurns.harnesses.programs.stateful")
 
 
 class StatefulHarness(ProgramHarness):

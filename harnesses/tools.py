@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine import AssistantMessage, Harness, Message, Prompt, Rollout, ToolMessage, as_tools
+from taketurns import AssistantMessage, Harness, Message, Prompt, Rollout, ToolMessage, as_tools
 
 
 class ToolsHarness(Harness):

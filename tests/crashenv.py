@@ -13,7 +13,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from engine import AgentConfig, Agents, ConfigError, Env, EnvConfig, Task
+from taketurns import AgentConfig, Agents, ConfigError, Env, EnvConfig, Task
 
 
 @attrs.define

@@ -13,7 +13,7 @@ conftest), on hypercorn + quart-trio at 127.0.0.1:0, real sockets, real clock.
 
 ``stop()`` shuts the server down mid-run: from then on connections are refused.
 ``in_thread`` runs one in its own thread with its own ``trio.run``, for code that
-calls ``trio.run`` itself (``engine.cli.main``).
+calls ``trio.run`` itself (``taketurns._cli.main.main``).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import attrs
 import trio
 
-from engine import (
+from taketurns import (
     AgentConfig,
     Agents,
     ChatSession,
@@ -32,10 +32,10 @@ from engine import (
     EnvConfig,
     Task,
     Trace,
+    read_episodes,
     register_env,
     reward,
 )
-from engine.records import read_episodes
 
 
 @attrs.define
@@ -59,7 +59,7 @@ class EnvBroke(Exception):
 class PairEnv(Env):
     config_class = PairConfig
     config: PairConfig
-    # class-level so that `engine.cli.main`, which builds its own instance, counts too
+    # class-level so that `taketurns._cli.main.main`, which builds its own instance, counts too
     ledger: ClassVar[Ledger] = Ledger()
     modes: ClassVar[dict[int, str]] = {}
 

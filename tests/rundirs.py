@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.cli import main
-from engine.records import read_episodes
+from taketurns import read_episodes
+from taketurns._cli.main import main
 
 # wall-clock fields: the only ones two runs of the same pairs may differ in
 CLOCK_FIELDS = ("timing", "latency_s", "wall_s", "episodes_per_s")

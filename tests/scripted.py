@@ -1,21 +1,15 @@
-"""Test doubles, injected only through public interfaces.
-
-``ScriptedModel`` is a ``ModelClient`` (``Agent(..., client=...)``) that answers from a
-queue: a ``str`` or ``AssistantMessage`` becomes a reply, a ``ModelResponse`` is
-returned as is, an exception is raised and ``Sleep(s)`` sleeps before the next item.
-An empty queue answers ``default``. The harnesses subclass ``engine.Harness``.
-"""
+"""Test doubles, injected only through public interfaces: the harnesses subclass
+``taketurns.Harness``; ``ScriptedModel`` and ``Sleep`` come from ``taketurns.testing``
+(re-exported here for the tests)."""
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import attrs
 import trio
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     AssistantMessage,
@@ -23,69 +17,18 @@ from engine import (
     Limits,
     Message,
     ModelClient,
-    ModelRequest,
-    ModelResponse,
     Prompt,
     Rollout,
     Rubric,
     Timeouts,
     ToolCall,
     ToolMessage,
-    Usage,
     UserMessage,
     text_of,
 )
+from taketurns.testing import USAGE, ScriptedModel, Sleep  # noqa: F401 - re-exported for the tests
 
 TOOLS = ({"type": "function", "function": {"name": "lookup", "parameters": {}}},)
-
-
-@attrs.frozen
-class Sleep:
-    seconds: float
-
-
-Item = str | AssistantMessage | ModelResponse | BaseException | Sleep
-USAGE = Usage(3, 2)  # what every scripted reply costs, unless told otherwise
-
-
-class ScriptedModel(ModelClient):
-    """Answers from a queue of items; records every request it was sent."""
-
-    def __init__(self, *script: Item, default: str = "ok", usage: Usage = USAGE) -> None:
-        self.script: deque[Item] = deque(script)
-        self.default = default
-        self.usage = usage
-        self.requests: list[ModelRequest] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    def push(self, *items: Item) -> None:
-        self.script.extend(items)
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(request)
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            return await self._answer()
-        finally:
-            self.in_flight -= 1
-
-    async def _answer(self) -> ModelResponse:
-        await trio.lowlevel.checkpoint()
-        while self.script:
-            item = self.script.popleft()
-            if isinstance(item, Sleep):
-                await trio.sleep(item.seconds)
-            elif isinstance(item, BaseException):
-                raise item
-            elif isinstance(item, ModelResponse):
-                return item
-            else:
-                message = AssistantMessage(item) if isinstance(item, str) else item
-                finish = "tool_calls" if message.tool_calls else "stop"
-                return ModelResponse(message, self.usage, finish)
-        return ModelResponse(AssistantMessage(self.default), self.usage)
 
 
 def tool_call(id: str, name: str = "lookup", arguments: str = "{}") -> AssistantMessage:

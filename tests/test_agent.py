@@ -17,7 +17,7 @@ from scripted import (
     tool_call,
 )
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     Agents,
@@ -27,6 +27,7 @@ from engine import (
     EpisodeInfo,
     HarnessError,
     ModelEndpointError,
+    NullHarness,
     Sampling,
     SessionOver,
     Task,
@@ -34,7 +35,6 @@ from engine import (
     UserMessage,
     can_chat,
 )
-from harnesses.null import NullHarness
 
 PROMPTED = Task(0, "prompted", prompt="What is two plus two?")
 OPEN = Task(1, "open")

@@ -20,22 +20,22 @@ import pytest
 import trio
 import trio_asyncio
 
-from engine import (
+from taketurns import (
     AgentConfig,
     Agents,
     AsyncioCancelled,
     Env,
     EnvConfig,
     EvalConfig,
+    RunDir,
     Task,
     Trace,
+    read_episodes,
     reward,
     run_asyncio,
+    run_eval,
 )
-from engine.aio import open_asyncio_host
-from engine.output import RunDir
-from engine.records import read_episodes
-from engine.runner import run_eval
+from taketurns._eval.aio import open_asyncio_host
 
 
 async def _echo(stream: trio.SocketStream) -> None:

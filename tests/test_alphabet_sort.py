@@ -14,7 +14,7 @@ import pytest
 import trio
 from scripted import ScriptedModel
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     Agents,
@@ -28,12 +28,12 @@ from engine import (
     Task,
     Trace,
     UserMessage,
-    envs,
+    env_registry,
     text_of,
 )
-from engine.cli import main
-from envs import alphabet_sort_rules as rules
-from envs.alphabet_sort import SYSTEM_PROMPT, AlphabetSort, AlphabetSortConfig
+from taketurns._cli.main import main
+from taketurns.envs import alphabet_sort_rules as rules
+from taketurns.envs.alphabet_sort import SYSTEM_PROMPT, AlphabetSort, AlphabetSortConfig
 
 MARK = "// new name!"
 
@@ -361,7 +361,7 @@ def test_config_fields_and_defaults() -> None:
 
 
 def test_registered_as_alphabet_sort() -> None:
-    assert envs.get("alphabet-sort") is AlphabetSort
+    assert env_registry.get("alphabet-sort") is AlphabetSort
     assert AlphabetSort.id == "alphabet-sort"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
+from taketurns._cli.main import main
 
 
 def snapshot(root: Path) -> dict[str, bytes] | None:

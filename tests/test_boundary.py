@@ -9,7 +9,7 @@ import trio
 import trio.lowlevel
 from scripted import ScriptedModel, Sleep, ToolLoopHarness, make_agent, tool_call
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     AssistantMessage,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
-from engine.records import loads_episode, read_episodes
+from taketurns._cli.main import main
+from taketurns._output.records import loads_episode, read_episodes
 
 
 def _episodes(out: Path) -> list[dict]:
@@ -113,7 +113,7 @@ def test_non_empty_dir_refused_then_resume_runs_only_owed_pairs(tmp_path: Path) 
 def test_console_script_runs(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "eval", "kuhn-poker", "-n", "4", "-o", str(out)],
+        [sys.executable, "-m", "taketurns", "eval", "kuhn-poker", "-n", "4", "-o", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -128,10 +128,8 @@ async def test_an_eval_cancelled_from_outside_still_sums_up_what_it_wrote(
 ) -> None:
     import trio
 
-    from engine.output import RunDir
-    from engine.registry import envs
-    from engine.runner import run_eval
-    from engine.settings import load_eval_config
+    from taketurns import RunDir, load_eval_config, run_eval
+    from taketurns._config.registry import envs
 
     data = {
         "env_id": "kuhn-poker",

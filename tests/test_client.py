@@ -1,4 +1,4 @@
-"""engine.client.OpenAIClient against real loopback servers: the built-in model server
+"""taketurns._models.openai.OpenAIClient against real loopback servers: the built-in model server
 and a scripted, misbehaving endpoint (tests/httpservers.py). Real clock (NOTES.md)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 import trio
 from httpservers import Answer, start_scripted
 
-from engine.builtin import BuiltinModel
-from engine.client import OpenAIClient
-from engine.errors import ConfigError, ModelEndpointError
-from engine.messages import AssistantMessage, ToolCall, UserMessage
-from engine.model import ModelRequest
-from engine.server import serve
+from taketurns._errors import ConfigError, ModelEndpointError
+from taketurns._http.server import serve
+from taketurns._models.builtin import BuiltinModel
+from taketurns._models.messages import AssistantMessage, ToolCall, UserMessage
+from taketurns._models.model import ModelRequest
+from taketurns._models.openai import OpenAIClient
 
 REQUEST = ModelRequest("builtin/bracket", (UserMessage("Pick one: [check] [bet]"),))
 

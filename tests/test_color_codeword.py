@@ -19,7 +19,7 @@ import pytest
 import trio
 from scripted import ScriptedModel
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     Agents,
@@ -40,15 +40,15 @@ from engine import (
     TextPart,
     Trace,
     UserMessage,
-    envs,
+    env_registry,
     messages_to_wire,
     run_episode,
     text_of,
 )
-from engine.cli import main
-from engine.records import dumps_episode, loads_episode
-from envs import color_codeword_rules as rules
-from envs.color_codeword import ColorCodeword, ColorCodewordConfig
+from taketurns._cli.main import main
+from taketurns._output.records import dumps_episode, loads_episode
+from taketurns.envs import color_codeword_rules as rules
+from taketurns.envs.color_codeword import ColorCodeword, ColorCodewordConfig
 
 PREFIX = "data:image/png;base64,"
 
@@ -430,7 +430,7 @@ def test_config_fields_and_defaults() -> None:
 
 
 def test_registered_as_color_codeword() -> None:
-    assert envs.get("color-codeword") is ColorCodeword
+    assert env_registry.get("color-codeword") is ColorCodeword
     assert ColorCodeword.id == "color-codeword"
 
 

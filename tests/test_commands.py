@@ -14,12 +14,12 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from engine.cli import main
-from engine.records import read_episodes
+from taketurns import read_episodes
+from taketurns._cli.main import main
 
 PLUGIN = '''
 import attrs
-from engine import AgentConfig, Env, EnvConfig, Task, reward
+from taketurns import AgentConfig, Env, EnvConfig, Task, reward
 
 
 @attrs.define
@@ -59,7 +59,7 @@ def _install_plugin(site: Path) -> dict[str, str]:
 
 def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 120):
     return subprocess.run(
-        [sys.executable, "-m", "engine.cli", *args],
+        [sys.executable, "-m", "taketurns", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -94,7 +94,7 @@ def test_envs_lists_envs_tasksets_harnesses_and_role_options(capsys) -> None:
 
 def test_serve_answers_over_http() -> None:
     with subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "serve", "--policy", "echo", "--port", "0"],
+        [sys.executable, "-m", "taketurns", "serve", "--policy", "echo", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -130,7 +130,7 @@ def test_sigint_then_resume_has_every_episode_exactly_once(tmp_path: Path) -> No
         "--model", "builtin/bracket?latency_ms=40",
     ]  # fmt: skip
     with subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", *args],
+        [sys.executable, "-m", "taketurns", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

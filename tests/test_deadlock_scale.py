@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scripted import ScriptedModel, Sleep, ToolLoopHarness, tool_call
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     Agents,

@@ -8,7 +8,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.delay import FixedDelay
+from taketurns._models.delay import FixedDelay
 
 
 async def test_each_wait_ends_exactly_its_length_after_it_began(autojump_clock) -> None:

@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     Agents,
@@ -27,7 +27,7 @@ from engine import (
     reward,
     run_episode,
 )
-from engine import Env as BaseEnv
+from taketurns import Env as BaseEnv
 
 Script = Callable[[Task, Agents], Awaitable[None]]
 

@@ -29,12 +29,17 @@ from faultserver import OK, Call, Fault, FaultyEndpoint, in_thread, start
 from pairenv import Ledger, PairConfig, PairEnv, check_run, summary_of
 from procs import children, marked, scratch_dirs
 
-import engine.client
-from engine import AgentConfig, EvalConfig, OpenAIClient, Timeouts
-from engine.cli import main
-from engine.output import RunDir
-from engine.records import read_episodes
-from engine.runner import run_eval
+import taketurns._models.openai
+from taketurns import (
+    AgentConfig,
+    EvalConfig,
+    OpenAIClient,
+    RunDir,
+    Timeouts,
+    read_episodes,
+    run_eval,
+)
+from taketurns._cli.main import main
 
 LIMIT = 60
 
@@ -66,7 +71,7 @@ class FastRetries(OpenAIClient):
 
 @pytest.fixture
 def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine.client, "OpenAIClient", FastRetries)
+    monkeypatch.setattr(taketurns._models.openai, "OpenAIClient", FastRetries)
 
 
 async def pair_eval(
@@ -253,7 +258,7 @@ if mode == "garbage":
 if mode == "wrong_shape":
     json.dump({"messages": [{"role": "wizard", "content": "?"}]}, open(out, "w")); sys.exit(0)
 sys.argv = [sys.argv[0], *args]
-runpy.run_module("harnesses.programs.chat", run_name="__main__")
+runpy.run_module("taketurns.harnesses.programs.chat", run_name="__main__")
 """
 
 PROGRAM_MODES = {1: "crash", 2: "hang", 3: "garbage", 4: "wrong_shape"}
@@ -447,7 +452,7 @@ def test_sigint_with_program_seats_then_resume(tmp_path: Path) -> None:
     marker = f"TAKETURNS_SIGINT_{uuid.uuid4().hex}"
     env = {**os.environ, "TMPDIR": str(scratch), marker: "1"}
     argv = [
-        sys.executable, "-m", "engine.cli", "eval", "kuhn-poker", "-n", "12", "-c", "4",
+        sys.executable, "-m", "taketurns", "eval", "kuhn-poker", "-n", "12", "-c", "4",
         "--env.player0.harness=program", "--env.player1.harness=program",
         "-o", str(out), "--no-progress",
     ]  # fmt: skip

@@ -23,8 +23,10 @@ import pytest
 import trio
 import trio.lowlevel
 import trio.testing
+from procs import children, marked
+from scripted import ScriptedModel, Sleep
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     AssistantMessage,
@@ -37,29 +39,28 @@ from engine import (
     ModelResponse,
     Prompt,
     Rollout,
+    RunDir,
     SessionOver,
     SystemMessage,
     Task,
     Timeouts,
     ToolMessage,
     UserMessage,
+    load_eval_config,
     messages_from_wire,
     open_interception_server,
+    read_episodes,
+    run_eval,
     text_of,
 )
-from engine.cli import main
-from engine.output import RunDir
-from engine.records import read_episodes
-from engine.runner import Plan, make_env, run_eval
-from engine.settings import load_eval_config
-from envs.kuhn import KuhnConfig
-from harnesses.program import ProgramHarness
-from harnesses.program_pool import ProgramPool
-from harnesses.program_process import ProgramProcess
-from harnesses.stateful import StatefulHarness
-from harnesses.tools import ToolsHarness
-from tests.procs import children, marked
-from tests.scripted import ScriptedModel, Sleep
+from taketurns._cli.main import main
+from taketurns._eval.plan import Plan, make_env
+from taketurns.envs.kuhn import KuhnConfig
+from taketurns.harnesses.program import ProgramHarness
+from taketurns.harnesses.program_pool import ProgramPool
+from taketurns.harnesses.program_process import ProgramProcess
+from taketurns.harnesses.stateful import StatefulHarness
+from taketurns.harnesses.tools import ToolsHarness
 
 # Generous: each segment starts a Python process.
 LIMIT = 30
@@ -256,7 +257,7 @@ async def test_the_reference_program_exits_3_when_refused(
             await session.turn()
             endpoint = session.rollout.state["endpoint"]
             env = {**os.environ, "OPENAI_BASE_URL": endpoint.base_url}
-            command = [sys.executable, "-m", "harnesses.programs.chat"]
+            command = [sys.executable, "-m", "taketurns.harnesses.programs.chat"]
             args = ["--prompt-file", str(prompt), "--output-file", str(output)]
             first = await trio.run_process(
                 [*command, *args],
@@ -399,7 +400,7 @@ async def test_a_segment_timeout_stops_a_sleeping_program(
 # -- program, persistent: a pool of programs shared by the harness's rollouts ------------
 
 
-def start_log_command(log: Path, module: str = "harnesses.programs.chat") -> list[str]:
+def start_log_command(log: Path, module: str = "taketurns.harnesses.programs.chat") -> list[str]:
     """Runs the reference program ``module`` after appending [cwd, argv] to ``log``:
     one line per process started."""
     script = (
@@ -802,7 +803,7 @@ async def test_stateful_first_segment_opened_by_the_user_launches_fresh(
     server: InterceptionServer, scratch_root: Path, tmp_path: Path
 ) -> None:
     log = tmp_path / "argv.jsonl"
-    harness = StatefulHarness(logging_command(log, "harnesses.programs.stateful"))
+    harness = StatefulHarness(logging_command(log, "taketurns.harnesses.programs.stateful"))
     agent = make_agent(harness, server)
     with trio.fail_after(LIMIT):
         async with agent.chat(Task(0, system_prompt="Echo.")) as session:

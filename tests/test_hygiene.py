@@ -20,10 +20,19 @@ import trio
 import trio.lowlevel
 from procs import children, open_fds, scratch_dirs
 
-from engine import AgentConfig, Agents, Env, EnvConfig, EvalConfig, Task, Trace, reward
-from engine.output import RunDir
-from engine.records import read_episodes
-from engine.runner import run_eval
+from taketurns import (
+    AgentConfig,
+    Agents,
+    Env,
+    EnvConfig,
+    EvalConfig,
+    RunDir,
+    Task,
+    Trace,
+    read_episodes,
+    reward,
+    run_eval,
+)
 
 KINDS = ("null", "tools", "program", "stateful")
 TURNS = {"null": 2, "tools": 2, "program": 1, "stateful": 2}

@@ -13,8 +13,10 @@ from typing import Any
 import httpx2
 import pytest
 import trio
+from httpservers import Answer, start_scripted
+from scripted import ScriptedModel, Sleep, tool_call
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     ChatSession,
@@ -37,8 +39,6 @@ from engine import (
     stop,
     text_of,
 )
-from tests.httpservers import Answer, start_scripted
-from tests.scripted import ScriptedModel, Sleep, tool_call
 
 HELLO = {"messages": [{"role": "user", "content": "hello"}]}
 RETRY = {"x-stainless-retry-count": "1"}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from engine import (
+from taketurns import (
     AgentStamp,
     AssistantMessage,
     ConfigError,
@@ -20,10 +20,10 @@ from engine import (
     Trace,
     UserMessage,
     open_taskset,
-    tasksets,
+    taskset_registry,
 )
-from engine.cli import main
-from envs.jsonl import JsonlConfig, JsonlTaskset, load_tasks, normalize
+from taketurns._cli.main import main
+from taketurns.envs.jsonl import JsonlConfig, JsonlTaskset, load_tasks, normalize
 
 
 def write(path: Path, *rows: Any) -> Path:
@@ -121,7 +121,7 @@ def test_num_tasks_beyond_the_file_gives_the_file(tmp_path: Path, n: int, expect
 
 
 def test_registered_as_jsonl() -> None:
-    assert tasksets.get("jsonl") is JsonlTaskset
+    assert taskset_registry.get("jsonl") is JsonlTaskset
     assert JsonlTaskset.harness == "null"
 
 

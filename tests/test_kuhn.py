@@ -10,7 +10,7 @@ import attrs
 import pytest
 import trio
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     Agents,
@@ -27,12 +27,12 @@ from engine import (
     Task,
     Trace,
     UserMessage,
-    envs,
+    env_registry,
     run_episode,
     text_of,
 )
-from envs import kuhn_rules as rules
-from envs.kuhn import KuhnConfig, KuhnPoker, ask_text
+from taketurns.envs import kuhn_rules as rules
+from taketurns.envs.kuhn import KuhnConfig, KuhnPoker, ask_text
 
 PAIRS = list(itertools.permutations(rules.CARDS, 2))
 
@@ -430,5 +430,5 @@ def test_config_fields_and_defaults() -> None:
 
 
 def test_registered_as_kuhn_poker() -> None:
-    assert envs.get("kuhn-poker") is KuhnPoker
+    assert env_registry.get("kuhn-poker") is KuhnPoker
     assert KuhnPoker.id == "kuhn-poker"

@@ -1,4 +1,4 @@
-"""Message records and the OpenAI chat-completions wire format (``engine.wire``):
+"""Message records and the OpenAI chat-completions wire format (``taketurns._models.wire``):
 exact wire shapes, round trips (text, image parts, tool calls) and refusals."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import (
+from taketurns import (
     AssistantMessage,
     ImagePart,
     Message,
@@ -24,7 +24,7 @@ from engine import (
     UserMessage,
     text_of,
 )
-from engine.wire import (
+from taketurns._models.wire import (
     from_wire,
     messages_from_wire,
     messages_to_wire,

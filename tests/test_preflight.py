@@ -10,11 +10,10 @@ import pytest
 import trio
 from httpservers import Answer, start_scripted
 
-from engine import ConfigError
-from engine.cli import main
-from engine.registry import envs
-from engine.runner import make_env, preflight
-from engine.settings import load_eval_config
+from taketurns import ConfigError, load_eval_config
+from taketurns._cli.main import main
+from taketurns._config.registry import envs
+from taketurns._eval.plan import make_env, preflight
 
 
 def _config(base_url: str, model: str = "my-model"):

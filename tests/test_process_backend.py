@@ -22,13 +22,18 @@ from crashenv import CrashConfig, CrashOnce
 from procs import children, marked, open_fds
 from rundirs import eval_cli, flat, pairs, records, steady
 
-from engine import ConfigError, EvalConfig, OptionError, Task
-from engine.output import RunDir
-from engine.process_backend import WorkerDied, WorkerError
-from engine.records import read_episodes
-from engine.runner import run_eval
-from engine.settings import load_eval_config
-from engine.shards import MAX_LOST, Ledger, Shard, WorkerLost, deal
+from taketurns import (
+    ConfigError,
+    EvalConfig,
+    OptionError,
+    RunDir,
+    Task,
+    load_eval_config,
+    read_episodes,
+    run_eval,
+)
+from taketurns._backends.processes import WorkerDied, WorkerError
+from taketurns._backends.shards import MAX_LOST, Ledger, Shard, WorkerLost, deal
 
 LIMIT = 60  # seconds any one subprocess step may take on a loaded machine
 
@@ -305,7 +310,7 @@ def test_sigint_stops_the_workers_writes_cancelled_episodes_and_exits_130(
     marker = f"TAKETURNS_PROCESSES_{uuid.uuid4().hex}"
     env = {**os.environ, marker: "1"}
     argv = [
-        sys.executable, "-m", "engine.cli", "eval", "kuhn-poker", "-n", "60", "-c", "4",
+        sys.executable, "-m", "taketurns", "eval", "kuhn-poker", "-n", "60", "-c", "4",
         "--model", "builtin/bracket?latency_ms=40", "--backend", "processes",
         "--workers", "2", "-o", str(out), "--no-progress",
     ]  # fmt: skip
@@ -341,7 +346,7 @@ def test_sigint_stops_the_workers_writes_cancelled_episodes_and_exits_130(
 def test_workers_stop_when_the_driver_is_killed(tmp_path: Path) -> None:
     marker = f"TAKETURNS_PROCESSES_{uuid.uuid4().hex}"
     argv = [
-        sys.executable, "-m", "engine.cli", "eval", "kuhn-poker", "-n", "8", "-c", "4",
+        sys.executable, "-m", "taketurns", "eval", "kuhn-poker", "-n", "8", "-c", "4",
         "--model", "builtin/bracket?latency_ms=600000", "--backend", "processes",
         "--workers", "2", "-o", str(tmp_path / "run"), "--no-progress",
     ]  # fmt: skip

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from scripted import CloseRecordingHarness, Counter, ScriptedModel, Sleep, ToolLoopHarness
 from scripted import make_agent as scripted_agent
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     Agents,

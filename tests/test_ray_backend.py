@@ -17,12 +17,9 @@ import trio
 from crashenv import CrashConfig, CrashOnce
 from rundirs import eval_cli, flat, pairs, records, steady
 
-from engine import ConfigError, Env, EvalConfig
-from engine.output import RunDir
-from engine.ray_backend import _guest_run, require_ray
-from engine.records import read_episodes
-from engine.runner import run_eval
-from engine.shards import MAX_LOST, WorkerLost, split
+from taketurns import ConfigError, Env, EvalConfig, RunDir, read_episodes, run_eval
+from taketurns._backends.ray import _guest_run, require_ray
+from taketurns._backends.shards import MAX_LOST, WorkerLost, split
 
 
 @pytest.fixture(scope="module")

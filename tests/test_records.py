@@ -5,9 +5,9 @@ from __future__ import annotations
 import attrs
 import orjson
 
-from engine import Agent, AgentConfig, ImagePart, Task, TextPart, Trace, UserMessage
-from engine.episode import Episode, EpisodeTiming
-from engine.records import dumps_episode, loads_episode, record
+from taketurns import Agent, AgentConfig, ImagePart, Task, TextPart, Trace, UserMessage
+from taketurns._eval.episode import Episode, EpisodeTiming
+from taketurns._output.records import dumps_episode, loads_episode, record
 
 
 async def _episode() -> Episode:

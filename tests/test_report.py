@@ -1,4 +1,4 @@
-"""``engine.report``: report.html as written (its HTML) and as headless Chromium renders it.
+"""``_report.page``: report.html as written (its HTML) and as headless Chromium renders it.
 
 Every run directory here is produced by the real CLI; the HTML is read back with the
 standard library's parser, so the tests see elements, not substrings.
@@ -20,11 +20,11 @@ from typing import Any
 import attrs
 import pytest
 
-from engine.cli import main
-from engine.errors import ConfigError
-from engine.records import read_episodes
-from engine.report import write_report
-from engine.summary import summarize
+from taketurns import read_episodes
+from taketurns._cli.main import main
+from taketurns._errors import ConfigError
+from taketurns._output.summary import summarize
+from taketurns._report.page import write_report
 
 APT_INSTALL = "apt-get install -y chromium"
 CHROMIUM_FLAGS = (

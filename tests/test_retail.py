@@ -17,7 +17,7 @@ import pytest
 import trio
 from scripted import ScriptedModel, tool_call
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     AssistantMessage,
@@ -37,15 +37,15 @@ from engine import (
     UserMessage,
     open_taskset,
     run_episode,
-    tasksets,
+    taskset_registry,
     text_of,
 )
-from envs.retail import KINDS, POLICY, RetailConfig, RetailLite, expected_state, task_seed
-from envs.retail_store import RetailTools, Store, StoreError, describe
+from taketurns.envs.retail import KINDS, POLICY, RetailConfig, RetailLite, expected_state, task_seed
+from taketurns.envs.retail_store import RetailTools, Store, StoreError, describe
 
 SEEDS = (0, 1, 2, 7)
-HAS_SINGLE = importlib.util.find_spec("envs.single") is not None
-HAS_USER_SIM = importlib.util.find_spec("envs.user_sim") is not None
+HAS_SINGLE = importlib.util.find_spec("taketurns.envs.single") is not None
+HAS_USER_SIM = importlib.util.find_spec("taketurns.envs.user_sim") is not None
 
 
 def task_of(kind: str, seed: int = 0, nth: int = 0) -> Task:
@@ -408,7 +408,7 @@ def test_config_is_validated_by_field() -> None:
     taskset = open_taskset({"id": "retail-lite", "seed": 4, "kinds": "return"})
     assert isinstance(taskset, RetailLite)
     assert taskset.config == RetailConfig(seed=4, kinds="return")
-    assert tasksets.get("retail-lite") is RetailLite
+    assert taskset_registry.get("retail-lite") is RetailLite
     assert RetailLite.harness == "tools"
 
 
@@ -578,7 +578,7 @@ class Customer(ModelClient):
 @pytest.mark.parametrize("seed", [0, 5])
 @pytest.mark.parametrize("kind", KINDS)
 async def test_under_user_sim_the_clerk_reaches_reward_1(kind: str, seed: int) -> None:
-    from envs.user_sim import UserSim, UserSimConfig
+    from taketurns.envs.user_sim import UserSim, UserSimConfig
 
     env = UserSim(UserSimConfig(taskset={"id": "retail-lite", "seed": seed, "kinds": kind}))
     (task,) = env.tasks(1)
@@ -624,7 +624,7 @@ def _episodes(out: Path) -> list[dict[str, Any]]:
 @pytest.mark.skipif(not HAS_SINGLE, reason="envs/single.py (single-agent) is not in the tree")
 @pytest.mark.parametrize("model", ["builtin/bracket", "builtin/tools"])
 def test_eval_retail_lite_end_to_end(tmp_path: Path, model: str) -> None:
-    from engine.cli import main
+    from taketurns._cli.main import main
 
     out = tmp_path / "run"
     args = ["eval", "retail-lite", "-n", "3", "-o", str(out), "--no-progress", "--model", model]
@@ -644,7 +644,7 @@ def test_eval_retail_lite_end_to_end(tmp_path: Path, model: str) -> None:
 
 @pytest.mark.skipif(not HAS_USER_SIM, reason="envs/user_sim.py (user-sim) is not in the tree")
 def test_eval_user_sim_over_retail_lite_end_to_end(tmp_path: Path) -> None:
-    from engine.cli import main
+    from taketurns._cli.main import main
 
     out = tmp_path / "run"
     args = ["eval", "user-sim", "--env.taskset=retail-lite", "-n", "3", "-o", str(out)]

@@ -11,7 +11,7 @@ import trio.lowlevel
 import trio.testing
 from scripted import Counter, make_agent
 
-from engine import (
+from taketurns import (
     AgentStamp,
     AssistantMessage,
     EpisodeInfo,

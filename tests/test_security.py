@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scripted import ScriptedModel, Sleep
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     ChatSession,
@@ -47,9 +47,9 @@ from engine import (
     Task,
     open_interception_server,
 )
-from engine.builtin import BuiltinModel
-from engine.cli import main
-from engine.server import serve
+from taketurns._cli.main import main
+from taketurns._http.server import serve
+from taketurns._models.builtin import BuiltinModel
 
 FUZZ = settings(
     max_examples=300,
@@ -505,7 +505,7 @@ if hand == "1":  # a crash that prints its key everywhere it can
 if hand == "2":  # an output file that carries the key into a parse error
     json.dump({"messages": [{"role": key, "content": key}]}, open(out, "w")); sys.exit(0)
 sys.argv = [sys.argv[0], *args]
-runpy.run_module("harnesses.programs.chat", run_name="__main__")
+runpy.run_module("taketurns.harnesses.programs.chat", run_name="__main__")
 """
 
 

@@ -1,4 +1,4 @@
-"""engine.server over real loopback HTTP (real clock: NOTES.md, autojump + sockets)."""
+"""taketurns._http.server over real loopback HTTP (real clock: NOTES.md, autojump + sockets)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import httpx2
 import pytest
 import trio
 
-from engine.builtin import BuiltinModel
-from engine.messages import UserMessage
-from engine.model import ModelRequest
-from engine.server import serve
-from engine.wire import to_wire
+from taketurns._http.server import serve
+from taketurns._models.builtin import BuiltinModel
+from taketurns._models.messages import UserMessage
+from taketurns._models.model import ModelRequest
+from taketurns._models.wire import to_wire
 
 PICK = [{"role": "user", "content": "Pick one: [check] [bet]"}]
 

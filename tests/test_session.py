@@ -18,7 +18,7 @@ from scripted import (
     tool_call,
 )
 
-from engine import (
+from taketurns import (
     AssistantMessage,
     BuiltinModel,
     Limits,

@@ -12,7 +12,7 @@ import attrs
 import pytest
 from scripted import ScriptedModel, tool_call
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     ConfigError,
@@ -24,15 +24,15 @@ from engine import (
     Taskset,
     ToolMessage,
     Trace,
-    envs,
+    env_registry,
     metric,
     register_taskset,
     reward,
     run_episode,
 )
-from engine.cli import main
-from envs.jsonl import JsonlTaskset
-from envs.single import SingleAgentConfig, SingleAgentEnv
+from taketurns._cli.main import main
+from taketurns.envs.jsonl import JsonlTaskset
+from taketurns.envs.single import SingleAgentConfig, SingleAgentEnv
 
 
 @register_taskset("test-single-lamps")
@@ -147,7 +147,7 @@ async def test_a_prompt_less_task_fails_its_episode_clearly() -> None:
 
 
 def test_roles_and_registration() -> None:
-    assert envs.get("single-agent") is SingleAgentEnv
+    assert env_registry.get("single-agent") is SingleAgentEnv
     env = SingleAgentEnv(SingleAgentConfig(taskset="test-single-lamps"))
     assert list(env.roles) == ["agent"]
     assert env.default_harness("agent") == "tools"

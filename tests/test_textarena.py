@@ -24,8 +24,9 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from scripted import ScriptedModel
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     ConfigError,
@@ -36,12 +37,11 @@ from engine import (
     OptionError,
     Trace,
     UserMessage,
-    envs,
+    env_registry,
     run_episode,
     text_of,
 )
-from engine.cli import main
-from tests.scripted import ScriptedModel
+from taketurns._cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_NLTK_DATA = REPO.parent / "shared" / "nltk_data"
@@ -77,8 +77,8 @@ SKIP = _why_skip()
 pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
 
 if SKIP is None:
-    from envs import textarena_games as games
-    from envs.textarena import GAMES, TextArena, TextArenaConfig, Wordle, WordleConfig
+    from taketurns.envs import textarena_games as games
+    from taketurns.envs.textarena import GAMES, TextArena, TextArenaConfig, Wordle, WordleConfig
 
     ta = games.load()
 else:  # pragma: no cover - the whole module is skipped
@@ -329,8 +329,8 @@ def test_tasks_are_deterministic() -> None:
 
 
 def test_registered_and_configured() -> None:
-    assert envs.get("textarena") is TextArena
-    assert envs.get("wordle") is Wordle
+    assert env_registry.get("textarena") is TextArena
+    assert env_registry.get("wordle") is Wordle
     assert (TextArena.id, Wordle.id) == ("textarena", "wordle")
     assert GAMES == ("Wordle-v0", "Wordle-v0-long", "Hangman-v0", "WordLadder-v0", "WordSearch-v0")
     assert [f.name for f in attrs.fields(TextArenaConfig)] == ["player", "game"]
@@ -367,7 +367,9 @@ def test_without_the_extra_the_env_says_how_to_install(monkeypatch: pytest.Monke
 
 
 def test_importing_the_env_does_not_import_textarena() -> None:
-    code = "import sys, envs.textarena; assert 'textarena' not in sys.modules; print('ok')"
+    code = (
+        "import sys, taketurns.envs.textarena; assert 'textarena' not in sys.modules; print('ok')"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.stdout.strip() == "ok", done.stderr
 

@@ -1,4 +1,4 @@
-"""engine.tools: JSON schemas from signatures and docstrings, and calls from the model's
+"""``_exchange.tools``: JSON schemas from signatures and docstrings, and calls from the model's
 JSON arguments (every mistake goes back to the model as a tool message), checked
 directly and through the in-process ``tools`` harness (no I/O: virtual clock)."""
 
@@ -10,8 +10,9 @@ from typing import Any, Literal, Optional, Union
 
 import pytest
 import trio
+from scripted import ScriptedModel, make_agent, tool_call
 
-from engine import (
+from taketurns import (
     AssistantMessage,
     Limits,
     Task,
@@ -22,8 +23,7 @@ from engine import (
     as_tools,
     tool_schema,
 )
-from harnesses.tools import ToolsHarness
-from tests.scripted import ScriptedModel, make_agent, tool_call
+from taketurns.harnesses.tools import ToolsHarness
 
 
 def params(fn: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scripted import ScriptedModel
 
-from engine import (
+from taketurns import (
     Agent,
     AgentConfig,
     ConfigError,
@@ -30,13 +30,13 @@ from engine import (
     Taskset,
     ToolMessage,
     Trace,
-    envs,
+    env_registry,
     reward,
     run_episode,
     text_of,
 )
-from engine.cli import main
-from envs.user_sim import (
+from taketurns._cli.main import main
+from taketurns.envs.user_sim import (
     DEFAULT_PERSONA,
     GREETING,
     UserAgentConfig,
@@ -431,7 +431,7 @@ def test_config_defaults(qa: str) -> None:
     assert list(env.roles) == ["assistant", "user"]
     assert (env.default_harness("assistant"), env.default_harness("user")) == ("null", "null")
     assert UserSim(UserSimConfig(taskset=Lamps())).default_harness("assistant") == "tools"
-    assert envs.get("user-sim") is UserSim
+    assert env_registry.get("user-sim") is UserSim
 
 
 @pytest.mark.parametrize(

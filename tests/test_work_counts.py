@@ -9,10 +9,10 @@ import gc
 import trio
 import trio.abc
 
-import engine.records
-from engine import Agent, AgentConfig, Task, UserMessage
-from engine.episode import Episode
-from engine.records import dumps_episode
+import taketurns._output.records
+from taketurns import Agent, AgentConfig, Task, UserMessage
+from taketurns._eval.episode import Episode
+from taketurns._output.records import dumps_episode
 
 
 class Steps(trio.abc.Instrument):
@@ -72,13 +72,13 @@ async def test_close_of_a_synchronous_rubric_takes_one_step() -> None:
 
 async def test_each_message_is_converted_to_wire_once_per_trace(monkeypatch) -> None:
     calls = []
-    real = engine.records.to_wire
+    real = taketurns._output.records.to_wire
 
     def counting(message):
         calls.append(message)
         return real(message)
 
-    monkeypatch.setattr(engine.records, "to_wire", counting)
+    monkeypatch.setattr(taketurns._output.records, "to_wire", counting)
     episode = Episode("e/0/0", "e", Task(0))
     agent = _agent(on_close=episode.traces.append)
     async with agent.chat(Task(0, system_prompt="sys")) as session:
@@ -91,10 +91,8 @@ async def test_each_message_is_converted_to_wire_once_per_trace(monkeypatch) -> 
 
 
 async def _cyclic_garbage_after(episodes: int, tmp_path) -> int:
-    from engine.output import RunDir
-    from engine.registry import envs
-    from engine.runner import run_eval
-    from engine.settings import load_eval_config
+    from taketurns import RunDir, load_eval_config, run_eval
+    from taketurns._config.registry import envs
 
     data = {"env_id": "kuhn-poker", "num_tasks": episodes, "concurrency": 8}
     config = load_eval_config(envs.get("kuhn-poker").config_class, file_data=data)
@@ -109,7 +107,7 @@ async def _cyclic_garbage_after(episodes: int, tmp_path) -> int:
 
 
 async def test_episodes_leave_no_cyclic_garbage(tmp_path) -> None:
-    # the runner collects rarely while episodes run (runner._collect_less): that is
+    # the CLI collects rarely while episodes run (taketurns._gc.tuned_gc): that is
     # only cheap while an episode's objects are freed by reference counting alone
     few = await _cyclic_garbage_after(20, tmp_path / "few")
     many = await _cyclic_garbage_after(220, tmp_path / "many")

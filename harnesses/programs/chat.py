@@ -1,13 +1,13 @@
 """Reference program for the ``program`` harness: the chat/tool loop, one segment per
 process, or any number of segments of any rollouts in one process.
 
-``python -m harnesses.programs.chat --prompt-file P --output-file O`` reads
+``python -m taketurns.harnesses.programs.chat --prompt-file P --output-file O`` reads
 ``{"messages": [...], "tools": [...], "tool_url": "..."}`` from P, runs the chat loop
 against ``OPENAI_BASE_URL`` (key ``OPENAI_API_KEY``, model ``OPENAI_MODEL``) and writes
 ``{"messages": [new assistant/tool messages]}`` to O; it exits 3 when the engine
 stopped the rollout.
 
-``python -m harnesses.programs.chat --serve`` (the harness's ``persistent`` pool)
+``python -m taketurns.harnesses.programs.chat --serve`` (the harness's ``persistent`` pool)
 speaks the line protocol instead: it reads one prompt object per line of stdin until
 EOF, each also carrying its rollout's endpoint (``base_url``, ``api_key``, ``model``;
 the ``OPENAI_*`` variables fill in what a line leaves out) and, per line, runs the
@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 
 import httpx2
 
-from harnesses.programs import loop
+from taketurns.harnesses.programs import loop
 
 
 def segment(

@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from harnesses.programs import loop
+from taketurns.harnesses.programs import loop
 
 SESSION = "session.json"
 

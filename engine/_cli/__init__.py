@@ -1,0 +1,1 @@
+"""The ``taketurns`` command line: ``eval``, ``envs`` (the catalog), ``report``, ``serve``."""

@@ -1,0 +1,286 @@
+"""The ``taketurns`` command line.
+
+``taketurns eval ENV [-n N] [-r R] [-c C] [--model M] [--base-url URL]
+[--api-key-var VAR] [-C run.toml] [--env.<field>=V ...] [-o DIR] [--resume|--overwrite]
+[--backend local|ray|processes] [--workers N] [--ray-address ADDR]``
+
+Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
+underscores are interchangeable. Exit codes: 0 done, 2 bad config or usage, 130
+interrupted (finished episodes are on disk; ``--resume`` continues).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+
+import trio
+from rich.console import Console
+
+from taketurns._backends.processes import WorkerError
+from taketurns._backends.shards import WorkerLost
+from taketurns._config.options import EvalConfig
+from taketurns._config.registry import envs, tasksets
+from taketurns._config.settings import dump_toml, load_eval_config, read_toml
+from taketurns._errors import ConfigError
+from taketurns._eval.plan import Plan, make_env, preflight
+from taketurns._gc import tuned_gc
+from taketurns._output.rundir import RunDir
+from taketurns._output.summary import render
+from taketurns._runner import Interrupted, run_eval
+
+__all__ = ["main"]
+
+SINGLE_AGENT = "single-agent"
+
+_FLAGS = {
+    "num_tasks": "num_tasks",
+    "rollouts": "rollouts",
+    "concurrency": "concurrency",
+    "model": "model",
+    "base_url": "base_url",
+    "api_key_var": "api_key_var",
+    "episode_timeout": "episode_timeout_s",
+    "max_concurrent_calls": "max_concurrent_calls",
+    "backend": "backend",
+    "workers": "workers",
+    "ray_address": "ray_address",
+}
+# how a run executes, not what it computes: --resume may change them
+_EXECUTION = ("backend", "workers", "ray_address")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="taketurns",
+        description="Run, record and score multi-turn LLM rollouts (trio-based).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser(
+        "eval",
+        help="run an env's tasks and record every episode",
+        epilog=(
+            "Any other option is a dotted config override: --env.<field>=V, "
+            "--env.<role>.model=M, --sampling.temperature=0.7 (see `taketurns envs`). "
+            "Without --base-url every role runs on the built-in model (builtin/bracket). "
+            "Exit codes: 0 done, 2 refused config, 130 interrupted (--resume continues)."
+        ),
+    )
+    ev.add_argument("env", nargs="?", help="env id (see `taketurns envs`)")
+    ev.add_argument("-n", "--num-tasks", type=int)
+    ev.add_argument("-r", "--rollouts", type=int)
+    ev.add_argument("-c", "--concurrency", type=int, help="episodes at once")
+    ev.add_argument("--model", help="model name; builtin/<policy> runs in process")
+    ev.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://host:8000/v1")
+    ev.add_argument("--api-key-var", help="environment variable holding the API key")
+    ev.add_argument("--episode-timeout", type=float, help="seconds per episode")
+    ev.add_argument("--max-concurrent-calls", type=int, help="cap on model calls at once")
+    ev.add_argument(
+        "--backend", help="where episodes run: local (default), ray, or processes (on this machine)"
+    )
+    # no type=int: a bad value is refused by the config, naming the field
+    ev.add_argument("--workers", help="worker processes or Ray tasks (default: one per CPU)")
+    ev.add_argument("--ray-address", help="Ray cluster to join (default: a private local one)")
+    ev.add_argument("-C", "--config", help="TOML config file")
+    ev.add_argument("-o", "--output-dir", help="run directory")
+    mode = ev.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="continue the run in -o DIR")
+    mode.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
+    rep = sub.add_parser("report", help="write DIR/report.html for a run directory")
+    rep.add_argument("dir", help="run directory (holds episodes.jsonl)")
+    srv = sub.add_parser("serve", help="serve the built-in model over OpenAI-compatible HTTP")
+    srv.add_argument("--policy", default="bracket", help="built-in policy (default bracket)")
+    srv.add_argument("--latency-ms", type=float, default=0.0, help="fixed latency per call")
+    srv.add_argument("--seed", type=int, default=0)
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    return parser
+
+
+def _split_overrides(extra: Sequence[str]) -> list[tuple[str, str]]:
+    """``--a.b=V`` / ``--a.b V`` pairs; anything else is a usage error."""
+    pairs: list[tuple[str, str]] = []
+    items = list(extra)
+    while items:
+        item = items.pop(0)
+        if not item.startswith("--") or "." not in item.split("=", 1)[0]:
+            raise ConfigError(
+                f"{item!r}: unknown argument; options of a config section are dotted, "
+                "e.g. --env.invalid_retries=2 or --sampling.temperature 0.7"
+            )
+        key, eq, value = item[2:].partition("=")
+        if not eq:
+            if not items:
+                raise ConfigError(f"--{key}: needs a value (--{key}=VALUE)")
+            value = items.pop(0)
+        pairs.append((key, value))
+    return pairs
+
+
+def _default_dir(env_id: str, model: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("outputs") / f"{env_id}--{model.replace('/', '_')}--{stamp}"
+
+
+def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalConfig, str]:
+    """The validated eval config (file < flags < dotted overrides) and the name the run
+    goes by (a bare taskset id runs under the single-agent env)."""
+    overrides = _split_overrides(extra)
+    flags = [(field, getattr(args, flag)) for flag, field in _FLAGS.items()]
+    overrides = [(f, str(v)) for f, v in flags if v is not None] + overrides
+    file_data = read_toml(args.config) if args.config else {}
+    if args.resume and args.output_dir and not args.config:
+        stored = Path(args.output_dir) / "config.toml"
+        file_data = read_toml(stored) if stored.exists() else {}
+    env_id = args.env or file_data.get("env_id")
+    if not env_id:
+        raise ConfigError("env: name the env to run (taketurns eval ENV); see `taketurns envs`")
+    name = env_id
+    if env_id not in envs.ids() and env_id in tasksets.ids():
+        # a bare taskset runs under the single-agent env (one-shot agent.run)
+        env_section = dict(file_data.get("env") or {})
+        env_section.setdefault("taskset", env_id)
+        file_data = {**file_data, "env": env_section}
+        env_id = SINGLE_AGENT
+    file_data = {**file_data, "env_id": env_id}
+    env_cls = envs.get(env_id, field="env")
+    config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
+    return config, name
+
+
+def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> RunDir:
+    """The run directory, prepared: a fresh one gets config.toml; a resumed one must
+    hold the same config and has its cancelled episodes set aside."""
+    out = args.output_dir or config.output_dir or _default_dir(name, config.model)
+    config.output_dir = str(out)
+    run_dir = RunDir(out)
+    run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
+    text = dump_toml(config)
+    if args.resume and run_dir.config_path.exists():
+        if _semantic(read_toml(run_dir.config_path)) != _semantic(tomllib.loads(text)):
+            raise ConfigError(
+                f"--resume: the config differs from {run_dir.config_path}; resume with the "
+                "same options (or none: the stored config is reused)"
+            )
+        run_dir.set_aside_cancelled()
+    else:
+        run_dir.write_config(text)
+    return run_dir
+
+
+def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
+    config, name = _load_config(args, extra)
+    env = make_env(config)
+    plan = Plan(config, env)
+    if config.backend == "ray":
+        from taketurns._backends.ray import require_ray
+
+        require_ray()
+    tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
+    trio.run(preflight, config, env)
+    run_dir = _open_run_dir(args, config, name)
+    try:
+        with tuned_gc():  # this process is the CLI's own
+            result = trio.run(
+                lambda: run_eval(
+                    config,
+                    run_dir,
+                    env=env,
+                    plan=plan,
+                    tasks=tasks,
+                    progress=not args.no_progress,
+                    handle_signals=True,
+                )
+            )
+    except Interrupted as exc:
+        console.print(f"[yellow]{exc}; continue with --resume -o {run_dir.path}")
+        return 130
+    s = result.summary
+    console.print(render(s))
+    console.print(
+        f"[green]wrote {run_dir.path}[/] ({result.written} new episodes, "
+        f"{s.get('episodes_per_s', 0):.1f} episodes/s)"
+    )
+    return 0
+
+
+def _report(run_dir: Path, console: Console) -> int:
+    from taketurns._report.page import write_report
+
+    if not (run_dir / "episodes.jsonl").exists():
+        raise ConfigError(f"report: {run_dir} holds no episodes.jsonl")
+    console.print(f"wrote {write_report(run_dir)}")
+    return 0
+
+
+def _semantic(data: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in data.items() if k not in _EXECUTION}
+
+
+def _serve(args: argparse.Namespace, console: Console) -> int:
+    from functools import partial
+
+    from taketurns._http.server import serve
+    from taketurns._models.builtin import BuiltinModel
+
+    model = BuiltinModel(
+        args.policy, latency=args.latency_ms / 1000, seed=args.seed, field="--policy"
+    )
+
+    async def run() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                url = await nursery.start(partial(serve, model, host=args.host, port=args.port))
+                console.print(f"serving builtin/{args.policy} at {url} (Ctrl-C stops)")
+                print(url, flush=True)
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+
+    try:
+        trio.run(run)
+    except* OSError as group:
+        where = f"{args.host}:{args.port}"
+        raise ConfigError(
+            f"--host/--port: cannot listen on {where} ({group.exceptions[0]})"
+        ) from None
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, extra = _parser().parse_known_args(argv)
+    console = Console(stderr=True)
+    try:
+        if args.command == "eval":
+            return _eval(args, extra, console)
+        if extra:
+            raise ConfigError(f"unknown arguments: {' '.join(extra)}")
+        if args.command == "serve":
+            return _serve(args, console)
+        if args.command == "report":
+            return _report(Path(args.dir), console)
+        from taketurns._cli.catalog import print_catalog
+
+        out = Console()
+        print_catalog(out if out.is_terminal else Console(width=160))
+        return 0
+    except ConfigError as exc:
+        console.print("[red]error:", highlight=False)
+        for problem in exc.problems:
+            # one line per problem at any width (soft_wrap: never wrapped or cut)
+            console.print(f"  - {problem}", highlight=False, markup=False, soft_wrap=True)
+        return 2
+    except (WorkerLost, WorkerError) as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Configuration records. Every option is an attrs field; ``taketurns._config.settings`` loads
+them from TOML and dotted command-line overrides and refuses bad values by name.
+
+Range checks live in attrs validators, so a config built in Python is checked the
+same way as one loaded from a file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "AgentConfig",
+    "EnvConfig",
+    "EvalConfig",
+    "Limits",
+    "OptionError",
+    "Sampling",
+    "Timeouts",
+    "at_least",
+    "int_between",
+]
+
+
+class Raw(str):
+    """A value typed on the command line: converted by the field's type, not guessed.
+    In an untyped field (``Any``) it stays text until its consumer gives it a type;
+    ``harness_options`` and ``sampling.extra`` read it as a TOML literal."""
+
+
+def literal(raw: str) -> Any:
+    """``raw`` read as a TOML value (``4`` -> 4, ``[1, 2]`` -> list), else the text."""
+    import tomllib
+
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return str(raw)
+
+
+def _literals(value: dict[str, Any]) -> dict[str, Any]:
+    """Command-line values in an options table, read as TOML literals."""
+    return {k: literal(v) if isinstance(v, Raw) else v for k, v in value.items()}
+
+
+class OptionError(ValueError):
+    """Raised by config validators: ``field`` was given ``value``; ``accepted`` says
+    what would do. ``taketurns._config.settings`` renders it with the option's dotted path."""
+
+    def __init__(self, field: str, value: Any, accepted: str) -> None:
+        self.field, self.value, self.accepted = field, value, accepted
+        super().__init__(f"{field} = {value!r} is not accepted; expected {accepted}")
+
+
+def at_least(minimum: float, *, exclusive: bool = False) -> Any:
+    """An attrs validator: None, or a number >= minimum (> minimum if exclusive)."""
+    sign = ">" if exclusive else ">="
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+        if value is None:
+            return
+        bad = value <= minimum if exclusive else value < minimum
+        if bad or isinstance(value, bool):
+            kind = "a number" if "float" in str(attribute.type) else "an integer"
+            raise OptionError(attribute.name, value, f"{kind} {sign} {minimum:g}")
+
+    return check
+
+
+def _one_of(*choices: str) -> Any:
+    """An attrs validator: one of ``choices``."""
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: str) -> None:
+        if value not in choices:
+            raise OptionError(attribute.name, value, " or ".join(choices))
+
+    return check
+
+
+def int_between(low: int, high: int | None = None) -> Any:
+    """An attrs validator: an integer (not a bool) >= ``low`` and, if given, <= ``high``.
+    Unlike ``at_least`` it refuses None and non-integers built in Python too."""
+    accepted = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise OptionError(attribute.name, value, accepted)
+        if value < low or (high is not None and value > high):
+            raise OptionError(attribute.name, value, accepted)
+
+    return check
+
+
+_positive = at_least(0, exclusive=True)
+_non_negative = at_least(0)
+
+
+@attrs.define
+class Sampling:
+    """Request fields sent with every model call; None means "the endpoint's default".
+    ``extra`` is merged into the request body as is (e.g. vLLM's ``top_k``)."""
+
+    temperature: float | None = attrs.field(default=None, validator=_non_negative)
+    top_p: float | None = attrs.field(default=None, validator=_non_negative)
+    max_tokens: int | None = attrs.field(default=None, validator=_positive)
+    seed: int | None = None
+    stop: list[str] | None = None
+    logprobs: bool | None = None
+    extra: dict[str, Any] = attrs.field(factory=dict, converter=_literals)
+
+    def request_fields(self) -> dict[str, Any]:
+        fields = {k: v for k, v in attrs.asdict(self, recurse=False).items() if v is not None}
+        fields.pop("extra", None)
+        return {**fields, **self.extra}
+
+    def over(self, base: Sampling) -> Sampling:
+        """This sampling with its unset fields taken from ``base``."""
+        merged = {}
+        for f in attrs.fields(Sampling):
+            if f.name != "extra":
+                mine = getattr(self, f.name)
+                merged[f.name] = getattr(base, f.name) if mine is None else mine
+        return Sampling(**merged, extra={**base.extra, **self.extra})
+
+
+@attrs.define
+class Limits:
+    """Per-rollout budgets, checked before every model call and before a segment
+    launches. Token limits count what the rollout has used so far."""
+
+    max_turns: int | None = attrs.field(default=None, validator=_positive)
+    max_input_tokens: int | None = attrs.field(default=None, validator=_positive)
+    max_output_tokens: int | None = attrs.field(default=None, validator=_positive)
+    max_total_tokens: int | None = attrs.field(default=None, validator=_positive)
+
+
+@attrs.define
+class Timeouts:
+    """Seconds. ``segment_s`` bounds one segment; ``rollout_s`` is the agent budget,
+    spent only while the rollout's own segments run; ``scoring_s`` bounds finalize +
+    scoring at close."""
+
+    segment_s: float | None = attrs.field(default=None, validator=_positive)
+    rollout_s: float | None = attrs.field(default=None, validator=_positive)
+    scoring_s: float = attrs.field(default=30.0, validator=_positive)
+
+
+@attrs.define
+class AgentConfig:
+    """One role of an env. Unset endpoint fields (None) take the eval's values."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key_var: str | None = None
+    harness: str | None = None  # None: the env's choice (env.default_harness), else null
+    harness_options: dict[str, Any] = attrs.field(factory=dict, converter=_literals)
+    sampling: Sampling = attrs.field(factory=Sampling)
+    limits: Limits = attrs.field(factory=Limits)
+    timeouts: Timeouts = attrs.field(factory=Timeouts)
+    retries: int = attrs.field(default=0, validator=_non_negative)
+    trainable: bool = True
+    max_concurrent_calls: int | None = attrs.field(default=None, validator=_positive)
+
+
+@attrs.define
+class EnvConfig:
+    """Base of every env's config. Subclasses add ``AgentConfig`` fields (one per
+    role) and their own options."""
+
+
+@attrs.define
+class EvalConfig:
+    """One eval run. ``env`` holds the env's own config (its class comes from the env)."""
+
+    env_id: str
+    num_tasks: int = attrs.field(default=10, validator=_positive)
+    rollouts: int = attrs.field(default=1, validator=_positive)
+    concurrency: int = attrs.field(default=32, validator=_positive)
+    model: str = "builtin/bracket"
+    base_url: str | None = None
+    api_key_var: str = "OPENAI_API_KEY"
+    sampling: Sampling = attrs.field(factory=Sampling)
+    max_concurrent_calls: int | None = attrs.field(default=None, validator=_positive)
+    episode_timeout_s: float | None = attrs.field(default=None, validator=_positive)
+    request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
+    # where the interception server listens (loopback unless configured otherwise) and
+    # the URL programs on other machines should use to reach it
+    interception_host: str = "127.0.0.1"
+    interception_port: int = attrs.field(default=0, validator=_non_negative)
+    interception_public_url: str | None = None
+    output_dir: str | None = None
+    # where episodes run: this process, Ray workers (taketurns._backends.ray) or worker
+    # processes on this machine (taketurns._backends.processes); how many workers (None: one
+    # per CPU); the address of the Ray cluster (None: RAY_ADDRESS, else a private
+    # local instance)
+    backend: str = attrs.field(default="local", validator=_one_of("local", "ray", "processes"))
+    workers: int | None = attrs.field(default=None, validator=at_least(1))
+    ray_address: str | None = None
+    env: Any = None

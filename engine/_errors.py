@@ -1,0 +1,115 @@
+"""The error tree. Every error taketurns raises on purpose derives from one root::
+
+    TaketurnsError
+    ├── ConfigError              bad configuration; raised before any episode starts
+    ├── SessionError             the exchange protocol was misused
+    │   ├── TurnError            a turn's message does not fit (also a ValueError)
+    │   ├── SessionOver          turn() after the run ended instead of answering
+    │   └── SessionClosed        turn() after close()
+    ├── HarnessError             a harness failed or cannot do what was asked
+    ├── ModelEndpointError       a model endpoint answered badly or not at all
+    ├── ScoringError             a reward, metric or stop hook failed
+    ├── RolloutStopped           control flow: the boundary refused a model call
+    ├── WorkerLost               workers kept dying on the same pairs (taketurns._backends.shards)
+    └── WorkerError              a worker process's own code failed, not re-raisable
+                                 as itself (taketurns._backends.processes)
+
+Errors inside a rollout are data on its trace; errors in an env's ``run`` fail
+the episode; neither stops the rest of an eval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "ConfigError",
+    "HarnessError",
+    "ModelEndpointError",
+    "RolloutStopped",
+    "ScoringError",
+    "SessionClosed",
+    "SessionError",
+    "SessionOver",
+    "TaketurnsError",
+    "TurnError",
+    "sole_error",
+]
+
+
+def sole_error(exc: BaseException) -> BaseException:
+    """``exc`` with single-member exception groups (trio's nurseries wrap everything)
+    peeled off: the one error inside, or the group when it holds several."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+class TaketurnsError(Exception):
+    """Root of every error taketurns raises on purpose."""
+
+
+class ConfigError(TaketurnsError):
+    """A configuration was refused. ``problems`` holds one line per problem, each
+    naming the dotted path of the field, the value given and what is accepted."""
+
+    def __init__(self, problems: str | Sequence[str]) -> None:
+        self.problems: list[str] = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class SessionError(TaketurnsError):
+    """The exchange protocol was used out of order."""
+
+
+class TurnError(SessionError, ValueError):
+    """A ``turn()`` message does not fit the session (a prompted task opened with a
+    message, a prompt-less one opened bare, a later bare turn): says which call to make."""
+
+
+class SessionOver(SessionError):
+    """``turn()`` was called after the run ended instead of answering.
+
+    ``stop_condition`` says why the run ended."""
+
+    def __init__(self, stop_condition: str | None) -> None:
+        self.stop_condition = stop_condition
+        super().__init__(
+            f"this session's run is over (stop condition {stop_condition!r}); "
+            "close it and read session.trace"
+        )
+
+
+class SessionClosed(SessionError):
+    """``turn()`` was called after ``close()``."""
+
+    def __init__(self) -> None:
+        super().__init__("this session is closed; open a new one with agent.chat(task)")
+
+
+class HarnessError(TaketurnsError):
+    """A harness failed, or was asked for something its contract cannot do."""
+
+
+class ModelEndpointError(TaketurnsError):
+    """A model endpoint failed. ``status`` is the HTTP status (None when no response
+    came back); ``retryable`` says whether retrying the same request makes sense."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
+        self.status = status
+        self.retryable = retryable
+        super().__init__(message)
+
+
+class ScoringError(TaketurnsError):
+    """A reward, metric or stop hook raised or timed out."""
+
+
+class RolloutStopped(TaketurnsError):
+    """Raised by the model boundary instead of making a call a limit or ``@stop`` hook
+    refuses. Harnesses let it propagate; the session turns it into ``Reply(stopped=True)``.
+    ``stop_condition`` names the limit or hook."""
+
+    def __init__(self, stop_condition: str) -> None:
+        self.stop_condition = stop_condition
+        super().__init__(f"the rollout was stopped: {stop_condition}")

@@ -1,0 +1,91 @@
+"""``Env``: how one task becomes one episode.
+
+An env declares its roles as ``AgentConfig`` fields of its attrs config class
+(``config_class``), makes its tasks, and runs one task with its agents::
+
+    @attrs.define
+    class MyConfig(EnvConfig):
+        player: AgentConfig = attrs.field(factory=AgentConfig)
+
+    @register_env("my-env")
+    class MyEnv(Env):
+        config_class = MyConfig
+        def tasks(self, num_tasks): ...
+        async def run(self, task, agents): ...
+
+``run`` may raise: the episode is then recorded as failed, every session it opened is
+closed and scored, and the eval carries on. Rewards come from ``@reward`` /
+``@metric`` / ``@stop`` methods on the env (see ``rubric``).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import attrs
+
+from taketurns._config.options import AgentConfig, EnvConfig
+from taketurns._config.registry import envs
+from taketurns._exchange.rubric import Rubric
+from taketurns._exchange.task import Task
+
+if TYPE_CHECKING:
+    from taketurns._exchange.agent import Agents
+
+__all__ = ["Env", "register_env", "roles_of"]
+
+E = TypeVar("E", bound=type)
+
+
+def register_env(id: str) -> Callable[[E], E]:
+    """Class decorator registering an env under ``id`` (entry points do the same)."""
+    return envs.register(id)
+
+
+def roles_of(config: Any) -> dict[str, AgentConfig]:
+    """The ``AgentConfig`` fields of an env config, by role name, in field order."""
+    return {
+        f.name: getattr(config, f.name)
+        for f in attrs.fields(type(config))
+        if isinstance(getattr(config, f.name), AgentConfig)
+    }
+
+
+class Env(abc.ABC):
+    """Subclass, set ``config_class``, implement ``tasks`` and ``run``."""
+
+    id: ClassVar[str] = ""
+    config_class: ClassVar[type] = EnvConfig
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = config if config is not None else self.config_class()
+
+    @property
+    def roles(self) -> dict[str, AgentConfig]:
+        return roles_of(self.config)
+
+    @abc.abstractmethod
+    def tasks(self, num_tasks: int) -> Sequence[Task]:
+        """The first ``num_tasks`` tasks (deterministic: task i is the same every run)."""
+
+    @abc.abstractmethod
+    async def run(self, task: Task, agents: Agents) -> None:
+        """Play one episode. Sessions opened with ``async with agents[r].chat(...)``
+        close themselves; any left open are closed when ``run`` returns."""
+
+    def rubric(self, role: str) -> Rubric:
+        """The rubric scoring ``role``'s traces: by default every ``@reward``,
+        ``@metric`` and ``@stop`` method of this env."""
+        return Rubric.of(self)
+
+    def default_harness(self, role: str) -> str:
+        """The harness ``role`` runs when its config names none."""
+        return "null"
+
+    async def setup(self) -> None:  # noqa: B027 - optional hook
+        """Called once per eval before the first episode."""
+
+    async def finalize(self) -> None:  # noqa: B027 - optional hook
+        """Called once per eval after the last episode (also on error or cancel)."""

@@ -1,0 +1,116 @@
+"""``Episode``: one env run on one task, and ``run_episode`` which plays it.
+
+An episode is one trio nursery holding its chat sessions. However ``env.run`` ends
+(returning, raising, timing out, cancelled) every session it opened is closed and
+scored exactly once and its trace joins ``episode.traces``; the outcome is recorded
+on the episode (``ok``, ``errors``, ``stop``), never lost.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from taketurns._config.options import AgentConfig
+from taketurns._errors import sole_error
+from taketurns._eval.env import Env
+from taketurns._exchange.agent import Agent, Agents
+from taketurns._exchange.task import Task
+from taketurns._exchange.trace import EpisodeInfo, ErrorInfo, Trace
+
+__all__ = ["Episode", "EpisodeTiming", "run_episode"]
+
+AgentFactory = Callable[[str, AgentConfig, EpisodeInfo, Callable[[Trace], None]], Agent]
+
+
+@attrs.define
+class EpisodeTiming:
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    wall_s: float = 0.0
+
+
+@attrs.define(eq=False)
+class Episode:
+    """``stop`` is ``completed``, ``env_error``, ``episode_timeout`` or ``cancelled``."""
+
+    id: str
+    env: str
+    task: Task
+    rollout: int = 0
+    ok: bool = True
+    stop: str = "completed"
+    errors: list[ErrorInfo] = attrs.field(factory=list)
+    traces: list[Trace] = attrs.field(factory=list)
+    timing: EpisodeTiming = attrs.field(factory=EpisodeTiming)
+    info: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def info_stamp(self) -> EpisodeInfo:
+        return EpisodeInfo(self.id, self.env, self.task.idx, self.rollout)
+
+
+def episode_id(env: str, task_idx: int, rollout: int) -> str:
+    return f"{env}/{task_idx}/{rollout}"
+
+
+async def run_episode(
+    env: Env,
+    episode: Episode,
+    make_agent: AgentFactory,
+    *,
+    timeout: float | None = None,  # noqa: ASYNC109 - a per-episode budget, not a call option
+) -> Episode:
+    """Play ``episode`` (filled in place and returned). Checkpoint. Re-raises
+    ``Cancelled`` after recording it and closing every session; any other error of
+    ``env.run`` is recorded and swallowed."""
+    stamp = episode.info_stamp
+    agents = Agents(
+        {
+            role: make_agent(role, config, stamp, episode.traces.append)
+            for role, config in env.roles.items()
+        }
+    )
+    episode.timing.started_at = time.time()
+    start = trio.current_time()
+    reason = "user_closed"
+    deadline = math.inf if timeout is None else start + timeout
+
+    def cancel_reason() -> str:
+        return "episode_timeout" if trio.current_time() >= deadline else "cancelled"
+
+    for agent in agents.values():
+        agent.cancel_reason = cancel_reason
+    try:
+        async with trio.open_nursery() as nursery:
+            # the episode's nursery: its scope carries the episode timeout, and
+            # env.run runs in its body (tasks the env starts nest below it)
+            scope = nursery.cancel_scope
+            scope.deadline = deadline
+            await env.run(episode.task, agents)
+        if scope.cancelled_caught:
+            episode.ok, episode.stop, reason = False, "episode_timeout", "episode_timeout"
+            episode.errors.append(
+                ErrorInfo("timeout", f"the episode took longer than {timeout}s", "TooSlowError")
+            )
+    except Exception as exc:
+        episode.ok, episode.stop, reason = False, "env_error", "env_error"
+        episode.errors.append(ErrorInfo.of("env", sole_error(exc)))
+    except BaseException:
+        episode.ok, episode.stop, reason = False, "cancelled", "cancelled"
+        episode.errors.append(ErrorInfo("cancelled", "the episode was cancelled", "Cancelled"))
+        raise
+    finally:
+        leftovers = [s for agent in agents.values() for s in agent.sessions]
+        if leftovers:
+            with trio.CancelScope(shield=True):
+                for session in leftovers:
+                    await session.close(reason=reason)
+        episode.timing.ended_at = time.time()
+        episode.timing.wall_s = trio.current_time() - start
+    return episode

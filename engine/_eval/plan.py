@@ -1,0 +1,132 @@
+"""What an eval builds before its first episode: each role's resolved config, one
+model client per distinct endpoint, a harness and limiters per role (``Plan``), and the
+preflight call that turns a wrong URL, key or model into one ``ConfigError``.
+
+Nothing here starts a task: a ``Plan`` is plain objects, closed by ``aclose``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from taketurns._config.options import AgentConfig, EvalConfig, Sampling
+from taketurns._config.registry import envs
+from taketurns._errors import ConfigError
+from taketurns._eval.env import Env
+from taketurns._exchange.agent import Agent, make_harness
+from taketurns._exchange.trace import EpisodeInfo, Trace
+from taketurns._models.builtin import BuiltinModel, is_builtin
+from taketurns._models.model import ModelClient
+
+__all__ = ["Plan", "make_env", "preflight", "resolve_role"]
+
+
+def resolve_role(config: EvalConfig, env: Env, role: str, agent: AgentConfig) -> AgentConfig:
+    """The role's config with its unset endpoint fields taken from the eval."""
+    return attrs.evolve(
+        agent,
+        harness=agent.harness or env.default_harness(role),
+        model=agent.model or config.model,
+        base_url=agent.base_url if agent.base_url is not None else config.base_url,
+        api_key_var=agent.api_key_var or config.api_key_var,
+        sampling=agent.sampling.over(config.sampling),
+    )
+
+
+def _client_for(config: EvalConfig, role: str, agent: AgentConfig) -> ModelClient:
+    if agent.base_url is None:
+        if not is_builtin(agent.model):
+            raise ConfigError(
+                f"env.{role}.model = {agent.model!r}: an endpoint model needs a base URL "
+                f"(--base-url or --env.{role}.base_url); without one use builtin/<policy>"
+            )
+        return BuiltinModel.from_model_name(agent.model, field=f"env.{role}.model")
+    from taketurns._models.openai import OpenAIClient
+
+    return OpenAIClient(
+        agent.base_url,
+        api_key_var=agent.api_key_var,
+        timeout=config.request_timeout_s,
+        concurrency=config.concurrency * 2,
+    )
+
+
+async def preflight(config: EvalConfig, env: Env) -> None:
+    """Call every distinct endpoint once with throwaway clients (their connections
+    belong to this trio run). Raises ``ConfigError`` naming the failing endpoint."""
+    seen = set()
+    for role, agent in env.roles.items():
+        agent = resolve_role(config, env, role, agent)
+        key = (agent.model, agent.base_url, agent.api_key_var)
+        if agent.base_url is None or key in seen:
+            continue
+        seen.add(key)
+        client = _client_for(config, role, agent)
+        try:
+            await client.preflight(agent.model or config.model)
+        finally:
+            await client.aclose()
+
+
+class Plan:
+    """Clients, harnesses and limiters per role, built (and validated, raising
+    ``ConfigError``) before any episode starts; ``run_eval`` builds one if not given."""
+
+    def __init__(self, config: EvalConfig, env: Env) -> None:
+        self.env = env
+        self.roles = {r: resolve_role(config, env, r, a) for r, a in env.roles.items()}
+        self.clients: dict[tuple[Any, ...], ModelClient] = {}  # one per distinct endpoint
+        self.services: dict[str, Any] = {}  # filled by the runner (interception server)
+        shared = config.max_concurrent_calls
+        shared_limiter = trio.CapacityLimiter(shared) if shared else None
+        # one prototype agent per role; each episode binds its own copy
+        self.agents: dict[str, Agent] = {}
+        for role, agent in self.roles.items():
+            key = (agent.model, agent.base_url, agent.api_key_var)
+            if key not in self.clients:
+                self.clients[key] = _client_for(config, role, agent)
+            cap = agent.max_concurrent_calls
+            self.agents[role] = Agent(
+                role,
+                agent,
+                client=self.clients[key],
+                harness=make_harness(
+                    agent.harness or "null", agent.harness_options, field=f"env.{role}"
+                ),
+                rubric=env.rubric(role),
+                limiter=trio.CapacityLimiter(cap) if cap else shared_limiter,
+                services=self.services,
+            )
+
+    def make_agent(
+        self, role: str, _config: AgentConfig, info: EpisodeInfo, on_close: Callable[[Trace], None]
+    ) -> Agent:
+        prototype = self.agents[role]
+        # rollouts of the (deterministic) built-in model differ by seed = rollout index
+        seeded = isinstance(prototype.client, BuiltinModel) and info.rollout > 0
+        sampling = Sampling(seed=info.rollout) if seeded else None
+        return prototype.bind(info, on_close=on_close, sampling=sampling)
+
+    @property
+    def needs_interception(self) -> bool:
+        from taketurns._http.interception import ServedHarness
+
+        return any(isinstance(a.harness, ServedHarness) for a in self.agents.values())
+
+    async def aclose(self) -> None:
+        """Close the model clients, then shut each distinct harness down; shielded."""
+        with trio.CancelScope(shield=True):
+            for client in self.clients.values():
+                await client.aclose()
+            for harness in {id(a.harness): a.harness for a in self.agents.values()}.values():
+                await harness.shutdown()
+
+
+def make_env(config: EvalConfig) -> Env:
+    env_cls = envs.get(config.env_id, field="env_id")
+    env: Env = env_cls(config.env)
+    return env

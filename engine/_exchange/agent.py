@@ -1,0 +1,252 @@
+"""``Agent``: harness x model endpoint x sampling x limits.
+
+``agent.chat(task)`` opens the exchange (a ``ChatSession``); ``agent.run(task)`` is
+the one-call special case. Inside an eval, the episode builds its agents (stamped
+with the shared ``EpisodeInfo``, joined to the episode at close); in a script or
+test, build one directly: ``Agent("me", AgentConfig(model="builtin/echo"))``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence, ValuesView
+from typing import Any
+
+import attrs
+import trio
+
+from taketurns._config.options import AgentConfig, Sampling
+from taketurns._config.registry import harnesses
+from taketurns._errors import ConfigError, HarnessError, TurnError
+from taketurns._exchange.boundary import ModelBoundary
+from taketurns._exchange.harness import Harness, Rollout, can_chat
+from taketurns._exchange.null import NullHarness as NullHarness  # registers "null"
+from taketurns._exchange.rubric import Rubric
+from taketurns._exchange.session import ChatSession
+from taketurns._exchange.task import Task
+from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Trace
+from taketurns._models.builtin import BuiltinModel, is_builtin
+from taketurns._models.model import ModelClient
+
+__all__ = ["Agent", "Agents"]
+
+
+def make_harness(id: str, options: Mapping[str, Any], *, field: str) -> Harness:
+    """A fresh harness ``id`` built with ``options``; ``ConfigError`` names ``field``."""
+    cls = harnesses.get(id, field=f"{field}.harness")
+    try:
+        harness: Harness = cls(**options)
+    except (TypeError, ValueError, HarnessError) as exc:
+        raise ConfigError(
+            f"{field}.harness_options = {dict(options)!r}: refused by harness {id!r} ({exc})"
+        ) from None
+    return harness
+
+
+class Agent:
+    """One role. ``client`` defaults to the built-in model named by ``config.model``
+    (an endpoint model needs an explicit client: the eval runner builds those);
+    ``harness`` defaults to the registered harness ``config.harness``."""
+
+    def __init__(
+        self,
+        name: str,
+        config: AgentConfig | None = None,
+        *,
+        client: ModelClient | None = None,
+        harness: Harness | None = None,
+        rubric: Rubric | None = None,
+        episode: EpisodeInfo | None = None,
+        sampling: Sampling | None = None,
+        limiter: trio.CapacityLimiter | None = None,
+        tools: Sequence[Callable[..., Any]] = (),
+        services: Mapping[str, Any] | None = None,
+        on_close: Callable[[Trace], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.config = config = config if config is not None else AgentConfig()
+        self.model = config.model or "builtin/bracket"
+        if client is None:
+            if not is_builtin(self.model) or config.base_url is not None:
+                raise ConfigError(
+                    f"{name}.model: {self.model!r} is served by an endpoint; "
+                    "pass client=OpenAIClient(...) or use builtin/<policy>"
+                )
+            client = BuiltinModel.from_model_name(self.model, field=f"{name}.model")
+        self.client = client
+        if harness is None:
+            harness = make_harness(config.harness or "null", config.harness_options, field=name)
+        self.harness: Harness = harness
+        self.harness_id: str = config.harness or type(harness).id or "null"
+        self.rubric = rubric if rubric is not None else Rubric()
+        self._stamp = AgentStamp(self.name, self.model, self.harness_id, config.trainable)
+        self.episode = episode
+        self.sampling = config.sampling.over(sampling) if sampling else config.sampling
+        self._request_fields = self.sampling.request_fields()
+        self.limiter = limiter
+        self.tools = tuple(tools)
+        self.services = services
+        self._on_close = on_close
+        self._open_sessions: dict[int, ChatSession] = {}
+        # what a cancellation that closes one of this agent's sessions means
+        self.cancel_reason: Callable[[], str] = _cancelled
+
+    def bind(
+        self,
+        episode: EpisodeInfo,
+        *,
+        on_close: Callable[[Trace], None] | None = None,
+        sampling: Sampling | None = None,
+    ) -> Agent:
+        """A copy of this agent for one episode: the same client, harness, rubric,
+        limiter and tools, its own sessions. Cheap: the eval runner builds one agent
+        per role and binds it per episode. ``sampling`` fills unset sampling fields."""
+        agent = object.__new__(Agent)
+        agent.__dict__.update(self.__dict__)
+        agent.episode = episode
+        agent._on_close = on_close
+        agent._open_sessions = {}
+        agent.cancel_reason = _cancelled
+        if sampling is not None:
+            agent.sampling = self.sampling.over(sampling)
+            agent._request_fields = agent.sampling.request_fields()
+        return agent
+
+    @property
+    def sessions(self) -> list[ChatSession]:
+        """This agent's sessions not yet closed."""
+        return list(self._open_sessions.values())
+
+    @property
+    def stamp(self) -> AgentStamp:
+        return self._stamp
+
+    def chat(
+        self,
+        task: Task,
+        *,
+        mask_prompt: bool = False,
+        tools: Sequence[Callable[..., Any]] | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> ChatSession:
+        """Open a session on ``task``; use as ``async with agent.chat(task) as s``.
+
+        With ``mask_prompt=True`` the task's prompt never reaches the model and the
+        trace keeps a masked view (``task.idx`` for provenance); the rubric still
+        scores the real row. ``tools`` (default: the agent's) are offered to tool
+        harnesses; ``state`` goes on ``trace.state`` for the rubric (never persisted).
+        Raises ``HarnessError`` at once when the harness cannot hold a multi-turn
+        session."""
+        if not can_chat(self.harness):
+            raise HarnessError(
+                f"harness {self.harness_id!r} cannot chat: it has no native resume and "
+                "its launch takes only text; use agent.run(task) or a chat-capable harness"
+            )
+        return self._open(task, mask_prompt=mask_prompt, tools=tools, state=state)
+
+    def _open(
+        self,
+        task: Task,
+        *,
+        mask_prompt: bool,
+        tools: Sequence[Callable[..., Any]] | None,
+        state: Mapping[str, Any] | None,
+    ) -> ChatSession:
+        episode = self.episode or EpisodeInfo("", "", task.idx)
+        view = attrs.evolve(task, prompt=None) if mask_prompt else task
+        trace = Trace(self.stamp, episode, view, masked=mask_prompt)
+        if state:
+            trace.state.update(state)
+        trace.timing.started_at = time.time()
+        boundary = ModelBoundary(
+            trace,
+            self.client,
+            model=self.model,
+            sampling=self._request_fields,
+            limits=self.config.limits,
+            rubric=self.rubric,
+            limiter=self.limiter,
+        )
+        offered = self.tools if tools is None else tuple(tools)
+        rollout = Rollout(trace, boundary, task=view, tools=offered, services=self.services)
+        session = ChatSession(
+            task,
+            trace,
+            rollout,
+            self.harness,
+            self.rubric,
+            self.config.timeouts,
+            mask_prompt=mask_prompt,
+            on_close=self._closed,
+        )
+        session.cancel_reason = self.cancel_reason
+        self._open_sessions[id(session)] = session
+        return session
+
+    def _closed(self, session: ChatSession) -> None:
+        self._open_sessions.pop(id(session), None)
+        if self._on_close is not None and not session.discard:
+            self._on_close(session.trace)
+
+    async def run(
+        self,
+        task: Task,
+        *,
+        tools: Sequence[Callable[..., Any]] | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> Trace:
+        """One shot: open, one segment on the prompt, close with ``agent_completed``.
+        A run whose segment failed (a harness or model error) is retried up to
+        ``config.retries`` times; only the last attempt's trace is kept (and scored).
+        ``tools`` and ``state`` as for ``chat`` (the same state for every attempt)."""
+        if task.prompt is None:
+            raise TurnError("agent.run(task) needs a prompted task; use agent.chat(task)")
+        attempts = self.config.retries + 1
+        for attempt in range(attempts):
+            session = self._open(task, mask_prompt=False, tools=tools, state=state)
+            async with session:
+                await session.turn()
+                if attempt < attempts - 1 and _failed(session.trace):
+                    session.discard = True  # a retried attempt never joins the episode
+                    await session.close(reason="retried")
+                    continue
+                session.trace.info["attempts"] = attempt + 1
+                await session.close(reason="agent_completed")
+            return session.trace
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _cancelled() -> str:
+    return "cancelled"
+
+
+def _failed(trace: Trace) -> bool:
+    return trace.stop_condition in ("harness_error", "model_error")
+
+
+class Agents(Mapping[str, Agent]):
+    """The agents of one episode by role: ``agents["player0"]`` or ``agents.player0``."""
+
+    def __init__(self, agents: Mapping[str, Agent]) -> None:
+        self._agents = dict(agents)
+        for role, agent in self._agents.items():
+            if role.isidentifier() and not hasattr(type(self), role) and role != "_agents":
+                self.__dict__[role] = agent  # plain attribute access, once per episode
+
+    def __getitem__(self, role: str) -> Agent:
+        return self._agents[role]
+
+    def __getattr__(self, role: str) -> Agent:
+        try:
+            return self._agents[role]
+        except KeyError:
+            raise AttributeError(f"no agent {role!r}; roles: {sorted(self._agents)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._agents)
+
+    def __len__(self) -> int:
+        return len(self._agents)
+
+    def values(self) -> ValuesView[Agent]:
+        return self._agents.values()

@@ -1,0 +1,187 @@
+"""The harness contract: what plays one agent's side for one segment.
+
+A segment runs from a user message until the agent yields back. ``launch`` runs the
+first segment, ``resume`` every continuation. Multi-turn capability is derived from
+this contract, never declared: a harness can chat when it overrides ``resume`` (native
+resume) or when its ``launch`` accepts a ``Prompt`` of messages (the default
+``resume`` then relaunches on the accreted conversation). A ``launch(rollout, prompt:
+str)`` harness without its own ``resume`` is one-shot only.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import shutil
+import tempfile
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import attrs
+import trio
+
+from taketurns._exchange.boundary import ModelBoundary
+from taketurns._exchange.task import Task
+from taketurns._exchange.trace import Trace
+from taketurns._models.messages import Message, SystemMessage
+from taketurns._models.model import ModelResponse
+
+__all__ = ["Harness", "Prompt", "Rollout", "can_chat", "takes_text"]
+
+
+@attrs.frozen
+class Prompt:
+    """What a segment starts from: the task's ``system_prompt`` (to be sent as the
+    first system message) and the conversation messages that follow it."""
+
+    system_prompt: str | None
+    messages: tuple[Message, ...]
+    # the conversation's own system message for ``system_prompt``, when it has one:
+    # sent as is, so a request shares its message objects with the conversation
+    system: SystemMessage | None = attrs.field(default=None, eq=False, repr=False)
+
+    def wire_messages(self) -> tuple[Message, ...]:
+        if self.system_prompt is None:
+            return self.messages
+        return (self.system or SystemMessage(self.system_prompt), *self.messages)
+
+
+_NO_SERVICES: Mapping[str, Any] = MappingProxyType({})
+
+
+class Rollout:
+    """A harness's handle on its rollout. Created by the session; harnesses call
+    ``complete`` (the model boundary), ``emit`` (add an assistant or tool message to
+    the conversation) and, if they need one, ``scratch_dir``."""
+
+    __slots__ = (
+        "_scratch",
+        "_segment",
+        "boundary",
+        "services",
+        "state",
+        "synthesized_system",
+        "task",
+        "tools",
+        "trace",
+    )
+
+    def __init__(
+        self,
+        trace: Trace,
+        boundary: ModelBoundary,
+        *,
+        task: Task,
+        tools: Sequence[Callable[..., Any]] = (),
+        services: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.trace = trace
+        self.boundary = boundary
+        self.task = task
+        self.tools = tuple(tools)
+        self.services: Mapping[str, Any] = services if services is not None else _NO_SERVICES
+        self.synthesized_system = False
+        self.state: dict[str, Any] = {}  # per-rollout state a harness keeps between segments
+        self._segment: list[Message] = []
+        self._scratch: Path | None = None
+
+    @property
+    def conversation(self) -> list[Message]:
+        """The accreted conversation (live; do not mutate)."""
+        return self.trace.messages
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] = (),
+        sampling: Mapping[str, Any] | None = None,
+    ) -> ModelResponse:
+        """One model call through the boundary (see ``ModelBoundary.complete``)."""
+        return await self.boundary.complete(messages, tools=tools, sampling=sampling)
+
+    def emit(self, message: Message) -> None:
+        """Append a message the agent produced during this segment."""
+        self.trace.messages.append(message)
+        self._segment.append(message)
+
+    def relaunch_prompt(self) -> Prompt:
+        """The accreted conversation as a fresh prompt, without the system message the
+        session synthesised from ``system_prompt`` (the prompt carries it again)."""
+        messages = self.trace.messages
+        if self.synthesized_system:
+            system = messages[0]
+            assert isinstance(system, SystemMessage)
+            return Prompt(self.task.system_prompt, tuple(messages[1:]), system)
+        return Prompt(self.task.system_prompt, tuple(messages))
+
+    def scratch_dir(self) -> Path:
+        """A private directory for this rollout, created on first use and removed when
+        the session closes."""
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="taketurns-"))
+        return self._scratch
+
+    def _start_segment(self) -> None:
+        self._segment = []
+
+    def _segment_messages(self) -> tuple[Message, ...]:
+        return tuple(self._segment)
+
+    def _remove_scratch(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+
+class Harness(abc.ABC):
+    """Plays the agent's side. Subclasses implement ``launch``; ``resume`` and
+    ``aclose`` are optional. ``launch``/``resume`` may raise anything: the session
+    records the error and ends the run; ``RolloutStopped`` ends it with that stop
+    condition. Harness instances are shared between rollouts: keep per-rollout state
+    on the ``Rollout`` or in its scratch directory, and release what is shared in
+    ``shutdown``."""
+
+    id: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    async def launch(self, rollout: Rollout, prompt: Any) -> None:
+        """Run the first segment. ``prompt`` is a ``Prompt`` or, for a harness whose
+        annotation says ``str``, the task's prompt text."""
+
+    async def resume(self, rollout: Rollout, messages: Sequence[Message]) -> None:
+        """Run a continuation after the user sent ``messages`` (already appended to the
+        conversation). Default: relaunch on the accreted conversation."""
+        await self.launch(rollout, rollout.relaunch_prompt())
+
+    async def aclose(self, rollout: Rollout) -> None:  # noqa: B027 - optional hook
+        """Finalize the rollout at session close (inside a shielded, timed scope)."""
+
+    async def shutdown(self) -> None:
+        """Release what the harness holds across its rollouts (a pool of programs,
+        say). The eval runner calls it once, shielded, after the last session of every
+        agent using this instance has closed, also when the eval fails or is
+        cancelled; outside an eval, call it yourself when done with the harness.
+        Default: nothing (a checkpoint)."""
+        await trio.lowlevel.checkpoint()
+
+
+@functools.cache
+def takes_text(cls: type[Harness]) -> bool:
+    """True when ``cls.launch`` takes the prompt as plain text."""
+    hints = typing.get_type_hints(cls.launch)
+    return hints.get("prompt") is str
+
+
+@functools.cache
+def _native_resume(cls: type[Harness]) -> bool:
+    return cls.resume is not Harness.resume
+
+
+def can_chat(harness: Harness) -> bool:
+    """Whether ``agent.chat`` can hold this harness open turn by turn."""
+    cls = type(harness)
+    return _native_resume(cls) or not takes_text(cls)

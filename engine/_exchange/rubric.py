@@ -1,0 +1,181 @@
+"""Rubrics: ``@reward`` / ``@metric`` functions that score a trace against its task,
+and ``@stop`` hooks that end a rollout.
+
+A reward or metric is ``fn(task, trace) -> float`` (sync or async); a stop hook is
+``fn(trace) -> bool`` (sync or async), checked before every model call and before a
+segment launches. Mark methods on an env or taskset class, or plain functions, and
+collect them with ``Rubric.of(obj)`` / ``Rubric(fns)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import attrs
+import trio
+
+from taketurns._errors import ScoringError
+from taketurns._exchange.task import Task
+from taketurns._exchange.trace import ErrorInfo, Trace
+
+__all__ = ["Rubric", "metric", "reward", "stop"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+_MARK = "__taketurns_rubric__"
+
+
+def reward(fn: F | None = None, *, weight: float = 1.0) -> Any:
+    """Mark ``fn(task, trace) -> float`` as a reward; ``trace.reward`` is the weighted
+    sum of rewards. Use bare (``@reward``) or with a weight (``@reward(weight=0.5)``)."""
+
+    def mark(f: F) -> F:
+        setattr(f, _MARK, ("reward", weight))
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+def metric(fn: F) -> F:
+    """Mark ``fn(task, trace) -> float`` as a metric: recorded, never weighted."""
+    setattr(fn, _MARK, ("metric", 0.0))
+    return fn
+
+
+def stop(fn: F) -> F:
+    """Mark ``fn(trace) -> bool`` as a stop hook; its name becomes the stop condition."""
+    setattr(fn, _MARK, ("stop", 0.0))
+    return fn
+
+
+@attrs.frozen
+class _Scorer:
+    name: str
+    fn: Callable[..., Any]
+    weight: float
+    is_async: bool = attrs.field(
+        default=attrs.Factory(lambda self: inspect.iscoroutinefunction(self.fn), takes_self=True)
+    )
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    value = fn(*args)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+def _definition_order(owner: object) -> list[str]:
+    """Attribute names in definition order: base classes first, then the owner's own
+    (a module or instance's namespace last); each name once."""
+    cls = owner if isinstance(owner, type) else type(owner)
+    spaces: list[Mapping[str, Any]] = [vars(k) for k in reversed(cls.__mro__)]
+    if not isinstance(owner, type) and hasattr(owner, "__dict__"):
+        spaces.append(vars(owner))
+    names = dict.fromkeys(name for space in spaces for name in space)
+    return [name for name in names if not name.startswith("__")]
+
+
+@attrs.frozen
+class Rubric:
+    rewards: tuple[_Scorer, ...] = ()
+    metrics: tuple[_Scorer, ...] = ()
+    stops: tuple[_Scorer, ...] = ()
+    # no reward or metric is a coroutine function: scoring need not yield (computed
+    # once: every session asks)
+    is_sync: bool = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(
+            self, "is_sync", not any(s.is_async for s in self.rewards + self.metrics)
+        )
+
+    @classmethod
+    def from_functions(cls, fns: Iterable[Callable[..., Any]]) -> Rubric:
+        groups: dict[str, list[_Scorer]] = {"reward": [], "metric": [], "stop": []}
+        for fn in fns:
+            kind, weight = getattr(fn, _MARK, ("reward", 1.0))
+            groups[kind].append(_Scorer(getattr(fn, "__name__", "reward"), fn, weight))
+        return cls(tuple(groups["reward"]), tuple(groups["metric"]), tuple(groups["stop"]))
+
+    @classmethod
+    def of(cls, *owners: object) -> Rubric:
+        """Collect every marked method or function found on ``owners``, in order."""
+        fns = []
+        for owner in owners:
+            for name in _definition_order(owner):
+                value = inspect.getattr_static(owner, name, None)
+                target = getattr(value, "__func__", value)
+                if hasattr(target, _MARK):
+                    fns.append(getattr(owner, name))
+        return cls.from_functions(fns)
+
+    def __add__(self, other: Rubric) -> Rubric:
+        return Rubric(
+            self.rewards + other.rewards, self.metrics + other.metrics, self.stops + other.stops
+        )
+
+    async def check_stops(self, trace: Trace) -> str | None:
+        """The name of the first stop hook that fires, or None. A hook that raises
+        stops the rollout too (its error is on the trace): never a checkpoint when
+        there are no hooks."""
+        for hook in self.stops:
+            try:
+                if await _call(hook.fn, trace):
+                    return hook.name
+            except Exception as exc:
+                trace.errors.append(ErrorInfo.of("scoring", exc))
+                return hook.name
+        return None
+
+    async def score(self, task: Task, trace: Trace) -> None:
+        """Run every reward and metric once, writing ``rewards``, ``reward`` and
+        ``metrics`` on the trace. A function that raises (or returns a non-number)
+        scores 0.0 and its error is recorded; the caller bounds the time."""
+        total = 0.0
+        for scorer in self.rewards:
+            value = _value(scorer, task, trace)
+            if not isinstance(value, float):
+                value = await _settle(scorer, trace, value)
+            trace.rewards[scorer.name] = value
+            total += scorer.weight * value
+            trace.reward = total
+        for scorer in self.metrics:
+            value = _value(scorer, task, trace)
+            if not isinstance(value, float):
+                value = await _settle(scorer, trace, value)
+            trace.metrics[scorer.name] = value
+
+
+def _value(scorer: _Scorer, task: Task, trace: Trace) -> float | Awaitable[Any]:
+    """A scorer's value, or the awaitable it returned (an async scorer, or a sync
+    one handing back an awaitable): no coroutine of ours for the common sync case."""
+    try:
+        raw = scorer.fn(task, trace)
+        if inspect.isawaitable(raw):
+            return raw
+        return _checked(scorer, raw)
+    except Exception as exc:
+        return _failed(scorer, trace, exc)
+
+
+async def _settle(scorer: _Scorer, trace: Trace, pending: Awaitable[Any]) -> float:
+    try:
+        return _checked(scorer, await pending)
+    except (Exception, trio.TooSlowError) as exc:
+        return _failed(scorer, trace, exc)
+
+
+def _checked(scorer: _Scorer, raw: Any) -> float:
+    value = float(raw)
+    if math.isnan(value):
+        raise ScoringError(f"{scorer.name} returned NaN")
+    return value
+
+
+def _failed(scorer: _Scorer, trace: Trace, exc: BaseException) -> float:
+    error = ScoringError(f"{scorer.name} failed: {type(exc).__name__}: {exc}")
+    trace.errors.append(ErrorInfo.of("scoring", error))
+    return 0.0

@@ -1,0 +1,464 @@
+"""``ChatSession``: the exchange. Whoever calls ``turn(message)`` is the user.
+
+Each ``turn()`` runs exactly one harness segment under the session's lock (a fair
+lock: concurrent callers are served FIFO and segments never interleave).
+``close()`` runs finalize and scoring exactly once, shielded and timed, then hands the
+trace to its owner. Leaving ``async with agent.chat(task)`` closes the session however
+the block is left.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from taketurns._errors import (
+    ModelEndpointError,
+    RolloutStopped,
+    SessionClosed,
+    SessionOver,
+    TurnError,
+)
+from taketurns._exchange.harness import Harness, Rollout, takes_text
+from taketurns._exchange.rubric import Rubric
+from taketurns._exchange.task import Task
+from taketurns._exchange.trace import ErrorInfo, Trace
+from taketurns._models.messages import Message, SystemMessage, UserMessage, last_text, text_of
+
+if TYPE_CHECKING:
+    from taketurns._config.options import Timeouts
+
+__all__ = ["ChatSession", "Reply", "SessionState"]
+
+UserInput = str | Message | Sequence[Message]
+
+
+@attrs.frozen
+class Reply:
+    """What one turn produced. ``text`` is the last assistant text of the segment;
+    ``messages`` its assistant and tool messages in order. ``stopped`` means the run
+    ended instead of answering; ``stop_condition`` says why."""
+
+    text: str
+    messages: tuple[Message, ...] = ()
+    stopped: bool = False
+    stop_condition: str | None = None
+
+
+class SessionState(enum.Enum):
+    FRESH = "fresh"  # opened, no turn taken yet
+    READY = "ready"  # waiting for the user's next message
+    OVER = "over"  # the run ended instead of answering; close() still owed
+    CLOSED = "closed"
+
+
+def _as_messages(message: UserInput) -> list[Message]:
+    if isinstance(message, str):
+        return [UserMessage(message)]
+    if isinstance(message, SystemMessage | UserMessage) or hasattr(message, "role"):
+        return [message]  # type: ignore[list-item]
+    return list(message)
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    """The exceptions in ``exc``, exception groups flattened."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
+
+
+def _condition_of(exc: Exception) -> str | None:
+    """The stop condition a segment's error means: a refusal's own condition, a model
+    endpoint failure, or None (a harness failure)."""
+    leaves = list(_leaves(exc))
+    for leaf in leaves:
+        if isinstance(leaf, RolloutStopped):
+            return leaf.stop_condition
+    if any(isinstance(leaf, ModelEndpointError) for leaf in leaves):
+        return "model_error"
+    return None
+
+
+class _Turnstile:
+    """The session's lock: FIFO, handed directly to the next waiter on release.
+
+    ``trio.Lock`` does the same plus owner tracking (a parking-lot breaker per
+    acquisition); a session needs neither, and its lock is taken on every turn and
+    close, so this one is kept to a flag and a parking lot made on first contention.
+    Callers pair ``acquire``/``acquire_nowait`` with ``release`` in ``try/finally``."""
+
+    __slots__ = ("_busy", "_waiters")
+
+    def __init__(self) -> None:
+        self._busy = False
+        self._waiters: trio.lowlevel.ParkingLot | None = None
+
+    def locked(self) -> bool:
+        return self._busy
+
+    def acquire_nowait(self) -> bool:
+        """Take the lock if it is free; True when taken. Not a checkpoint."""
+        if self._busy:
+            return False
+        self._busy = True
+        return True
+
+    async def acquire(self) -> None:
+        """Wait FIFO for the lock. A checkpoint only when it has to wait (callers
+        that need one on every path add it)."""
+        if self.acquire_nowait():
+            return
+        if self._waiters is None:
+            self._waiters = trio.lowlevel.ParkingLot()
+        await self._waiters.park()  # woken by release() with the lock already ours
+
+    def release(self) -> None:
+        if self._waiters:
+            self._waiters.unpark()  # hand over: the lock stays taken
+        else:
+            self._busy = False
+
+
+class ChatSession:
+    """Created by ``Agent.chat``; not constructed directly.
+
+    ``turn`` and ``close`` are checkpoints. ``turn`` raises ``TurnError`` (a
+    ValueError) for the wrong opening, ``SessionOver`` after the run ended and
+    ``SessionClosed`` after close; everything that goes wrong inside the segment is
+    recorded on the trace and reported as ``Reply(stopped=True)``."""
+
+    __slots__ = (
+        "_close_reason",
+        "_closed",
+        "_closing",
+        "_done",
+        "_lock",
+        "_may_block_at_close",
+        "_on_close",
+        "_segment_scope",
+        "_state",
+        "_trace",
+        "cancel_reason",
+        "discard",
+        "harness",
+        "mask_prompt",
+        "rollout",
+        "rubric",
+        "task",
+        "timeouts",
+    )
+
+    def __init__(
+        self,
+        task: Task,
+        trace: Trace,
+        rollout: Rollout,
+        harness: Harness,
+        rubric: Rubric,
+        timeouts: Timeouts,
+        *,
+        mask_prompt: bool,
+        on_close: Callable[[ChatSession], None] | None = None,
+    ) -> None:
+        self.task = task
+        self.rollout = rollout
+        self.harness = harness
+        self.rubric = rubric
+        self.timeouts = timeouts
+        self.mask_prompt = mask_prompt
+        self._trace = trace
+        self._on_close = on_close
+        self._lock = _Turnstile()
+        self._state = SessionState.FRESH
+        self._closing = False
+        self._close_reason = "user_closed"
+        self._closed: trio.Event | None = None  # made when a close() has to wait
+        self._done = False  # the first close() has finished
+        self._segment_scope: trio.CancelScope | None = None
+        self.discard = False  # set by Agent.run for a retried attempt: not scored
+        self._may_block_at_close = type(harness).aclose is not Harness.aclose or not rubric.is_sync
+        # what a cancellation means when it closes the session (the episode knows)
+        self.cancel_reason: Callable[[], str] = lambda: "cancelled"
+
+    @property
+    def trace(self) -> Trace:
+        """The live trace (final once ``close()`` returned)."""
+        return self._trace
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def speaks_first(self) -> bool:
+        """True when the first call must be a bare ``turn()``."""
+        return self.task.prompt is not None and not self.mask_prompt
+
+    async def turn(self, message: UserInput | None = None) -> Reply:
+        """Send one user turn and run one harness segment; see the class docstring."""
+        await self._acquire()
+        try:
+            if self._state is SessionState.CLOSED or self._closing:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                raise SessionClosed()
+            if self._state is SessionState.OVER:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                raise SessionOver(self._trace.stop_condition)
+            try:
+                new = self._accept(message)
+            except TurnError:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                raise
+            return await self._run_segment(new)
+        finally:
+            self._lock.release()
+
+    async def _acquire(self) -> None:
+        """Take the session lock, FIFO behind any waiter. Uncontended it costs no
+        scheduler round trip, only a cancellation point: the schedule point of a turn
+        is its model call (refusals and errors checkpoint explicitly), so a turn is
+        still a full checkpoint on every path."""
+        if not self._lock.acquire_nowait():
+            await self._lock.acquire()
+            return
+        try:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _accept(self, message: UserInput | None) -> list[Message]:
+        if self._state is SessionState.FRESH:
+            if self.speaks_first and message is not None:
+                raise TurnError(
+                    "this task has a prompt, so the agent speaks first: open the session "
+                    "with a bare `await session.turn()` and send messages after its reply"
+                )
+            if not self.speaks_first and message is None:
+                why = "its prompt is masked" if self.task.prompt is not None else "it has no prompt"
+                raise TurnError(
+                    f"this task cannot open the session ({why}): open it with "
+                    "`await session.turn(message)`"
+                )
+            return self._open(message)
+        if message is None:
+            raise TurnError("the session is open: pass the user's message, `turn(message)`")
+        new = _as_messages(message)
+        self._trace.messages.extend(new)
+        return new
+
+    def _open(self, message: UserInput | None) -> list[Message]:
+        conversation = self._trace.messages
+        if self.task.system_prompt is not None:
+            conversation.append(SystemMessage(self.task.system_prompt))
+            self.rollout.synthesized_system = True
+        new = list(self.task.opening_messages()) if self.speaks_first else []
+        if message is not None:
+            new.extend(_as_messages(message))
+        conversation.extend(new)
+        return new
+
+    def _deadline(self, now: float) -> tuple[float, str | None]:
+        deadline, which = math.inf, None
+        if self.timeouts.segment_s is not None:
+            deadline, which = now + self.timeouts.segment_s, "segment_timeout"
+        if self.timeouts.rollout_s is not None:
+            left = now + self.timeouts.rollout_s - self._trace.timing.agent_s
+            if left < deadline:
+                deadline, which = left, "rollout_timeout"
+        return deadline, which
+
+    async def _run_segment(self, new: list[Message]) -> Reply:
+        first = self._state is SessionState.FRESH
+        self._state = SessionState.READY
+        rollout, trace = self.rollout, self._trace
+        boundary = rollout.boundary
+        condition = None if boundary._unlimited else await boundary.refusal()
+        if condition is None and self._closing:
+            condition = self._close_reason  # close() came in while a stop hook ran
+        start = trio.current_time()
+        deadline, which = self._deadline(start)
+        if condition is None and deadline <= start:
+            condition = which
+        if condition is not None:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return self._end(condition, ())
+        rollout._start_segment()
+        try:
+            with trio.CancelScope(deadline=deadline) as scope:
+                self._segment_scope = scope
+                if not first:
+                    await self.harness.resume(rollout, new)
+                elif takes_text(type(self.harness)):
+                    await self.harness.launch(rollout, self._prompt_text(new))
+                else:
+                    await self.harness.launch(rollout, rollout.relaunch_prompt())
+        except Exception as exc:
+            # a refusal or an endpoint failure is already on the trace (the boundary
+            # recorded it); anything else is the harness failing
+            condition = _condition_of(exc)
+            if condition is None:
+                trace.errors.append(ErrorInfo.of("harness", exc))
+                condition = "harness_error"
+        finally:
+            self._segment_scope = None
+            trace.timing.agent_s += trio.current_time() - start
+        if condition is None and scope.cancelled_caught:
+            condition = self._close_reason if self._closing else which
+        if condition is None and trace.stop_condition is not None:
+            condition = trace.stop_condition  # a refusal the harness swallowed
+        if condition is not None:
+            return self._end(condition, rollout._segment_messages())
+        messages = rollout._segment_messages()
+        return Reply(last_text(messages), messages)
+
+    def _prompt_text(self, new: list[Message]) -> str:
+        if isinstance(self.task.prompt, str) and self.speaks_first:
+            return self.task.prompt
+        return "\n".join(text_of(m.content) for m in new)
+
+    def _end(self, condition: str, messages: tuple[Message, ...]) -> Reply:
+        if self._trace.stop_condition is None:
+            self._trace.stop_condition = condition
+        self._state = SessionState.OVER
+        return Reply(last_text(messages), messages, True, self._trace.stop_condition)
+
+    async def close(self, *, reason: str = "user_closed") -> Trace:
+        """Close the session: idempotent. If the run is still open it is stamped with
+        ``reason``; a segment still running is cancelled. Finalize and scoring run
+        exactly once, shielded from outside cancellation and bounded by the scoring
+        timeout; then the trace joins its episode."""
+        if self._closing:
+            await self._wait_closed()
+            return self._trace
+        self._closing = True
+        self._close_reason = reason
+        if self._segment_scope is not None:
+            self._segment_scope.cancel()
+        if not self._may_block_at_close and not self._lock.locked():
+            await self._close_unblocked(reason)
+            # the checkpoint comes after the session is closed (trio's aclose idiom: a
+            # cancellation raised there loses nothing)
+            await trio.lowlevel.checkpoint()
+        else:
+            await self._close_shielded(reason)
+        return self._trace
+
+    async def _wait_closed(self) -> None:
+        """A later close(): returns once the first one is done; a checkpoint."""
+        if self._done:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._closed is None:
+            self._closed = trio.Event()
+        await self._closed.wait()
+
+    def _mark_closed(self, reason: str) -> None:
+        if self._trace.stop_condition is None:
+            self._trace.stop_condition = reason
+        self._state = SessionState.CLOSED
+
+    async def _close_unblocked(self, reason: str) -> None:
+        """The lock is free and finalize + scoring are synchronous (``harness.aclose``
+        is the base no-op): nothing here can block or be cancelled, so no shield or
+        deadline is needed."""
+        self._lock.acquire_nowait()
+        try:
+            self._mark_closed(reason)
+            start = trio.current_time()
+            if not self.discard:
+                await self.rubric.score(self.task, self._trace)  # sync scorers: no yield
+        finally:
+            self._lock.release()
+        self._joined(start)
+
+    async def _close_shielded(self, reason: str) -> None:
+        """One scope: shielded from outside cancellation, and (once the lock is ours)
+        bounded by the scoring timeout."""
+        start: float | None = None
+        try:
+            with trio.CancelScope(shield=True) as scope:
+                await self._acquire()
+                try:
+                    await trio.lowlevel.cancel_shielded_checkpoint()  # close's schedule point
+                    self._mark_closed(reason)
+                    start = trio.current_time()
+                    if self._may_block_at_close:
+                        # a deadline can only strike at a checkpoint: skip it when
+                        # finalize and scoring are synchronous (they cannot hang here)
+                        scope.deadline = start + self.timeouts.scoring_s
+                    await self._finalize_and_score()
+                finally:
+                    self._lock.release()
+            if scope.cancelled_caught:
+                self._scoring_timed_out()
+        finally:
+            self._joined(trio.current_time() if start is None else start)
+
+    def _joined(self, start: float) -> None:
+        """The last step of close, whatever happened: bookkeeping, the trace joins
+        its owner, and waiting ``close()`` calls are released."""
+        try:
+            self.rollout._remove_scratch()
+            trace = self._trace
+            trace.timing.scoring_s = trio.current_time() - start
+            trace.timing.ended_at = _wall()
+            if self._on_close is not None:
+                self._on_close(self)
+        finally:
+            self._done = True
+            if self._closed is not None:
+                self._closed.set()
+
+    async def _finalize_and_score(self) -> None:
+        try:
+            await self.harness.aclose(self.rollout)
+        except Exception as exc:
+            self._trace.errors.append(ErrorInfo.of("harness", exc))
+        if not self.discard:
+            await self.rubric.score(self.task, self._trace)
+
+    def _scoring_timed_out(self) -> None:
+        trace = self._trace
+        for scorer in self.rubric.rewards:
+            trace.rewards.setdefault(scorer.name, 0.0)
+        for scorer in self.rubric.metrics:
+            trace.metrics.setdefault(scorer.name, 0.0)
+        trace.errors.append(
+            ErrorInfo(
+                "scoring",
+                f"finalize and scoring took longer than {self.timeouts.scoring_s}s "
+                "(timeouts.scoring_s); unfinished rewards score 0.0",
+                "ScoringError",
+            )
+        )
+
+    async def __aenter__(self) -> ChatSession:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            reason = "user_closed"
+        elif all(isinstance(leaf, trio.Cancelled) for leaf in _leaves(exc)):
+            reason = self.cancel_reason()
+        else:
+            reason = "env_error"
+        await self.close(reason=reason)
+
+
+def _wall() -> float:
+    return time.time()

@@ -1,0 +1,396 @@
+"""The interception server: the model boundary's HTTP face for out-of-process programs.
+
+A program run by a harness talks to "the model" at ``OPENAI_BASE_URL`` with
+``OPENAI_API_KEY``; both point here. Every rollout gets its own base URL
+(``.../rollouts/<id>/v1``) and bearer secret, and every request goes through that
+rollout's ``ModelBoundary`` (limits, ``@stop``, recording), so one request = one
+recorded turn exactly as for in-process harnesses.
+
+Refusals, none of which reaches a trace: no or unknown secret 401; another
+rollout's secret on a rollout's URL 401; a closed rollout's secret 409; malformed
+body 400 naming the problem; body over ``max_body_bytes`` 413. A refusal made before
+the body was read (401, 409, unknown paths) closes the connection.
+
+Retries: a request marked as a retry (``x-stainless-retry-count`` > 0) with the same
+body as an earlier request of the same rollout waits for that request if it is in
+flight, or gets its recorded answer: never a duplicate turn. The model call runs in
+the server's own nursery, not the request handler, so an original whose client gave
+up still finishes and answers its retry. An unmarked identical request is a new turn.
+
+A program's tool loop runs the rollout's Python tools at
+``POST .../rollouts/<id>/v1/tools/call`` (``{"id", "name", "arguments"}`` in, an
+OpenAI tool message out); bad arguments, an unknown tool or a failing tool answer 200
+with an ``Error: ...`` tool message for the model, as the in-process ``tools`` harness
+does.
+
+A call refused by a limit or hook answers 400 with ``type: rollout_stopped`` and the
+stop condition as ``code`` (terminal for OpenAI SDKs). Upstream failures answer 502
+when retrying makes sense, else 424; either is already recorded on the trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import attrs
+import hypercorn.trio
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from taketurns._errors import HarnessError, ModelEndpointError, RolloutStopped
+from taketurns._exchange.harness import Harness, Rollout
+from taketurns._exchange.tools import as_tools
+from taketurns._http.chat_completions import (
+    answer_http_errors,
+    closing,
+    completion_json,
+    error_response,
+    hypercorn_config,
+    parse_chat_body,
+    sse_stream,
+)
+from taketurns._models.messages import ToolCall, ToolMessage
+from taketurns._models.model import ModelResponse
+
+__all__ = ["Endpoint", "InterceptionServer", "ServedHarness", "open_interception_server"]
+
+log = logging.getLogger(__name__)
+
+RETRY_HEADER = "x-stainless-retry-count"
+
+
+@attrs.frozen(repr=False)
+class Endpoint:
+    """What a program needs to reach the model for one rollout. ``secret`` is the
+    bearer token; it is deliberately left out of ``repr``."""
+
+    rollout_id: str
+    base_url: str
+    secret: str
+
+    def __repr__(self) -> str:
+        return f"Endpoint(rollout_id={self.rollout_id!r}, base_url={self.base_url!r})"
+
+
+@attrs.define(eq=False)
+class _Call:
+    done: trio.Event = attrs.field(factory=trio.Event)
+    status: int = 0
+    response: ModelResponse | None = None
+    error: Response | None = None
+
+
+@attrs.define(eq=False)
+class _Registration:
+    endpoint: Endpoint
+    rollout: Rollout
+    calls: dict[bytes, _Call] = attrs.field(factory=dict)
+    scopes: set[trio.CancelScope] = attrs.field(factory=set)
+    closed: bool = False  # unregistered: requests already past the secret check are refused
+
+
+def _closed() -> Response:
+    return error_response("this rollout is closed; its key no longer works", 409, "rollout_closed")
+
+
+def _stopped(condition: str) -> Response:
+    body = (
+        f"the rollout was stopped ({condition}); do not call the model again, "
+        "finish with what you have"
+    )
+    return error_response(body, 400, "rollout_stopped", condition)
+
+
+class InterceptionServer:
+    """Start with ``open_interception_server()`` (or ``nursery.start(server.run)``).
+    ``register`` / ``unregister`` are synchronous and may be called from any task of
+    the same trio run."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        public_url: str | None = None,
+        max_body_bytes: int = 32 * 1024 * 1024,
+        graceful_timeout: float = 0.5,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.public_url = public_url
+        self.max_body_bytes = max_body_bytes
+        self.graceful_timeout = graceful_timeout
+        self.url = ""  # "http://127.0.0.1:PORT" once running
+        self._by_secret: dict[str, _Registration] = {}
+        self._by_id: dict[str, _Registration] = {}
+        self._closed: set[str] = set()
+        self._nursery: trio.Nursery | None = None
+
+    # -- rollouts -------------------------------------------------------------------
+
+    def register(self, rollout: Rollout) -> Endpoint:
+        """A fresh endpoint (URL + secret) for ``rollout``."""
+        if self._nursery is None:
+            raise RuntimeError("the interception server is not running")
+        rollout_id = uuid.uuid4().hex[:16]
+        root = self.public_url or self.url
+        endpoint = Endpoint(
+            rollout_id, f"{root}/rollouts/{rollout_id}/v1", secrets.token_urlsafe(24)
+        )
+        registration = _Registration(endpoint, rollout)
+        self._by_secret[endpoint.secret] = registration
+        self._by_id[rollout_id] = registration
+        return endpoint
+
+    def cancel_inflight(self, endpoint: Endpoint) -> None:
+        """Cancel model calls still running for ``endpoint`` (its program is gone)."""
+        registration = self._by_id.get(endpoint.rollout_id)
+        if registration is not None:
+            for scope in registration.scopes:
+                scope.cancel()
+
+    def unregister(self, endpoint: Endpoint) -> None:
+        """Close the rollout's endpoint: its secret is refused (409) from now on."""
+        self.cancel_inflight(endpoint)
+        registration = self._by_id.pop(endpoint.rollout_id, None)
+        if registration is not None:
+            registration.closed = True
+        if self._by_secret.pop(endpoint.secret, None) is not None:
+            self._closed.add(_digest(endpoint.secret))
+
+    def _authenticate(
+        self, rollout_id: str | None, authorization: str | None
+    ) -> _Registration | Response:
+        scheme, _, secret = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            return error_response(
+                "no API key: send the rollout's secret as 'Authorization: Bearer <key>'",
+                401,
+                "authentication_error",
+            )
+        registration = self._by_secret.get(secret.strip())
+        if registration is None:
+            if _digest(secret.strip()) in self._closed:
+                return _closed()
+            return error_response("unknown API key", 401, "authentication_error")
+        if rollout_id is not None and rollout_id != registration.endpoint.rollout_id:
+            return error_response(
+                "this key belongs to another rollout", 401, "authentication_error"
+            )
+        return registration
+
+    # -- requests -------------------------------------------------------------------
+
+    async def _compute(self, registration: _Registration, body: Any, call: _Call) -> None:
+        req, _ = body
+        overrides = {
+            k: v for k, v in req.sampling.items() if k not in registration.rollout.boundary.sampling
+        }
+        if registration.closed:  # closed while this request's body was arriving
+            call.status, call.error = 409, _closed()
+            call.done.set()
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            with trio.CancelScope() as scope:
+                registration.scopes.add(scope)
+                try:
+                    call.response = await registration.rollout.complete(
+                        req.messages, tools=req.tools, sampling=overrides
+                    )
+                    call.status = 200
+                except RolloutStopped as exc:
+                    call.status, call.error = 400, _stopped(exc.stop_condition)
+                except ModelEndpointError as exc:
+                    status = 502 if exc.retryable else 424
+                    call.status = status
+                    call.error = error_response(
+                        f"the model endpoint failed: {exc}", status, "upstream_error"
+                    )
+            if scope.cancelled_caught:
+                call.status = 409
+                call.error = error_response("the rollout's segment ended", 409, "rollout_closed")
+        except Exception as exc:  # a bug: answer 500, keep the server up
+            log.exception("interception server: model call failed")
+            call.status = 500
+            call.error = error_response(
+                f"internal error: {type(exc).__name__}", 500, "server_error"
+            )
+        finally:
+            registration.scopes.discard(scope)
+            call.done.set()
+
+    async def _chat(self, rollout_id: str | None) -> Any:
+        registration = self._authenticate(rollout_id, request.headers.get("authorization"))
+        if isinstance(registration, Response):
+            return closing(registration)
+        raw = await request.get_data(as_text=False)
+        try:
+            parsed = parse_chat_body(raw, registration.rollout.boundary.model)
+        except ValueError as exc:
+            return error_response(str(exc), 400)
+        key = hashlib.blake2b(_bytes(raw), digest_size=16).digest()
+        call = registration.calls.get(key) if _is_retry(request.headers.get(RETRY_HEADER)) else None
+        if call is None or (call.done.is_set() and call.status != 200):
+            call = _Call()
+            registration.calls[key] = call
+            assert self._nursery is not None
+            self._nursery.start_soon(self._compute, registration, parsed, call)
+        await call.done.wait()
+        if call.response is None:
+            assert call.error is not None
+            return call.error
+        req, body = parsed
+        id_, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if body.get("stream"):
+            options = body.get("stream_options")
+            usage = isinstance(options, dict) and bool(options.get("include_usage"))
+            stream = sse_stream(call.response, req.model, id_, created, usage)
+            return Response(
+                stream, mimetype="text/event-stream", headers={"Cache-Control": "no-cache"}
+            )
+        return completion_json(call.response, req.model, id_, created)
+
+    async def _tool(self, rollout_id: str) -> Any:
+        """Run one of the rollout's Python tools for a program's tool loop."""
+        registration = self._authenticate(rollout_id, request.headers.get("authorization"))
+        if isinstance(registration, Response):
+            return closing(registration)
+        try:
+            body = json.loads(await request.get_data(as_text=False))
+        except (ValueError, RecursionError):
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("name"), str):
+            return error_response('expected {"name": ..., "arguments": "{...}"}', 400)
+        if registration.closed:
+            return _closed()
+        tools = as_tools(registration.rollout.tools)
+        tool = tools.get(body["name"])
+        arguments = body.get("arguments", "{}")
+        if not isinstance(arguments, str):  # an object instead of its JSON text
+            arguments = json.dumps(arguments)
+        call = ToolCall(str(body.get("id", "")), body["name"], arguments)
+        if tool is None:  # the model's mistake: it goes back to the model, as in `tools`
+            known = ", ".join(tools) or "none"
+            text = f"Error: no tool named {call.name!r}; tools: {known}"
+            message = ToolMessage(call.id, text, call.name)
+        else:
+            message = await tool.call(call)
+        return {
+            "role": "tool",
+            "tool_call_id": message.tool_call_id,
+            "name": message.name,
+            "content": message.content,
+        }
+
+    def _app(self) -> QuartTrio:
+        app = QuartTrio(__name__)
+        app.config["RESPONSE_TIMEOUT"] = None
+        app.config["MAX_CONTENT_LENGTH"] = self.max_body_bytes
+
+        @app.post("/v1/chat/completions")
+        @app.post("/chat/completions")
+        async def shared() -> Any:
+            return await self._chat(None)
+
+        @app.post("/rollouts/<rollout_id>/v1/chat/completions")
+        @app.post("/rollouts/<rollout_id>/chat/completions")
+        async def per_rollout(rollout_id: str) -> Any:
+            return await self._chat(rollout_id)
+
+        @app.post("/rollouts/<rollout_id>/v1/tools/call")
+        async def tool(rollout_id: str) -> Any:
+            return await self._tool(rollout_id)
+
+        @app.get("/health")
+        async def health() -> Any:
+            return {"status": "ok"}
+
+        answer_http_errors(app, lambda exc: f"{exc.name}: {exc.description}")
+        return app
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[InterceptionServer] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve until cancelled; reports itself once listening."""
+        config = hypercorn_config(self.host, self.port, self.graceful_timeout, False, log)
+        async with trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(
+                partial(
+                    hypercorn.trio.serve, self._app(), config, shutdown_trigger=trio.sleep_forever
+                )
+            )
+            self.url = binds[0]
+            self._nursery = nursery
+            task_status.started(self)
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _is_retry(header: str | None) -> bool:
+    try:
+        return int(header or "0") > 0
+    except ValueError:
+        return False
+
+
+def _bytes(raw: str | bytes) -> bytes:
+    return raw.encode() if isinstance(raw, str) else raw
+
+
+@asynccontextmanager
+async def open_interception_server(**options: Any) -> AsyncIterator[InterceptionServer]:
+    """Run an ``InterceptionServer`` for the body of the ``async with``; stopped on exit."""
+    async with trio.open_nursery() as nursery:
+        server: InterceptionServer = await nursery.start(partial(InterceptionServer(**options).run))
+        try:
+            yield server
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+class ServedHarness(Harness):
+    """Base of harnesses whose agent program calls the model over HTTP. The eval
+    runner starts the interception server when any role's harness is one; outside an
+    eval, pass ``services={"interception": server}`` to the ``Agent``.
+
+    ``endpoint(rollout)`` registers the rollout on first use; ``aclose`` (at session
+    close) unregisters it, so its secret stops working."""
+
+    def endpoint(self, rollout: Rollout) -> Endpoint:
+        endpoint: Endpoint | None = rollout.state.get("endpoint")
+        if endpoint is None:
+            server = rollout.services.get("interception")
+            if not isinstance(server, InterceptionServer):
+                raise HarnessError(
+                    f"harness {self.id!r} needs the interception server: run it under "
+                    "`taketurns eval`, or open one with open_interception_server() and pass "
+                    "Agent(..., services={'interception': server})"
+                )
+            endpoint = server.register(rollout)
+            rollout.state["endpoint"] = endpoint
+        return endpoint
+
+    def end_segment(self, rollout: Rollout) -> None:
+        """Cancel model calls the segment's program left in flight."""
+        endpoint = rollout.state.get("endpoint")
+        if endpoint is not None:
+            rollout.services["interception"].cancel_inflight(endpoint)
+
+    async def aclose(self, rollout: Rollout) -> None:
+        endpoint = rollout.state.pop("endpoint", None)
+        if endpoint is not None:
+            rollout.services["interception"].unregister(endpoint)
+        await trio.lowlevel.checkpoint()

@@ -1,0 +1,104 @@
+"""The built-in model as an OpenAI-compatible HTTP server (hypercorn + quart-trio).
+
+``create_app(model)`` is the ASGI app; ``serve(model)`` runs it on hypercorn's trio
+worker and reports its base URL through ``task_status``::
+
+    async with trio.open_nursery() as nursery:
+        base_url = await nursery.start(serve, model)   # "http://127.0.0.1:54321/v1"
+        ...
+        nursery.cancel_scope.cancel()                   # stops the server
+
+Each request awaits ``model.complete``, so the model's latency is real time and
+concurrent requests overlap.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import hypercorn.trio
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from taketurns._http.chat_completions import (
+    answer_http_errors,
+    completion_json,
+    error_response,
+    hypercorn_config,
+    parse_chat_body,
+    sse_stream,
+)
+from taketurns._models.builtin import BuiltinModel
+
+__all__ = ["create_app", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+def create_app(model: BuiltinModel) -> QuartTrio:
+    """An ASGI app serving ``model``: ``POST /v1/chat/completions`` (and
+    ``/chat/completions``), ``GET /v1/models``, ``GET /health``. Malformed requests get
+    HTTP 400 with an OpenAI-style error body naming the problem."""
+    app = QuartTrio(__name__)
+    app.config["RESPONSE_TIMEOUT"] = None  # the model's latency is the model's business
+    served = f"builtin/{model.policy}"
+
+    @app.post("/v1/chat/completions")
+    @app.post("/chat/completions")
+    async def chat_completions() -> Any:
+        try:
+            req, body = parse_chat_body(await request.get_data(as_text=False), served)
+        except ValueError as exc:  # BadRequest, or a malformed message from taketurns._models.wire
+            return error_response(str(exc), 400)
+        response = await model.complete(req)
+        id_, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if body.get("stream"):
+            options = body.get("stream_options")
+            include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+            stream = sse_stream(response, req.model, id_, created, include_usage)
+            headers = {"Cache-Control": "no-cache"}
+            return Response(stream, mimetype="text/event-stream", headers=headers)
+        return completion_json(response, req.model, id_, created)
+
+    @app.get("/v1/models")
+    async def models() -> Any:
+        entry = {"id": served, "object": "model", "created": 0, "owned_by": "taketurns"}
+        return {"object": "list", "data": [entry]}
+
+    @app.get("/health")
+    async def health() -> Any:
+        return {"status": "ok", "model": served}
+
+    answer_http_errors(app, lambda exc: f"{exc.name}: {request.method} {request.path}")
+    return app
+
+
+async def serve(
+    model: BuiltinModel,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    graceful_timeout: float = 0.5,
+    access_log: bool = False,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``model`` over HTTP until cancelled, or until ``shutdown_trigger`` returns
+    (then shut down gracefully, waiting at most ``graceful_timeout`` seconds for open
+    connections). ``port=0`` binds an ephemeral port. Once listening, reports the base
+    URL (``"http://127.0.0.1:54321/v1"``) via ``task_status.started``; use it as
+    ``base_url = await nursery.start(serve, model)``. Raises ``OSError`` from
+    ``nursery.start`` if the address cannot be bound."""
+    config = hypercorn_config(host, port, graceful_timeout, access_log, log)
+    trigger = shutdown_trigger or trio.sleep_forever
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(
+            partial(hypercorn.trio.serve, create_app(model), config, shutdown_trigger=trigger)
+        )
+        task_status.started(f"{binds[0]}/v1")

@@ -1,0 +1,189 @@
+"""The built-in model: deterministic scripted policies served in process.
+
+``builtin/<policy>`` names it; options ride in a query string, e.g.
+``builtin/bracket?latency_ms=50&seed=3``. Policies:
+
+- ``echo``: repeats the last user text.
+- ``bracket``: when the latest user or system text offers bracketed options such as
+  ``[check] [bet]``, answers with exactly one of them, chosen by a seeded hash of the
+  conversation; otherwise a short sentence.
+- ``tools``: when tools are offered and none has been called since the last user
+  message, calls the first one with arguments derived from the user's text; then
+  answers with the result. Without tools it behaves like ``bracket``.
+
+Token counts are whitespace word counts: cheap, deterministic, good enough for limits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import parse_qsl
+
+import trio
+
+from taketurns._errors import ConfigError
+from taketurns._models.delay import FixedDelay
+from taketurns._models.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+    text_of,
+)
+from taketurns._models.model import ModelClient, ModelRequest, ModelResponse, Usage
+
+__all__ = ["POLICIES", "BuiltinModel", "is_builtin"]
+
+PREFIX = "builtin/"
+_OPTION = re.compile(r"\[([^\[\]\n]{1,40})\]")
+_SENTENCE = "I have nothing to choose here, so I will simply say hello."
+
+
+def is_builtin(model: str | None) -> bool:
+    return model is None or model.startswith(PREFIX)
+
+
+def _digest(messages: Sequence[Message], seed: int) -> int:
+    h = hashlib.blake2b(str(seed).encode(), digest_size=8)
+    for m in messages:
+        h.update(m.role.encode())
+        h.update(text_of(m.content).encode())
+    return int.from_bytes(h.digest(), "big")
+
+
+def _latest_prompt_text(messages: Sequence[Message]) -> str:
+    for m in reversed(messages):
+        if isinstance(m, UserMessage | SystemMessage):
+            return text_of(m.content)
+    return ""
+
+
+def echo(request: ModelRequest, seed: int) -> AssistantMessage:
+    for m in reversed(request.messages):
+        if isinstance(m, UserMessage):
+            return AssistantMessage(text_of(m.content))
+    return AssistantMessage("")
+
+
+def bracket(request: ModelRequest, seed: int) -> AssistantMessage:
+    options = list(dict.fromkeys(_OPTION.findall(_latest_prompt_text(request.messages))))
+    if not options:
+        return AssistantMessage(_SENTENCE)
+    choice = options[_digest(request.messages, seed) % len(options)]
+    return AssistantMessage(f"[{choice}]")
+
+
+def _derive_arguments(schema: Mapping[str, Any], text: str) -> dict[str, Any]:
+    params = schema.get("parameters") or {}
+    props: Mapping[str, Any] = params.get("properties") or {}
+    args: dict[str, Any] = {}
+    words = re.findall(r"[\w@.\-#]+", text)
+    for name in params.get("required") or list(props):
+        kind = (props.get(name) or {}).get("type", "string")
+        named = re.search(rf"{re.escape(name)}\s*[=:]\s*\"?([^\s\",]+)", text)
+        if kind == "integer" or kind == "number":
+            number = re.search(r"-?\d+", named.group(1) if named else text)
+            args[name] = int(number.group()) if number else 0
+        elif kind == "boolean":
+            args[name] = True
+        else:
+            args[name] = named.group(1) if named else (words[-1] if words else "")
+    return args
+
+
+def tools(request: ModelRequest, seed: int) -> AssistantMessage:
+    if not request.tools:
+        return bracket(request, seed)
+    since_user: list[Message] = []
+    for m in reversed(request.messages):
+        if isinstance(m, UserMessage):
+            break
+        since_user.append(m)
+    results = [m for m in since_user if isinstance(m, ToolMessage)]
+    if results:
+        return AssistantMessage(f"The tool said: {text_of(results[0].content)}")
+    fn = request.tools[0].get("function", {})
+    call_id = f"call_{_digest(request.messages, seed) % 10**8:08d}"
+    args = _derive_arguments(fn, _latest_prompt_text(request.messages))
+    call = ToolCall(call_id, fn.get("name", "tool"), json.dumps(args))
+    return AssistantMessage(None, (call,))
+
+
+Policy = Callable[[ModelRequest, int], AssistantMessage]
+POLICIES: dict[str, Policy] = {"echo": echo, "bracket": bracket, "tools": tools}
+
+
+def _words(messages: Sequence[Message]) -> int:
+    # spaces + 1 per message: a word count without building the word lists
+    return sum(text_of(m.content).count(" ") + 2 for m in messages)
+
+
+class BuiltinModel(ModelClient):
+    """A scripted model called in process. ``complete`` is a checkpoint: it sleeps
+    ``latency`` seconds (or just checkpoints when latency is 0); its concurrent calls
+    share one timer (``taketurns._models.delay``)."""
+
+    def __init__(
+        self, policy: str = "bracket", *, latency: float = 0.0, seed: int = 0, field: str = "model"
+    ):
+        if policy not in POLICIES:
+            raise ConfigError(
+                f"{field}: unknown built-in policy {policy!r}; "
+                f"choose one of {', '.join(f'builtin/{p}' for p in sorted(POLICIES))}"
+            )
+        self.policy = policy
+        self.latency = latency
+        self.seed = seed
+        self._fn = POLICIES[policy]
+        self._delay = FixedDelay(latency) if latency > 0 else None
+
+    @classmethod
+    def from_model_name(cls, model: str | None, *, field: str = "model") -> BuiltinModel:
+        """Parse ``builtin/<policy>[?latency_ms=N&seed=S]``; None means the default."""
+        if model is None:
+            return cls()
+        spec, _, query = model.removeprefix(PREFIX).partition("?")
+        try:
+            opts = {k: float(v) for k, v in parse_qsl(query, strict_parsing=bool(query))}
+        except ValueError as exc:
+            raise ConfigError(
+                f"{field}: {model!r} has a bad option string; "
+                "use builtin/<policy>?latency_ms=N&seed=S"
+            ) from exc
+        unknown = set(opts) - {"latency_ms", "seed"}
+        if unknown:
+            raise ConfigError(
+                f"{field}: {model!r} has unknown options {sorted(unknown)}; "
+                "accepted: latency_ms, seed"
+            )
+        return cls(
+            spec or "bracket",
+            latency=opts.get("latency_ms", 0.0) / 1000,
+            seed=int(opts.get("seed", 0)),
+            field=field,
+        )
+
+    def respond(self, request: ModelRequest) -> ModelResponse:
+        """The answer, computed synchronously (no latency): for servers and tests."""
+        seed = request.sampling.get("seed")
+        message = self._fn(request, self.seed if seed is None else int(seed))
+        completion = len(text_of(message.content).split()) + 4 * len(message.tool_calls)
+        max_tokens = request.sampling.get("max_tokens")
+        finish = "tool_calls" if message.tool_calls else "stop"
+        if max_tokens is not None and completion > max_tokens and not message.tool_calls:
+            kept = text_of(message.content).split()[: max(int(max_tokens), 0)]
+            message, completion, finish = AssistantMessage(" ".join(kept)), len(kept), "length"
+        return ModelResponse(message, Usage(_words(request.messages), completion), finish)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        if self._delay is not None:
+            await self._delay.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        return self.respond(request)

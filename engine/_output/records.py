@@ -1,0 +1,210 @@
+"""The JSONL episode record: one episode a line, written as each finishes.
+
+``record`` is the private cattrs converter for this format; messages are written in
+OpenAI wire shape so a trainer can feed them straight back to a tokenizer's chat
+template. ``dumps_episode`` / ``loads_episode`` are the two calls the rest of the
+engine makes; ``read_episodes`` tolerates a torn last line (a crash mid-write).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cattrs
+import orjson
+from cattrs.gen import make_dict_structure_fn, override
+
+from taketurns._eval.episode import Episode
+from taketurns._exchange.task import Task
+from taketurns._exchange.trace import Trace, Turn, Usage
+from taketurns._models.messages import Message
+from taketurns._models.wire import from_wire, register_messages, to_wire
+
+__all__ = ["dumps_episode", "loads_episode", "read_episodes", "record"]
+
+record = cattrs.Converter(omit_if_default=False)
+register_messages(record)
+
+
+def _task_out(task: Task) -> dict[str, Any]:
+    prompt: Any = task.prompt
+    if prompt is not None and not isinstance(prompt, str):
+        prompt = [to_wire(m) for m in prompt]
+    return {
+        "idx": task.idx,
+        "name": task.name,
+        "prompt": prompt,
+        "system_prompt": task.system_prompt,
+        "answer": task.answer,
+        "info": task.info,
+    }
+
+
+def _task_in(raw: dict[str, Any], _: Any) -> Task:
+    prompt = raw.get("prompt")
+    if isinstance(prompt, list):
+        prompt = tuple(from_wire(m, f"task.prompt[{i}]") for i, m in enumerate(prompt))
+    return Task(
+        idx=raw["idx"],
+        name=raw.get("name", ""),
+        prompt=prompt,
+        system_prompt=raw.get("system_prompt"),
+        answer=raw.get("answer"),
+        info=raw.get("info") or {},
+    )
+
+
+def _usage_out(usage: Usage) -> dict[str, int]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+record.register_unstructure_hook(Task, _task_out)
+record.register_structure_hook(Task, _task_in)
+record.register_unstructure_hook(Usage, _usage_out)
+record.register_structure_hook(
+    Usage, lambda raw, _: Usage(raw.get("prompt_tokens", 0), raw.get("completion_tokens", 0))
+)
+
+
+def _trace_out(trace: Trace) -> dict[str, Any]:
+    # Written out by hand: this runs once per trace of every episode, on the eval's
+    # hot path (tests/test_records.py checks the keys against Trace's fields). A
+    # turn's request shares its message objects with the conversation: each object
+    # is converted to wire shape once per trace, not once per turn.
+    memo: dict[int, dict[str, Any]] = {}
+
+    def wire(message: Message) -> dict[str, Any]:
+        out = memo.get(id(message))
+        if out is None:
+            out = memo[id(message)] = to_wire(message)
+        return out
+
+    agent, episode, timing = trace.agent, trace.episode, trace.timing
+    return {
+        "agent": {
+            "name": agent.name,
+            "model": agent.model,
+            "harness": agent.harness,
+            "trainable": agent.trainable,
+        },
+        "episode": {
+            "id": episode.id,
+            "env": episode.env,
+            "task_idx": episode.task_idx,
+            "rollout": episode.rollout,
+        },
+        "task": _task_out(trace.task),
+        "masked": trace.masked,
+        "turns": [_turn_out(turn, wire) for turn in trace.turns],
+        "messages": [wire(m) for m in trace.messages],
+        "rewards": trace.rewards,
+        "reward": trace.reward,
+        "metrics": trace.metrics,
+        "stop_condition": trace.stop_condition,
+        "errors": [{"kind": e.kind, "message": e.message, "type": e.type} for e in trace.errors],
+        "info": trace.info,
+        "timing": {
+            "started_at": timing.started_at,
+            "ended_at": timing.ended_at,
+            "agent_s": timing.agent_s,
+            "scoring_s": timing.scoring_s,
+        },
+        "usage": _usage_out(trace.usage),
+    }
+
+
+def _turn_out(turn: Turn, wire: Any) -> dict[str, Any]:
+    return {
+        "index": turn.index,
+        "request": [wire(m) for m in turn.request],
+        "response": None if turn.response is None else wire(turn.response),
+        "usage": _usage_out(turn.usage),
+        "finish_reason": turn.finish_reason,
+        "latency_s": turn.latency_s,
+        "error": turn.error,
+        "tools": list(turn.tools),
+        "token_ids": turn.token_ids,
+        "prompt_token_ids": turn.prompt_token_ids,
+        "logprobs": turn.logprobs,
+    }
+
+
+record.register_unstructure_hook(Trace, _trace_out)
+record.register_structure_hook(
+    Trace,
+    make_dict_structure_fn(Trace, record, state=override(omit=True)),
+)
+
+
+def _episode_out(episode: Episode) -> dict[str, Any]:
+    # by hand, like _trace_out (tests/test_records.py checks the keys)
+    timing = episode.timing
+    return {
+        "id": episode.id,
+        "env": episode.env,
+        "task": _task_out(episode.task),
+        "rollout": episode.rollout,
+        "ok": episode.ok,
+        "stop": episode.stop,
+        "errors": [{"kind": e.kind, "message": e.message, "type": e.type} for e in episode.errors],
+        "traces": [_trace_out(t) for t in episode.traces],
+        "timing": {
+            "started_at": timing.started_at,
+            "ended_at": timing.ended_at,
+            "wall_s": timing.wall_s,
+        },
+        "info": episode.info,
+    }
+
+
+record.register_unstructure_hook(Episode, _episode_out)
+
+
+def dumps_episode(episode: Episode) -> str:
+    """One JSON line (no trailing newline). Values that are not JSON become strings,
+    as do keys that are not strings."""
+    return episode_line(episode).decode()
+
+
+def episode_line(episode: Episode) -> bytes:
+    """``dumps_episode`` as UTF-8 bytes, as written to episodes.jsonl."""
+    out = _episode_out(episode)
+    try:
+        return orjson.dumps(out, default=str)
+    except TypeError:  # a key that is not a string (checking keys doubles the cost)
+        return orjson.dumps(_str_keys(out), default=str)
+
+
+def _str_keys(value: Any) -> Any:
+    """``value`` with every dict key a string (``str(key)`` when it is not)."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(k): _str_keys(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_str_keys(v) for v in value]
+    return value
+
+
+def loads_episode(line: str) -> Episode:
+    return record.structure(json.loads(line), Episode)
+
+
+def read_episodes(path: Path) -> Iterator[dict[str, Any]]:
+    """The raw episode objects in ``path``, skipping a torn (unparseable) last line."""
+    with path.open(encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            if i >= len(lines) - 2:  # the last line, possibly followed by ""
+                return
+            raise

@@ -1,0 +1,2 @@
+"""The self-contained HTML report: the page, its SVG charts, the transcripts and the
+escaping they share."""

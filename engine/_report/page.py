@@ -1,0 +1,445 @@
+"""``report.html``: one self-contained page describing a run directory.
+
+Everything is inline: the CSS, the plots (SVG drawn here, no plotting library) and a
+few lines of optional JavaScript that filter the transcripts. Episode content is
+untrusted, so every value is escaped, only ``data:image/...`` URLs become images, and
+a Content-Security-Policy (the script and style pinned by hash, ``data:`` images only)
+stops the page from running or fetching anything else even if an escape were missed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import time
+import tomllib
+from collections import defaultdict
+from pathlib import Path
+
+from taketurns._errors import ConfigError
+from taketurns._output.records import read_episodes
+from taketurns._output.summary import summarize
+from taketurns._report.charts import Series, bar_chart, histogram
+from taketurns._report.markup import (
+    Json,
+    agent_of,
+    as_dict,
+    as_float,
+    as_int,
+    as_list,
+    esc,
+    num,
+    shown,
+    traces_of,
+)
+from taketurns._report.transcript import transcripts
+
+__all__ = ["write_report"]
+
+REPORT = "report.html"
+MAX_TRANSCRIPTS = 500
+KUHN_CARDS = ("J", "Q", "K")
+
+
+def write_report(run_dir: Path, *, max_transcripts: int = MAX_TRANSCRIPTS) -> Path:
+    """Write ``run_dir/report.html`` from the run's ``episodes.jsonl``, ``summary.json``
+    (recomputed if missing) and ``config.toml``; returns the report's path. At most
+    ``max_transcripts`` episodes get a transcript (every episode counts in the plots)."""
+    run_dir = Path(run_dir)
+    episodes_path = run_dir / "episodes.jsonl"
+    if not episodes_path.is_file():
+        raise ConfigError(
+            f"report {run_dir}: no episodes.jsonl there; pass the -o directory of an eval"
+        )
+    episodes = [e for e in read_episodes(episodes_path) if isinstance(e, dict)]
+    config_path = run_dir / "config.toml"
+    config_text = config_path.read_text(encoding="utf-8") if config_path.is_file() else ""
+    try:
+        config: Json = tomllib.loads(config_text)
+    except tomllib.TOMLDecodeError:
+        config = {}
+    summary_path = run_dir / "summary.json"
+    if summary_path.is_file():
+        summary: Json = json.loads(summary_path.read_text(encoding="utf-8"))
+    else:
+        rollouts = config.get("rollouts")
+        if not isinstance(rollouts, int):
+            rollouts = 1 + max((as_int(e.get("rollout")) for e in episodes), default=0)
+        summary = summarize(episodes, rollouts=rollouts)
+    page = _page(run_dir, episodes, summary, config, config_text, max_transcripts)
+    out = run_dir / REPORT
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+# --- small helpers -----------------------------------------------------------------
+
+
+def _hash(text: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+
+
+# --- the page ----------------------------------------------------------------------
+
+
+def _page(
+    run_dir: Path,
+    episodes: list[Json],
+    summary: Json,
+    config: Json,
+    config_text: str,
+    max_transcripts: int,
+) -> str:
+    env_id = str(config.get("env_id") or next((e.get("env") for e in episodes), "?"))
+    csp = (
+        f"default-src 'none'; img-src data:; style-src '{_hash(_CSS)}'; "
+        f"script-src '{_hash(_JS)}'; base-uri 'none'; form-action 'none'"
+    )
+    body = "\n".join(
+        [
+            _header(run_dir, env_id, episodes, summary, config),
+            _tables(episodes, summary),
+            _plots(env_id, episodes, summary),
+            transcripts(episodes, max_transcripts),
+            '<section id="config"><details><summary><h2>config.toml</h2></summary>'
+            f"<pre>{esc(config_text or '(no config.toml in the run directory)')}</pre>"
+            "</details></section>",
+        ]
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(csp)}">'
+        '<meta name="referrer" content="no-referrer">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>taketurns report: {esc(env_id)}</title><style>{_CSS}</style></head>\n"
+        f"<body><main>\n{body}\n</main><script>{_JS}</script></body></html>\n"
+    )
+
+
+def _models(episodes: list[Json], config: Json) -> str:
+    by_agent: dict[str, set[str]] = defaultdict(set)
+    for e in episodes:
+        for t in traces_of(e):
+            by_agent[agent_of(t)].add(str(as_dict(t.get("agent")).get("model", "?")))
+    every = set().union(*by_agent.values()) if by_agent else set()
+    if len(every) <= 1:
+        return next(iter(every), str(config.get("model", "?")))
+    return ", ".join(f"{a}: {' / '.join(sorted(m))}" for a, m in sorted(by_agent.items()))
+
+
+def _header(run_dir: Path, env_id: str, episodes: list[Json], summary: Json, config: Json) -> str:
+    traces = sum(len(traces_of(e)) for e in episodes)
+    taskset = as_dict(config.get("env")).get("taskset")
+    facts = [
+        ("env", env_id + (f" (taskset {taskset})" if isinstance(taskset, str) else "")),
+        ("model", _models(episodes, config)),
+        ("episodes", f"{summary.get('episodes', len(episodes))}"),
+        ("ok", f"{summary.get('ok', '?')}"),
+        ("failed", f"{summary.get('failed', '?')}"),
+        ("traces", f"{traces}"),
+    ]
+    wall = as_float(summary.get("wall_s"))
+    if wall is not None:
+        rate = as_float(summary.get("episodes_per_s")) or 0.0
+        facts.append(("wall time", f"{wall:.2f} s ({rate:.1f} episodes/s)"))
+    items = "".join(
+        f'<div class="fact" data-fact="{esc(k)}"><span>{esc(k)}</span><b>{esc(v)}</b></div>'
+        for k, v in facts
+    )
+    warn = ""
+    if summary.get("interrupted"):
+        warn = (
+            '<p class="warn" id="interrupted">This run was interrupted: the numbers cover '
+            "the episodes finished so far (continue it with --resume).</p>"
+        )
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    return (
+        f'<header id="header"><h1>taketurns report: {esc(env_id)}</h1>'
+        f'<div class="facts">{items}</div>{warn}'
+        f'<p class="muted">{esc(run_dir.resolve())} · generated {esc(stamp)}</p></header>'
+    )
+
+
+# --- summary tables ----------------------------------------------------------------
+
+
+def _cell(agent: str, stat: str, value: object, text: str, extra: str = "") -> str:
+    return (
+        f'<td data-agent="{esc(agent)}" data-stat="{esc(stat)}" '
+        f'data-value="{esc(value)}"{extra}>{esc(text)}</td>'
+    )
+
+
+def _reward_cell(agent: str, stats: Json) -> str:
+    mean, stderr = as_float(stats.get("reward_mean")), as_float(stats.get("reward_stderr"))
+    if mean is None:
+        return '<td class="na">–</td>'
+    text = f"{mean:+.3f} ± {stderr or 0.0:.3f}"
+    return _cell(agent, "reward_mean", mean, text, f' data-stderr="{esc(stderr)}"')
+
+
+def _agent_rows(agents: Json) -> list[tuple[str, str, list[str]]]:
+    """(label, stat key, one <td> per agent) for the per-agent table; ``stat`` is the
+    dotted path of the number in ``summary.json`` (``rewards.payoff``)."""
+    names = list(agents)
+    rows = [("reward (mean ± stderr)", "reward_mean", [_reward_cell(n, agents[n]) for n in names])]
+
+    def union(field: str) -> list[str]:
+        return sorted({k for a in agents.values() for k in as_dict(as_dict(a).get(field))})
+
+    keys = [("traces", "traces")]
+    keys += [(f"reward: {k}", f"rewards.{k}") for k in union("rewards")]
+    keys += [(f"metric: {k}", f"metrics.{k}") for k in union("metrics")]
+    keys += [
+        (f"pass@{k}", f"pass_at_k.{k}")
+        for k in sorted(union("pass_at_k"), key=lambda s: (len(s), s))
+    ]
+    keys += [
+        ("turns (mean)", "turns_mean"),
+        ("tokens (mean)", "tokens_mean"),
+        ("tokens (total)", "tokens_total"),
+        ("traces with errors", "errors"),
+    ]
+    keys += [(f"stop: {k}", f"stop_conditions.{k}") for k in union("stop_conditions")]
+    # any statistic summary.py grows later still gets a row
+    known = {stat.partition(".")[0] for _, stat in keys} | {"reward_mean", "reward_stderr"}
+    for field in sorted({k for a in agents.values() for k in as_dict(a)} - known):
+        values = [as_dict(a).get(field) for a in agents.values()]
+        if any(as_float(v) is not None for v in values):
+            keys.append((field.replace("_", " "), field))
+        elif any(isinstance(v, dict) for v in values):
+            keys += [(f"{field}: {k}", f"{field}.{k}") for k in union(field)]
+    for label, stat in keys:
+        cells = []
+        for name in names:
+            field, _, sub = stat.partition(".")
+            value = as_dict(agents[name]).get(field)
+            if sub:
+                value = as_dict(value).get(sub, 0 if field == "stop_conditions" else None)
+            if value is None:
+                cells.append('<td class="na">–</td>')
+            else:
+                cells.append(_cell(name, stat, value, shown(value)))
+        rows.append((label, stat, cells))
+    return rows
+
+
+def _tables(episodes: list[Json], summary: Json) -> str:
+    agents = list(as_dict(summary.get("agents")))
+    ident: dict[str, tuple[str, str]] = {}
+    for e in episodes:
+        for t in traces_of(e):
+            stamp = as_dict(t.get("agent"))
+            ident.setdefault(agent_of(t), (str(stamp.get("model")), str(stamp.get("harness"))))
+    head = "".join(f'<th scope="col">{esc(a)}</th>' for a in agents)
+    who = "".join(
+        f'<td class="who">{esc(ident.get(a, ("?", "?"))[0])}<br>'
+        f'<span class="muted">harness {esc(ident.get(a, ("?", "?"))[1])}</span></td>'
+        for a in agents
+    )
+    body = f'<tr><th scope="row">model</th>{who}</tr>' + "".join(
+        f'<tr data-row="{esc(key)}"><th scope="row">{esc(label)}</th>{"".join(cells)}</tr>'
+        for label, key, cells in _agent_rows(as_dict(summary.get("agents")))
+    )
+    stops = as_dict(summary.get("episode_stops"))
+    ep_rows = [("episodes", summary.get("episodes")), ("ok", summary.get("ok"))]
+    ep_rows += [("failed", summary.get("failed"))]
+    ep_rows += [(f"episode stop: {k}", v) for k, v in sorted(stops.items())]
+    ep_body = "".join(
+        f'<tr><th scope="row">{esc(k)}</th><td data-stat="{esc(k)}" data-value="{esc(v)}">'
+        f"{esc(v)}</td></tr>"
+        for k, v in ep_rows
+    )
+    return (
+        '<section id="summary"><h2>Summary</h2><div class="tables">'
+        f'<table id="summary-agents"><thead><tr><th></th>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table>"
+        f'<table id="summary-episodes"><tbody>{ep_body}</tbody></table></div></section>'
+    )
+
+
+# --- plots (drawn by taketurns._report.charts) ---------------------------------------------------
+
+
+def _figure(title: str, svg: str, note: str = "") -> str:
+    note_html = f'<p class="muted">{esc(note)}</p>' if note else ""
+    return f"<figure><figcaption>{esc(title)}</figcaption>{svg}{note_html}</figure>"
+
+
+def _plots(env_id: str, episodes: list[Json], summary: Json) -> str:
+    rewards: dict[str, list[float]] = defaultdict(list)
+    turns: dict[str, list[float]] = defaultdict(list)
+    for e in episodes:
+        for t in traces_of(e):
+            rewards[agent_of(t)].append(as_float(t.get("reward")) or 0.0)
+            turns[agent_of(t)].append(float(len(as_list(t.get("turns")))))
+    order = sorted(rewards)
+    cats, series = histogram({a: rewards[a] for a in order}, integer=False)
+    figures = [
+        _figure(
+            "Reward distribution per agent",
+            bar_chart("plot-reward", cats, series, x_label="reward", y_label="traces"),
+        )
+    ]
+    cats, series = histogram({a: turns[a] for a in order}, integer=True)
+    figures.append(
+        _figure(
+            "Model turns per episode, per agent",
+            bar_chart("plot-turns", cats, series, x_label="turns", y_label="traces", integer=True),
+        )
+    )
+    stops = {
+        a: as_dict(s.get("stop_conditions")) for a, s in as_dict(summary.get("agents")).items()
+    }
+    kinds = sorted({k for s in stops.values() for k in s})
+    series = [
+        Series(a, tuple(float(as_float(s.get(k)) or 0.0) for k in kinds)) for a, s in stops.items()
+    ]
+    figures.append(
+        _figure(
+            "Stop conditions per agent",
+            bar_chart(
+                "plot-stops",
+                kinds,
+                series,
+                x_label="stop condition",
+                y_label="traces",
+                integer=True,
+                values_on_bars=True,
+            ),
+        )
+    )
+    if env_id == "kuhn-poker":
+        figures.append(_kuhn_payoff(episodes))
+    return (
+        f'<section id="plots"><h2>Plots</h2><div class="plots">{"".join(figures)}</div></section>'
+    )
+
+
+def _kuhn_payoff(episodes: list[Json]) -> str:
+    """Mean payoff by the card held, one bar per seat (from trace.info card/seat)."""
+    payoffs: dict[tuple[int, str], list[float]] = defaultdict(list)
+    seat_names: dict[int, str] = {}
+    for e in episodes:
+        for t in traces_of(e):
+            info = as_dict(t.get("info"))
+            payoff = as_float(as_dict(t.get("rewards")).get("payoff"))
+            if payoff is None:
+                payoff = as_float(info.get("payoff"))
+            seat, card = info.get("seat"), info.get("card")
+            if payoff is None or not isinstance(seat, int) or card is None:
+                continue
+            payoffs[(seat, str(card))].append(payoff)
+            seat_names.setdefault(seat, agent_of(t))
+    cards = [c for c in KUHN_CARDS if any(k[1] == c for k in payoffs)]
+    cards += sorted({k[1] for k in payoffs} - set(KUHN_CARDS))
+    series = []
+    for seat in sorted(seat_names):
+        values, tips = [], []
+        for card in cards:
+            got = payoffs.get((seat, card), [])
+            values.append(sum(got) / len(got) if got else math.nan)
+            tips.append(
+                f"seat {seat} · {card}: mean payoff {num(values[-1])} over {len(got)} hands"
+            )
+        series.append(Series(f"seat {seat} ({seat_names[seat]})", tuple(values), tuple(tips)))
+    svg = bar_chart(
+        "plot-kuhn-payoff",
+        cards,
+        series,
+        x_label="card held",
+        y_label="mean payoff (chips)",
+        values_on_bars=True,
+    )
+    return _figure("Kuhn poker: mean payoff by card and seat", svg)
+
+
+# --- transcripts -------------------------------------------------------------------
+
+
+_CSS = """
+:root{--fg:#1d2433;--muted:#667085;--line:#e4e7ec;--bg:#f7f8fa;--card:#fff}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--fg);
+font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
+main{max-width:1220px;margin:0 auto;padding:20px 24px 60px}
+h1{font-size:22px;margin:0 0 12px}h2{font-size:17px;margin:28px 0 10px}
+h3{font-size:14px;margin:0 0 6px}h3 small{color:var(--muted);font-weight:400}
+code,pre{font:12.5px/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0}
+.muted{color:var(--muted)}
+.facts{display:flex;flex-wrap:wrap;gap:8px}
+.fact{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:6px 12px}
+.fact span{display:block;color:var(--muted);font-size:11px;text-transform:uppercase}
+.warn{background:#fff4e5;border:1px solid #f5c27a;border-radius:6px;padding:8px 12px}
+.tables{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
+table{border-collapse:collapse;background:var(--card);border:1px solid var(--line)}
+th,td{padding:4px 10px;border-bottom:1px solid var(--line);text-align:right}
+th[scope=row],thead th{text-align:left;font-weight:600}
+td.who{text-align:left;font-size:12px}
+.plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:16px}
+figure{margin:0;background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px}
+figcaption{font-weight:600;margin-bottom:4px}
+svg.plot{width:100%;height:auto;display:block}
+svg .grid{stroke:#eef0f3}svg .axis{stroke:#98a2b3;fill:none}
+svg text{font-size:11px;fill:#475467}svg .label{font-size:12px;fill:#1d2433}
+svg .val{font-size:10px}svg .empty{text-anchor:middle;fill:#98a2b3}
+#transcript-filter{margin:0 0 10px;display:flex;gap:10px;align-items:center}
+#filter-text{width:320px;padding:4px 8px}
+details.transcript{background:var(--card);border:1px solid var(--line);border-radius:8px;
+margin:0 0 6px}
+details.transcript>summary{padding:6px 12px;cursor:pointer}
+.episode-body{padding:0 14px 12px;border-top:1px solid var(--line)}
+.badge{border-radius:10px;padding:0 8px;font-size:12px}
+.badge.ok{background:#dcfae6;color:#067647}.badge.bad{background:#fee4e2;color:#b42318}
+.ep-rewards{color:var(--muted);margin-left:8px}
+.trace{border-left:3px solid var(--line);padding:4px 0 4px 12px;margin:12px 0}
+.kv{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12.5px;margin-bottom:6px}
+.kv i,.info i{color:var(--muted);font-style:normal}.info{margin:0 0 6px;font-size:12px}
+.msg{border-radius:6px;padding:6px 10px;margin:4px 0;border:1px solid transparent}
+.msg .role,.msg>summary .role{font-size:11px;font-weight:700;text-transform:uppercase}
+.msg>summary{cursor:pointer}.teaser{color:var(--muted)}
+.msg .role .muted{text-transform:none;font-weight:400}
+.role-system,.role-developer{background:#f2f4f7;border-color:#e4e7ec}
+.role-user{background:#eff8ff;border-color:#b2ddff}.role-user .role{color:#175cd3}
+.role-assistant{background:#ecfdf3;border-color:#abefc6}.role-assistant .role{color:#067647}
+.role-tool{background:#fffaeb;border-color:#fedf89}.role-tool .role{color:#b54708}
+.role-other{background:#f9f5ff;border-color:#e9d7fe}
+.tool-call{margin-top:4px}.msg-image{max-width:360px;max-height:360px;display:block}
+.remote-image{margin:4px 0;color:#b54708}
+table.turns{font-size:12px;margin-top:6px}
+.errors{background:#fef3f2;border:1px solid #fecdca;border-radius:6px;padding:6px 10px;
+margin:6px 0}.errors ul{margin:4px 0 0;padding-left:18px}td.error{color:#b42318;text-align:left}
+.elided{color:var(--muted);font-style:italic}
+#config pre{background:var(--card);border:1px solid var(--line);padding:10px}
+#config summary h2{display:inline}#config summary{cursor:pointer}
+"""
+
+_JS = """
+(function () {
+  var box = document.getElementById("transcript-filter");
+  if (!box) return;
+  box.hidden = false;
+  var items = Array.prototype.slice.call(document.querySelectorAll("details.transcript"));
+  var text = document.getElementById("filter-text");
+  var bad = document.getElementById("filter-bad");
+  function apply() {
+    var q = text.value.toLowerCase();
+    items.forEach(function (d) {
+      d.hidden = !((!q || d.dataset.search.indexOf(q) >= 0) &&
+                   (!bad.checked || d.dataset.bad === "1"));
+    });
+  }
+  function openAll(open) {
+    items.forEach(function (d) { if (!d.hidden) d.open = open; });
+  }
+  text.addEventListener("input", apply);
+  bad.addEventListener("change", apply);
+  document.getElementById("expand-all").onclick = function () { openAll(true); };
+  document.getElementById("collapse-all").onclick = function () { openAll(false); };
+})();
+"""
