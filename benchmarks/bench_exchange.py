@@ -28,10 +28,11 @@ from taketurns import (
     ModelResponse,
     RunDir,
     Task,
+    env_registry,
     load_eval_config,
     run_eval,
 )
-from taketurns._config.registry import envs
+from taketurns._gc import tuned_gc
 
 _MODEL_CPU = [0.0]
 _respond = BuiltinModel.respond
@@ -53,14 +54,15 @@ BuiltinModel.respond = _timed_respond  # type: ignore[method-assign]  # benchmar
 def _run(num: int, concurrency: int) -> tuple[float, float, float, int]:
     """(wall s, cpu s, the model's own cpu s, model calls) for one eval."""
     config = load_eval_config(
-        envs.get("kuhn-poker").config_class,
+        env_registry.get("kuhn-poker").config_class,
         file_data={"env_id": "kuhn-poker", "num_tasks": num, "concurrency": concurrency},
     )
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = RunDir(tmp)
         _MODEL_CPU[0] = 0.0
         wall, cpu = time.perf_counter(), time.process_time()
-        result = trio.run(lambda: run_eval(config, run_dir, progress=False, report=False))
+        with tuned_gc():  # as `taketurns eval` runs it (the CLI tunes its own process)
+            result = trio.run(lambda: run_eval(config, run_dir, progress=False, report=False))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     agents = result.summary["agents"].values()
     calls = round(sum(a["turns_mean"] * a["traces"] for a in agents))

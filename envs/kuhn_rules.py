@@ -98,24 +98,26 @@ def narrate(history: Sequence[str]) -> str:
 
 
 def parse_action(text: str, legal: Sequence[str]) -> str:
-    """The one legal action ``text`` names in brackets (case-insensitive). Bracketed
-    text that is not an action word is ignored; naming the same action twice is still
-    one action. Raises ``InvalidAnswer`` when there is no action, more than one, or
-    an illegal one."""
+    """The one legal action ``text`` names in brackets (case-insensitive), as the
+    prompt asks: exactly one bracketed action. Bracketed text that is not an action
+    word is ignored. Raises ``InvalidAnswer`` when there is no action, more than one
+    (the same action named twice included), or an illegal one."""
     found = _BRACKETED.findall(text)
     if len(found) == 1:  # the usual answer: one bracketed word, no list work
         action = found[0].strip().lower()
         if action in legal:
             return action
-    named = [m.strip().lower() for m in found]
-    actions = list(dict.fromkeys(a for a in named if a in ACTIONS))
+    actions = [a for a in (m.strip().lower() for m in found) if a in ACTIONS]
     if not actions:
         raise InvalidAnswer("your answer has no bracketed action")
     if len(actions) > 1:
-        raise InvalidAnswer(
-            f"your answer names {len(actions)} different actions ({', '.join(actions)}); "
-            "name exactly one"
+        different = list(dict.fromkeys(actions))
+        what = (
+            f"{len(different)} different actions ({', '.join(different)})"
+            if len(different) > 1
+            else f"[{actions[0]}] {len(actions)} times"
         )
+        raise InvalidAnswer(f"your answer names {what}; name exactly one bracketed action")
     if actions[0] not in legal:
         raise InvalidAnswer(f"{actions[0]} is not a legal action now")
     return actions[0]

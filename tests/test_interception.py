@@ -768,7 +768,8 @@ async def test_the_openai_sdk_against_a_rollout(
 ) -> None:
     """What an agent program would do: the official SDK (in a worker thread: it is
     blocking), with its own retries, streaming, and a terminal refusal."""
-    openai = pytest.importorskip("openai")
+    import openai  # in the test extra
+
     model = ScriptedModel(
         "plain answer",
         ModelEndpointError("flaky", status=503, retryable=True),

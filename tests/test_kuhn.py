@@ -194,7 +194,6 @@ LEGAL_OPEN = ("check", "bet")
     [
         ("[bet]", "bet"),
         ("I will [ChEcK].", "check"),
-        ("[BET] because [bet] is strong", "bet"),
         ("[thinking: a Q is weak] so [check] [gg]", "check"),
         ("[ check ]", "check"),
     ],
@@ -211,6 +210,9 @@ def test_parse_accepts_one_action(text: str, action: str) -> None:
         ("[check] [bet]", "2 different actions"),
         ("[check] or [bet]", "2 different actions"),
         ("[Check] then [BET] then [check]", "2 different actions"),
+        ("[BET] because [bet] is strong", r"\[bet\] 2 times; name exactly one"),
+        ("[bet] [bet]", r"\[bet\] 2 times"),
+        ("[check] [gg] [check] [check]", r"\[check\] 3 times"),
         ("[call]", "call is not a legal action now"),
     ],
 )
@@ -225,7 +227,7 @@ async def test_mixed_case_and_other_brackets_count_in_play() -> None:
         env,
         task_for(env, ("K", "Q")),
         p0=Scripted("[plan] I [Bet]"),
-        p1=Scripted("[sigh] [FOLD] [FOLD]"),
+        p1=Scripted("[sigh] [FOLD]"),
     )
     assert t0.info["history"] == ["bet", "fold"]
     assert (t0.info["payoff"], t1.info["payoff"]) == (1, -1)
@@ -247,6 +249,20 @@ async def test_invalid_reply_is_reprompted_with_feedback() -> None:
     assert t0.info["history"] == ["check", "check"]
     assert (t0.info["payoff"], t1.info["payoff"]) == (1, -1)
     assert t0.metrics == {"forfeit": 0.0}
+
+
+async def test_a_repeated_action_is_invalid_and_consumes_a_retry() -> None:
+    env = KuhnPoker()  # invalid_retries=1
+    t0, t1 = await play(
+        env, task_for(env, ("K", "J")), p0=Scripted("[bet] [bet]", "[bet]"), p1=Scripted("[fold]")
+    )
+    assert len(t0.turns) == 2  # the repeat was refused and asked again
+    assert asks(t0)[1].startswith(
+        "That answer does not count: your answer names [bet] 2 times; name exactly one "
+        "bracketed action (1 try left). "
+    )
+    assert t0.info["history"] == ["bet", "fold"]
+    assert (t0.info["payoff"], t1.info["payoff"]) == (1, -1)
 
 
 async def test_no_retries_forfeits_at_the_first_invalid_reply() -> None:
@@ -272,7 +288,7 @@ async def test_forfeit_after_the_last_retry() -> None:
     )
     assert third.startswith(
         "That answer does not count: your answer names 2 different actions (check, bet); "
-        "name exactly one (1 try left). "
+        "name exactly one bracketed action (1 try left). "
     )
     assert second.endswith(ask_text(["check"]))
     assert third.endswith(ask_text(["check"]))

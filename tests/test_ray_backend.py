@@ -1,6 +1,7 @@
 """``--backend ray`` on a local two-CPU Ray cluster started by this module: the same
 records as the local backend, a dead worker's pairs redone exactly once, ``--resume``
-across backends. The Ray tests skip where Ray is not installed (``taketurns[ray]``)."""
+across backends. The test extra installs Ray (``taketurns[ray]``); without it these fail
+naming it."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def ray_cluster() -> Iterator[Any]:
         # read by Ray at import: every Ray process on 127.0.0.1; no usage reports
         mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
-        ray = pytest.importorskip("ray")
+        import ray  # the test extra installs it: missing, this fails and names it
+
         ray.init(
             num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR
         )

@@ -455,7 +455,7 @@ def _png_rgb(data: bytes) -> tuple[int, int, list[list[tuple[int, ...]]]]:
 def test_report_renders_in_headless_chromium(kuhn_run: Path, tmp_path: Path) -> None:
     binary = _chromium()
     if binary is None:
-        pytest.skip(f"no chromium binary on PATH; install it with: {APT_INSTALL}")
+        pytest.fail(f"no chromium binary on PATH; install it with: {APT_INSTALL}")
     report = write_report(kuhn_run)
     url = report.resolve().as_uri()
     dumped = _browse(binary, tmp_path / "profile-dom", "--dump-dom", url)

@@ -1,9 +1,11 @@
 """Rubrics: ``@reward`` / ``@metric`` functions that score a trace against its task,
 and ``@stop`` hooks that end a rollout.
 
-A reward or metric is ``fn(task, trace) -> float`` (sync or async); a stop hook is
-``fn(trace) -> bool`` (sync or async), checked before every model call and before a
-segment launches. Mark methods on an env or taskset class, or plain functions, and
+A reward or metric is ``fn(task, trace) -> float``: a plain function, a coroutine
+function, or a plain function returning an awaitable (e.g. one calling an async judge);
+all three are scored the same way, inside the session's shielded, timed close. A stop
+hook is ``fn(trace) -> bool`` (sync or async), checked before every model call and
+before a segment launches. Mark methods on an env or taskset class, or plain functions, and
 collect them with ``Rubric.of(obj)`` / ``Rubric(fns)``.
 """
 
@@ -55,9 +57,6 @@ class _Scorer:
     name: str
     fn: Callable[..., Any]
     weight: float
-    is_async: bool = attrs.field(
-        default=attrs.Factory(lambda self: inspect.iscoroutinefunction(self.fn), takes_self=True)
-    )
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:
@@ -83,14 +82,6 @@ class Rubric:
     rewards: tuple[_Scorer, ...] = ()
     metrics: tuple[_Scorer, ...] = ()
     stops: tuple[_Scorer, ...] = ()
-    # no reward or metric is a coroutine function: scoring need not yield (computed
-    # once: every session asks)
-    is_sync: bool = attrs.field(init=False, eq=False, repr=False)
-
-    def __attrs_post_init__(self) -> None:
-        object.__setattr__(
-            self, "is_sync", not any(s.is_async for s in self.rewards + self.metrics)
-        )
 
     @classmethod
     def from_functions(cls, fns: Iterable[Callable[..., Any]]) -> Rubric:

@@ -1,14 +1,19 @@
 """``ChatSession``: the exchange. Whoever calls ``turn(message)`` is the user.
 
-Each ``turn()`` runs exactly one harness segment under the session's lock (a fair
-lock: concurrent callers are served FIFO and segments never interleave).
-``close()`` runs finalize and scoring exactly once, shielded and timed, then hands the
-trace to its owner. Leaving ``async with agent.chat(task)`` closes the session however
-the block is left.
+Each ``turn()`` runs exactly one harness segment under the session's lock (a
+``trio.Lock``: concurrent callers are served FIFO and segments never interleave). A
+``turn()`` or ``close()`` from inside the session's own running segment (a tool calling
+back into its session, in the segment's task or a task it spawned) is refused with
+``SessionError``: it could only wait for itself.
+``close()`` runs finalize and scoring exactly once, in one shielded cancel scope bounded
+by ``timeouts.scoring_s``, then hands the trace to its owner, whatever the scorers are
+and however the close came about. Leaving ``async with agent.chat(task)`` closes the
+session however the block is left.
 """
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import math
 import time
@@ -23,6 +28,7 @@ from taketurns._errors import (
     ModelEndpointError,
     RolloutStopped,
     SessionClosed,
+    SessionError,
     SessionOver,
     TurnError,
 )
@@ -88,53 +94,21 @@ def _condition_of(exc: Exception) -> str | None:
     return None
 
 
-class _Turnstile:
-    """The session's lock: FIFO, handed directly to the next waiter on release.
-
-    ``trio.Lock`` does the same plus owner tracking (a parking-lot breaker per
-    acquisition); a session needs neither, and its lock is taken on every turn and
-    close, so this one is kept to a flag and a parking lot made on first contention.
-    Callers pair ``acquire``/``acquire_nowait`` with ``release`` in ``try/finally``."""
-
-    __slots__ = ("_busy", "_waiters")
-
-    def __init__(self) -> None:
-        self._busy = False
-        self._waiters: trio.lowlevel.ParkingLot | None = None
-
-    def locked(self) -> bool:
-        return self._busy
-
-    def acquire_nowait(self) -> bool:
-        """Take the lock if it is free; True when taken. Not a checkpoint."""
-        if self._busy:
-            return False
-        self._busy = True
-        return True
-
-    async def acquire(self) -> None:
-        """Wait FIFO for the lock. A checkpoint only when it has to wait (callers
-        that need one on every path add it)."""
-        if self.acquire_nowait():
-            return
-        if self._waiters is None:
-            self._waiters = trio.lowlevel.ParkingLot()
-        await self._waiters.park()  # woken by release() with the lock already ours
-
-    def release(self) -> None:
-        if self._waiters:
-            self._waiters.unpark()  # hand over: the lock stays taken
-        else:
-            self._busy = False
+# The sessions whose segment is running in this context: set around each segment, so
+# the segment's own task and every task it spawns (trio copies the context) see it.
+_RUNNING: contextvars.ContextVar[tuple[ChatSession, ...]] = contextvars.ContextVar(
+    "taketurns_running_segments", default=()
+)
 
 
 class ChatSession:
     """Created by ``Agent.chat``; not constructed directly.
 
-    ``turn`` and ``close`` are checkpoints. ``turn`` raises ``TurnError`` (a
-    ValueError) for the wrong opening, ``SessionOver`` after the run ended and
-    ``SessionClosed`` after close; everything that goes wrong inside the segment is
-    recorded on the trace and reported as ``Reply(stopped=True)``."""
+    ``turn`` and ``close`` are checkpoints on every path. ``turn`` raises ``TurnError``
+    (a ValueError) for the wrong opening, ``SessionOver`` after the run ended,
+    ``SessionClosed`` after close, and both raise ``SessionError`` when called from
+    inside this session's own running segment; everything that goes wrong inside the
+    segment is recorded on the trace and reported as ``Reply(stopped=True)``."""
 
     __slots__ = (
         "_close_reason",
@@ -142,7 +116,6 @@ class ChatSession:
         "_closing",
         "_done",
         "_lock",
-        "_may_block_at_close",
         "_on_close",
         "_segment_scope",
         "_state",
@@ -177,7 +150,7 @@ class ChatSession:
         self.mask_prompt = mask_prompt
         self._trace = trace
         self._on_close = on_close
-        self._lock = _Turnstile()
+        self._lock = trio.Lock()
         self._state = SessionState.FRESH
         self._closing = False
         self._close_reason = "user_closed"
@@ -185,7 +158,6 @@ class ChatSession:
         self._done = False  # the first close() has finished
         self._segment_scope: trio.CancelScope | None = None
         self.discard = False  # set by Agent.run for a retried attempt: not scored
-        self._may_block_at_close = type(harness).aclose is not Harness.aclose or not rubric.is_sync
         # what a cancellation means when it closes the session (the episode knows)
         self.cancel_reason: Callable[[], str] = lambda: "cancelled"
 
@@ -205,36 +177,26 @@ class ChatSession:
 
     async def turn(self, message: UserInput | None = None) -> Reply:
         """Send one user turn and run one harness segment; see the class docstring."""
-        await self._acquire()
-        try:
+        await self._refuse_reentry("turn")
+        async with self._lock:  # FIFO; a checkpoint on every path
             if self._state is SessionState.CLOSED or self._closing:
-                await trio.lowlevel.cancel_shielded_checkpoint()
                 raise SessionClosed()
             if self._state is SessionState.OVER:
-                await trio.lowlevel.cancel_shielded_checkpoint()
                 raise SessionOver(self._trace.stop_condition)
-            try:
-                new = self._accept(message)
-            except TurnError:
-                await trio.lowlevel.cancel_shielded_checkpoint()
-                raise
-            return await self._run_segment(new)
-        finally:
-            self._lock.release()
+            return await self._run_segment(self._accept(message))
 
-    async def _acquire(self) -> None:
-        """Take the session lock, FIFO behind any waiter. Uncontended it costs no
-        scheduler round trip, only a cancellation point: the schedule point of a turn
-        is its model call (refusals and errors checkpoint explicitly), so a turn is
-        still a full checkpoint on every path."""
-        if not self._lock.acquire_nowait():
-            await self._lock.acquire()
-            return
-        try:
-            await trio.lowlevel.checkpoint_if_cancelled()
-        except BaseException:
-            self._lock.release()
-            raise
+    async def _refuse_reentry(self, call: str) -> None:
+        """Raise ``SessionError`` when this session's own segment is running in the
+        caller's context (its lock is held by the caller's own segment: waiting would
+        never end). A checkpoint before raising."""
+        if self in _RUNNING.get():
+            await trio.lowlevel.checkpoint()
+            raise SessionError(
+                f"{call}() called from inside this session's own running segment (a tool "
+                "or harness calling back into its session); the segment holds the "
+                f"session, so {call}() would wait for itself. Return to the caller of "
+                "turn() first, or use another session."
+            )
 
     def _accept(self, message: UserInput | None) -> list[Message]:
         if self._state is SessionState.FRESH:
@@ -290,9 +252,9 @@ class ChatSession:
         if condition is None and deadline <= start:
             condition = which
         if condition is not None:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            return self._end(condition, ())
+            return self._end(condition, ())  # the lock's acquire was the checkpoint
         rollout._start_segment()
+        running = _RUNNING.set((*_RUNNING.get(), self))
         try:
             with trio.CancelScope(deadline=deadline) as scope:
                 self._segment_scope = scope
@@ -310,6 +272,7 @@ class ChatSession:
                 trace.errors.append(ErrorInfo.of("harness", exc))
                 condition = "harness_error"
         finally:
+            _RUNNING.reset(running)
             self._segment_scope = None
             trace.timing.agent_s += trio.current_time() - start
         if condition is None and scope.cancelled_caught:
@@ -335,8 +298,12 @@ class ChatSession:
     async def close(self, *, reason: str = "user_closed") -> Trace:
         """Close the session: idempotent. If the run is still open it is stamped with
         ``reason``; a segment still running is cancelled. Finalize and scoring run
-        exactly once, shielded from outside cancellation and bounded by the scoring
-        timeout; then the trace joins its episode."""
+        exactly once in one cancel scope, shielded from outside cancellation and
+        bounded by ``timeouts.scoring_s`` once the lock is ours (rewards still
+        unfinished then score 0.0, with an error); the trace joins its owner on every
+        path. A later ``close()`` waits for the first one, then returns. A checkpoint:
+        a cancellation pending when close is done is raised then (nothing is lost)."""
+        await self._refuse_reentry("close")
         if self._closing:
             await self._wait_closed()
             return self._trace
@@ -344,13 +311,19 @@ class ChatSession:
         self._close_reason = reason
         if self._segment_scope is not None:
             self._segment_scope.cancel()
-        if not self._may_block_at_close and not self._lock.locked():
-            await self._close_unblocked(reason)
-            # the checkpoint comes after the session is closed (trio's aclose idiom: a
-            # cancellation raised there loses nothing)
-            await trio.lowlevel.checkpoint()
-        else:
-            await self._close_shielded(reason)
+        start: float | None = None
+        try:
+            with trio.CancelScope(shield=True) as scope:
+                async with self._lock:  # behind any turn() already waiting
+                    self._mark_closed(reason)
+                    start = trio.current_time()
+                    scope.deadline = start + self.timeouts.scoring_s
+                    await self._finalize_and_score()
+            if scope.cancelled_caught:
+                self._scoring_timed_out()
+        finally:
+            self._joined(trio.current_time() if start is None else start)
+        await trio.lowlevel.checkpoint_if_cancelled()
         return self._trace
 
     async def _wait_closed(self) -> None:
@@ -366,43 +339,6 @@ class ChatSession:
         if self._trace.stop_condition is None:
             self._trace.stop_condition = reason
         self._state = SessionState.CLOSED
-
-    async def _close_unblocked(self, reason: str) -> None:
-        """The lock is free and finalize + scoring are synchronous (``harness.aclose``
-        is the base no-op): nothing here can block or be cancelled, so no shield or
-        deadline is needed."""
-        self._lock.acquire_nowait()
-        try:
-            self._mark_closed(reason)
-            start = trio.current_time()
-            if not self.discard:
-                await self.rubric.score(self.task, self._trace)  # sync scorers: no yield
-        finally:
-            self._lock.release()
-        self._joined(start)
-
-    async def _close_shielded(self, reason: str) -> None:
-        """One scope: shielded from outside cancellation, and (once the lock is ours)
-        bounded by the scoring timeout."""
-        start: float | None = None
-        try:
-            with trio.CancelScope(shield=True) as scope:
-                await self._acquire()
-                try:
-                    await trio.lowlevel.cancel_shielded_checkpoint()  # close's schedule point
-                    self._mark_closed(reason)
-                    start = trio.current_time()
-                    if self._may_block_at_close:
-                        # a deadline can only strike at a checkpoint: skip it when
-                        # finalize and scoring are synchronous (they cannot hang here)
-                        scope.deadline = start + self.timeouts.scoring_s
-                    await self._finalize_and_score()
-                finally:
-                    self._lock.release()
-            if scope.cancelled_caught:
-                self._scoring_timed_out()
-        finally:
-            self._joined(trio.current_time() if start is None else start)
 
     def _joined(self, start: float) -> None:
         """The last step of close, whatever happened: bookkeeping, the trace joins

@@ -1,0 +1,228 @@
+"""The distribution: one import package, ``taketurns``, that installs beside the PyPI
+packages that own the top-level names ``envs`` and ``harnesses`` without touching them;
+and an import graph free of cycles, with the core (engine/) never importing the built-in
+envs or harnesses (STYLE.md item 1).
+
+The wheel is built from this checkout and installed into a fresh virtualenv (it sees
+this interpreter's site-packages for taketurns' own dependencies) beside
+``envs==1.4`` and ``harnesses==0.1.1``, all with ``--no-deps``; the neighbours come from
+the package index, as a user's would."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDERS = {"engine": "taketurns", "envs": "taketurns.envs", "harnesses": "taketurns.harnesses"}
+NEIGHBOURS = ("envs==1.4", "harnesses==0.1.1")
+
+
+def _run(*cmd: str | Path, cwd: Path | None = None) -> str:
+    done = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, f"{cmd}: {done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    _run(
+        sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, REPO,
+    )  # fmt: skip
+    (built,) = out.glob("taketurns-*.whl")
+    return built
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"taketurns"}
+    for module in ("__init__.py", "envs/kuhn.py", "harnesses/program.py", "_exchange/null.py"):
+        assert f"taketurns/{module}" in names
+    entry_points = zipfile.ZipFile(wheel).read(
+        next(n for n in names if n.endswith("entry_points.txt"))
+    )
+    targets = [
+        line.split("=", 1)[1].strip() for line in entry_points.decode().splitlines() if "=" in line
+    ]
+    assert targets
+    assert all(t.startswith("taketurns.") for t in targets), targets
+
+
+@pytest.mark.slow
+def test_installs_beside_envs_and_harnesses_each_still_itself(wheel: Path, tmp_path: Path) -> None:
+    home = tmp_path / "venv"
+    venv.create(home, system_site_packages=True, with_pip=True)
+    python = home / "bin" / "python"
+    _run(python, "-m", "pip", "install", "-q", "--no-deps", *NEIGHBOURS)
+    _run(python, "-m", "pip", "install", "-q", "--no-deps", wheel)
+    probe = (
+        "import importlib.metadata as md, pathlib, sys\n"
+        "import envs, taketurns\n"
+        "from taketurns import Agent, Env, Task, reward, run_eval\n"
+        "from taketurns.envs.kuhn import KuhnPoker\n"
+        "import taketurns.harnesses.program\n"
+        "site = pathlib.Path(sys.prefix)\n"
+        "assert pathlib.Path(taketurns.__file__).is_relative_to(site), taketurns.__file__\n"
+        "assert pathlib.Path(envs.__file__).is_relative_to(site), envs.__file__\n"
+        "assert envs.validate_boolean('true') is True  # the PyPI envs, intact\n"
+        "h = pathlib.Path(envs.__file__).parents[1] / 'harnesses' / '__init__.py'\n"
+        "assert '__version__ = \"0.1.1\"' in h.read_text()  # the PyPI harnesses, intact\n"
+        "ours = {str(f).split('/')[0] for f in md.files('taketurns')}\n"
+        "assert ours - {'..'} == {'taketurns', 'taketurns-0.1.0.dist-info'}, ours\n"
+        "print('ok')\n"
+    )
+    assert _run(python, "-c", probe, cwd=tmp_path).strip() == "ok"
+    # the console script runs the main job from that install
+    out = tmp_path / "run"
+    _run(home / "bin" / "taketurns", "eval", "kuhn-poker", "-n", "2", "-o", out, "--no-progress")
+    assert (out / "episodes.jsonl").read_text().count("\n") == 2
+
+
+# --- the import graph -------------------------------------------------------------
+
+
+def _module_name(path: Path) -> str:
+    folder, *rest = path.relative_to(REPO).with_suffix("").parts
+    parts = [FOLDERS[folder], *rest]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Every module ``module`` imports, at module level or inside functions (a lazy
+    import is still a dependency), leaving out ``if TYPE_CHECKING:`` blocks."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module if is_package else module.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{base}" if base else package
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    files = [p for folder in FOLDERS for p in (REPO / folder).rglob("*.py")]
+    names = {_module_name(p): p for p in files}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        tree = ast.parse(path.read_text(), str(path))
+        deps = _imports(tree, name, path.name == "__init__.py")
+        graph[name] = {d for d in deps if d in names and d != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def test_the_import_graph_has_no_cycles() -> None:
+    graph = _graph()
+    assert len(graph) > 60  # the walk saw the whole package
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles(graph) == []
+
+
+def test_the_core_never_imports_the_built_in_envs_or_harnesses() -> None:
+    graph = _graph()
+    core = {m for m in graph if not m.startswith(("taketurns.envs", "taketurns.harnesses"))}
+    for module in sorted(core):
+        bad = {d for d in graph[module] if d.startswith(("taketurns.envs", "taketurns.harnesses"))}
+        assert not bad, f"{module} imports {sorted(bad)}"
+
+
+def test_built_in_envs_and_harnesses_use_only_the_public_api() -> None:
+    graph = _graph()
+    for module in sorted(graph):
+        if not module.startswith(("taketurns.envs", "taketurns.harnesses")):
+            continue
+        private = {
+            d
+            for d in graph[module]
+            if d.startswith("taketurns._") or d.startswith("taketurns.testing")
+        }
+        assert not private, f"{module} imports private modules {sorted(private)}"
+
+
+def _subpackage(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def test_the_engines_subpackages_depend_downward_only() -> None:
+    graph = _graph()
+    layers: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        if module.startswith(("taketurns.envs", "taketurns.harnesses")) or module == "taketurns":
+            continue
+        layers.setdefault(_subpackage(module), set()).update(
+            _subpackage(d) for d in deps if d != "taketurns"
+        )
+    for layer, deps in layers.items():
+        deps.discard(layer)
+    assert _cycles(layers) == [], layers
