@@ -353,3 +353,20 @@ def test_the_error_lines_are_one_per_problem(
     bullets = [line for line in err.splitlines() if line.startswith("  - ")]
     assert len(bullets) == 3, err
     nothing_written(here)
+
+
+@pytest.mark.parametrize("columns", ["40", "80", "200"])
+def test_each_problem_is_one_line_at_any_width(
+    columns: str, here: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    long_name = "not-a-number-" + "x" * 90
+    argv = ["eval", "kuhn-poker", "-o", "run", f"--env.player0.retries={long_name}"]
+    assert main([*argv, "--env.player1.retries=-1"]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[0] == "error:"
+    assert all(line.startswith("  - ") for line in lines[1:]), err  # no wrapped tails
+    assert len(lines) == 3, err
+    assert any(long_name in line and "expected an integer" in line for line in lines), err
+    nothing_written(here)
