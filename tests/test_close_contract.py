@@ -159,6 +159,29 @@ async def test_scoring_timeout_bounds_every_waiting_shape(shape: str, autojump_c
     assert trio.current_time() == start
 
 
+async def test_a_cut_off_scoring_keeps_what_finished(autojump_clock: Any) -> None:
+    calls: list[str] = []
+    scorers = _scorers(calls, delay=30)
+    joined: list[Trace] = []
+    agent = make_agent(
+        rewards=[scorers["sync"], scorers["awaitable"], scorers["nan"], scorers["async"]],
+        timeouts=Timeouts(scoring_s=SCORING_S),
+        on_close=joined.append,
+    )
+    async with agent.chat(TASK) as session:
+        await session.turn()
+    trace = session.trace
+    assert joined == [trace]
+    assert calls == ["sync", "awaitable"]  # scoring stopped inside the second
+    assert trace.rewards == {
+        "sync_reward": 1.0,  # finished before the deadline: kept
+        "awaitable_reward": 0.0,
+        "nan_reward": 0.0,
+        "async_reward": 0.0,
+    }
+    assert trace.reward == 1.0
+
+
 @pytest.mark.parametrize("shape", sorted(WAITING))
 async def test_cancelled_close_with_a_slow_scorer_is_still_bounded(
     shape: str, autojump_clock: Any
