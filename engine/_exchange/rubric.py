@@ -121,14 +121,21 @@ class Rubric:
                 return hook.name
         return None
 
-    async def score(self, task: Task, trace: Trace) -> None:
+    async def score(
+        self, task: Task, trace: Trace, *, before_wait: Callable[[], None] | None = None
+    ) -> None:
         """Run every reward and metric once, writing ``rewards``, ``reward`` and
         ``metrics`` on the trace. A function that raises (or returns a non-number)
-        scores 0.0 and its error is recorded; the caller bounds the time."""
+        scores 0.0 and its error is recorded. The caller bounds the time (the
+        session's close); ``before_wait`` is called before the first await of a
+        scorer's awaitable (a coroutine function's, or one a plain function
+        returned): a checkpoint only then."""
         total = 0.0
         for scorer in self.rewards:
             value = _value(scorer, task, trace)
             if not isinstance(value, float):
+                if before_wait is not None:
+                    before_wait()
                 value = await _settle(scorer, trace, value)
             trace.rewards[scorer.name] = value
             total += scorer.weight * value
@@ -136,6 +143,8 @@ class Rubric:
         for scorer in self.metrics:
             value = _value(scorer, task, trace)
             if not isinstance(value, float):
+                if before_wait is not None:
+                    before_wait()
                 value = await _settle(scorer, trace, value)
             trace.metrics[scorer.name] = value
 
