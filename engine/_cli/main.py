@@ -19,16 +19,19 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
 import trio
 from rich.console import Console
 
 from taketurns._backends.processes import WorkerError
 from taketurns._backends.shards import WorkerLost
 from taketurns._config.options import EvalConfig
+from taketurns._config.reference import absolute, is_reference, reference_name
 from taketurns._config.registry import envs, tasksets
 from taketurns._config.settings import dump_toml, load_eval_config, read_toml
 from taketurns._errors import ConfigError
-from taketurns._eval.plan import Plan, make_env, preflight
+from taketurns._eval.plan import Plan, env_class, make_env, preflight
+from taketurns._eval.taskset import Taskset
 from taketurns._gc import tuned_gc
 from taketurns._output.rundir import RunDir
 from taketurns._output.summary import render
@@ -124,9 +127,17 @@ def _split_overrides(extra: Sequence[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _default_dir(env_id: str, model: str) -> Path:
+def _default_dir(name: str, model: str) -> Path:
+    """``outputs/<env>--<model>--<time>``, with ``-2``, ``-3``... when two runs start
+    in the same second."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("outputs") / f"{env_id}--{model.replace('/', '_')}--{stamp}"
+    clean = name.replace(":", ".").replace("/", "_")
+    base = Path("outputs") / f"{clean}--{model.replace('/', '_')}--{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalConfig, str]:
@@ -136,23 +147,45 @@ def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalCo
     flags = [(field, getattr(args, flag)) for flag, field in _FLAGS.items()]
     overrides = [(f, str(v)) for f, v in flags if v is not None] + overrides
     file_data = read_toml(args.config) if args.config else {}
+    if args.config and _is_own_dir(file_data.get("output_dir"), Path(args.config).parent):
+        # a run directory's own config.toml (older runs stored their location): a
+        # rerun goes to a new directory
+        file_data.pop("output_dir")
     if args.resume and args.output_dir and not args.config:
         stored = Path(args.output_dir) / "config.toml"
         file_data = read_toml(stored) if stored.exists() else {}
     env_id = args.env or file_data.get("env_id")
     if not env_id:
         raise ConfigError("env: name the env to run (taketurns eval ENV); see `taketurns envs`")
-    name = env_id
-    if env_id not in envs.ids() and env_id in tasksets.ids():
+    env_id = str(env_id)
+    name = reference_name(env_id) if is_reference(env_id) else env_id
+    is_taskset = _is_taskset(env_id)  # imports a reference: a bad one is refused here
+    if not is_taskset:
+        env_class(env_id, field="env")
+    env_id = absolute(env_id)  # a file reference reruns from any directory
+    if is_taskset:
         # a bare taskset runs under the single-agent env (one-shot agent.run)
         env_section = dict(file_data.get("env") or {})
         env_section.setdefault("taskset", env_id)
         file_data = {**file_data, "env": env_section}
         env_id = SINGLE_AGENT
     file_data = {**file_data, "env_id": env_id}
-    env_cls = envs.get(env_id, field="env")
+    env_cls = env_class(env_id, field="env")
     config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
     return config, name
+
+
+def _is_taskset(env_id: str) -> bool:
+    """Whether ``env_id`` names a taskset (registered, or a ``Taskset`` class by
+    reference) rather than an env."""
+    if env_id in envs.ids():
+        return False
+    if env_id in tasksets.ids():
+        return True
+    if not is_reference(env_id):
+        return False
+    obj = envs.get(env_id, field="env")  # imports it: a bad reference is refused here
+    return isinstance(obj, type) and issubclass(obj, Taskset)
 
 
 def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> RunDir:
@@ -162,7 +195,9 @@ def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> Ru
     config.output_dir = str(out)
     run_dir = RunDir(out)
     run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
-    text = dump_toml(config)
+    # the directory's own location is not part of the config: `-C DIR/config.toml`
+    # reruns into a new directory, and a moved run directory still resumes
+    text = dump_toml(attrs.evolve(config, output_dir=None))
     if args.resume and run_dir.config_path.exists():
         if _semantic(read_toml(run_dir.config_path)) != _semantic(tomllib.loads(text)):
             raise ConfigError(
@@ -182,7 +217,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     if config.backend == "ray":
         from taketurns._backends.ray import require_ray
 
-        require_ray()
+        require_ray(config.env_id)
     tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
     trio.run(preflight, config, env)
     run_dir = _open_run_dir(args, config, name)
@@ -221,7 +256,13 @@ def _report(run_dir: Path, console: Console) -> int:
 
 
 def _semantic(data: dict[str, object]) -> dict[str, object]:
-    return {k: v for k, v in data.items() if k not in _EXECUTION}
+    return {k: v for k, v in data.items() if k not in (*_EXECUTION, "output_dir")}
+
+
+def _is_own_dir(output_dir: object, folder: Path) -> bool:
+    if not isinstance(output_dir, str):
+        return False
+    return Path(output_dir).resolve() == folder.resolve()
 
 
 def _serve(args: argparse.Namespace, console: Console) -> int:

@@ -22,7 +22,7 @@ from taketurns._exchange.trace import EpisodeInfo, Trace
 from taketurns._models.builtin import BuiltinModel, is_builtin
 from taketurns._models.model import ModelClient
 
-__all__ = ["Plan", "make_env", "preflight", "resolve_role"]
+__all__ = ["Plan", "env_class", "make_env", "preflight", "resolve_role"]
 
 
 def resolve_role(config: EvalConfig, env: Env, role: str, agent: AgentConfig) -> AgentConfig:
@@ -126,7 +126,19 @@ class Plan:
                 await harness.shutdown()
 
 
+def env_class(env_id: str, *, field: str = "env_id") -> type[Env]:
+    """The env class ``env_id`` names: a registered id or a reference
+    (``./file.py:Class``, ``package.module:Class``). Raises ``ConfigError`` naming
+    ``field`` for an unknown id, a bad reference, or a class that is not an ``Env``."""
+    cls = envs.get(env_id, field=field)
+    if not (isinstance(cls, type) and issubclass(cls, Env)):
+        raise ConfigError(
+            f"{field} = {env_id!r}: {cls!r} is not an Env subclass (nor a Taskset, which "
+            "runs under single-agent); see the README, Writing an env"
+        )
+    return cls
+
+
 def make_env(config: EvalConfig) -> Env:
-    env_cls = envs.get(config.env_id, field="env_id")
-    env: Env = env_cls(config.env)
-    return env
+    """The eval's env, built from ``config.env``; ``ConfigError`` as ``env_class``."""
+    return env_class(config.env_id)(config.env)
