@@ -17,6 +17,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import attrs
@@ -49,6 +50,10 @@ _FLAGS = {
     "base_url": "base_url",
     "api_key_var": "api_key_var",
     "episode_timeout": "episode_timeout_s",
+    "request_timeout": "request_timeout_s",
+    "request_retries": "request_retries",
+    "request_backoff": "request_backoff_s",
+    "preflight_timeout": "preflight_timeout_s",
     "max_concurrent_calls": "max_concurrent_calls",
     "backend": "backend",
     "workers": "workers",
@@ -82,6 +87,23 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://host:8000/v1")
     ev.add_argument("--api-key-var", help="environment variable holding the API key")
     ev.add_argument("--episode-timeout", type=float, help="seconds per episode")
+    # no type=float/int below: a bad value is refused by the config, naming the field
+    ev.add_argument(
+        "--request-timeout", metavar="S", help="seconds a model request may wait (default: 600)"
+    )
+    ev.add_argument(
+        "--request-retries", metavar="N", help="retries of a failed model call (default: 3)"
+    )
+    ev.add_argument(
+        "--request-backoff",
+        metavar="S",
+        help="first wait before a retry, doubled each time (default: 0.5)",
+    )
+    ev.add_argument(
+        "--preflight-timeout",
+        metavar="S",
+        help="seconds for the endpoint check before the first episode (default: 30)",
+    )
     ev.add_argument("--max-concurrent-calls", type=int, help="cap on model calls at once")
     ev.add_argument(
         "--backend", help="where episodes run: local (default), ray, or processes (on this machine)"
@@ -199,7 +221,7 @@ def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> Ru
     # reruns into a new directory, and a moved run directory still resumes
     text = dump_toml(attrs.evolve(config, output_dir=None))
     if args.resume and run_dir.config_path.exists():
-        if _semantic(read_toml(run_dir.config_path)) != _semantic(tomllib.loads(text)):
+        if _stored(run_dir.config_path, config) != _semantic(tomllib.loads(text)):
             raise ConfigError(
                 f"--resume: the config differs from {run_dir.config_path}; resume with the "
                 "same options (or none: the stored config is reused)"
@@ -219,7 +241,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
 
         require_ray(config.env_id)
     tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
-    trio.run(preflight, config, env)
+    trio.run(partial(preflight, say=lambda text: console.print(text, highlight=False)), config, env)
     run_dir = _open_run_dir(args, config, name)
     try:
         with tuned_gc():  # this process is the CLI's own
@@ -255,6 +277,18 @@ def _report(run_dir: Path, console: Console) -> int:
     return 0
 
 
+def _stored(path: Path, config: EvalConfig) -> dict[str, object]:
+    """A run directory's stored config as this version writes it (options added since
+    take their defaults), for comparison."""
+    try:
+        stored = load_eval_config(type(config.env), file_data=read_toml(path))
+    except ConfigError as exc:
+        raise ConfigError(
+            [f"--resume: {path} no longer loads; rerun into a new directory", *exc.problems]
+        ) from None
+    return _semantic(tomllib.loads(dump_toml(attrs.evolve(stored, output_dir=None))))
+
+
 def _semantic(data: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in data.items() if k not in (*_EXECUTION, "output_dir")}
 
@@ -266,8 +300,6 @@ def _is_own_dir(output_dir: object, folder: Path) -> bool:
 
 
 def _serve(args: argparse.Namespace, console: Console) -> int:
-    from functools import partial
-
     from taketurns._http.server import serve
     from taketurns._models.builtin import BuiltinModel
 

@@ -51,25 +51,42 @@ def _client_for(config: EvalConfig, role: str, agent: AgentConfig) -> ModelClien
         agent.base_url,
         api_key_var=agent.api_key_var,
         timeout=config.request_timeout_s,
+        retries=config.request_retries,
+        backoff=config.request_backoff_s,
         concurrency=config.concurrency * 2,
     )
 
 
-async def preflight(config: EvalConfig, env: Env) -> None:
+async def preflight(
+    config: EvalConfig, env: Env, *, say: Callable[[str], None] | None = None
+) -> None:
     """Call every distinct endpoint once with throwaway clients (their connections
-    belong to this trio run). Raises ``ConfigError`` naming the failing endpoint."""
+    belong to this trio run), each check bounded by ``config.preflight_timeout_s``
+    (retries included); ``say`` hears which endpoint is being checked. Raises
+    ``ConfigError`` naming the failing endpoint."""
     seen = set()
+    limit = config.preflight_timeout_s
     for role, agent in env.roles.items():
         agent = resolve_role(config, env, role, agent)
         key = (agent.model, agent.base_url, agent.api_key_var)
         if agent.base_url is None or key in seen:
             continue
         seen.add(key)
+        model = agent.model or config.model
+        if say is not None:
+            say(f"checking {agent.base_url} (model {model}; up to {limit:g} s)")
         client = _client_for(config, role, agent)
         try:
-            await client.preflight(agent.model or config.model)
+            with trio.move_on_after(limit) as scope:
+                await client.preflight(model)
         finally:
             await client.aclose()
+        if scope.cancelled_caught:
+            raise ConfigError(
+                f"preflight: model {model!r} at {agent.base_url} did not answer within "
+                f"{limit:g} s; check that the server is up and not overloaded, or allow "
+                "it longer with --preflight-timeout S"
+            )
 
 
 class Plan:
