@@ -12,6 +12,7 @@ interrupted (finished episodes are on disk; ``--resume`` continues).
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import time
@@ -153,13 +154,17 @@ def _default_dir(name: str, model: str) -> Path:
     """``outputs/<env>--<model>--<time>``, with ``-2``, ``-3``... when two runs start
     in the same second."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    clean = name.replace(":", ".").replace("/", "_")
-    base = Path("outputs") / f"{clean}--{model.replace('/', '_')}--{stamp}"
+    base = Path("outputs") / f"{_safe(name)}--{_safe(model)}--{stamp}"
     path, n = base, 1
     while path.exists():
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+
+def _safe(text: str) -> str:
+    """``text`` as a file name a shell need not quote (``duel:Duel`` -> ``duel.Duel``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text.replace(":", ".")).strip("_")
 
 
 def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalConfig, str]:
@@ -261,10 +266,12 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
         return 130
     s = result.summary
     console.print(render(s))
-    console.print(
-        f"[green]wrote {run_dir.path}[/] ({result.written} new episodes, "
-        f"{s.get('episodes_per_s', 0):.1f} episodes/s)"
-    )
+    if result.written:
+        rate = result.written / s["wall_s"] if s.get("wall_s") else 0.0
+        done = f"{result.written} new episodes, {rate:.1f} episodes/s"
+    else:
+        done = "nothing to do: every (task, rollout) pair was already written"
+    console.print(f"[green]wrote {run_dir.path}[/] ({done})", highlight=False)
     return 0
 
 
