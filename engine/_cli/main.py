@@ -27,6 +27,7 @@ from rich.console import Console
 
 from taketurns._backends.processes import WorkerError
 from taketurns._backends.shards import WorkerLost
+from taketurns._cli.parser import EXECUTION, FLAGS, parser
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
 from taketurns._config.registry import envs, tasksets
@@ -42,92 +43,6 @@ from taketurns._runner import Interrupted, run_eval
 __all__ = ["main"]
 
 SINGLE_AGENT = "single-agent"
-
-_FLAGS = {
-    "num_tasks": "num_tasks",
-    "rollouts": "rollouts",
-    "concurrency": "concurrency",
-    "model": "model",
-    "base_url": "base_url",
-    "api_key_var": "api_key_var",
-    "episode_timeout": "episode_timeout_s",
-    "request_timeout": "request_timeout_s",
-    "request_retries": "request_retries",
-    "request_backoff": "request_backoff_s",
-    "preflight_timeout": "preflight_timeout_s",
-    "max_concurrent_calls": "max_concurrent_calls",
-    "backend": "backend",
-    "workers": "workers",
-    "ray_address": "ray_address",
-}
-# how a run executes, not what it computes: --resume may change them
-_EXECUTION = ("backend", "workers", "ray_address")
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="taketurns",
-        description="Run, record and score multi-turn LLM rollouts (trio-based).",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    ev = sub.add_parser(
-        "eval",
-        help="run an env's tasks and record every episode",
-        epilog=(
-            "Any other option is a dotted config override: --env.<field>=V, "
-            "--env.<role>.model=M, --sampling.temperature=0.7 (see `taketurns envs`). "
-            "Without --base-url every role runs on the built-in model (builtin/bracket). "
-            "Exit codes: 0 done, 2 refused config, 130 interrupted (--resume continues)."
-        ),
-    )
-    ev.add_argument("env", nargs="?", help="env id (see `taketurns envs`)")
-    ev.add_argument("-n", "--num-tasks", type=int)
-    ev.add_argument("-r", "--rollouts", type=int)
-    ev.add_argument("-c", "--concurrency", type=int, help="episodes at once")
-    ev.add_argument("--model", help="model name; builtin/<policy> runs in process")
-    ev.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://host:8000/v1")
-    ev.add_argument("--api-key-var", help="environment variable holding the API key")
-    ev.add_argument("--episode-timeout", type=float, help="seconds per episode")
-    # no type=float/int below: a bad value is refused by the config, naming the field
-    ev.add_argument(
-        "--request-timeout", metavar="S", help="seconds a model request may wait (default: 600)"
-    )
-    ev.add_argument(
-        "--request-retries", metavar="N", help="retries of a failed model call (default: 3)"
-    )
-    ev.add_argument(
-        "--request-backoff",
-        metavar="S",
-        help="first wait before a retry, doubled each time (default: 0.5)",
-    )
-    ev.add_argument(
-        "--preflight-timeout",
-        metavar="S",
-        help="seconds for the endpoint check before the first episode (default: 30)",
-    )
-    ev.add_argument("--max-concurrent-calls", type=int, help="cap on model calls at once")
-    ev.add_argument(
-        "--backend", help="where episodes run: local (default), ray, or processes (on this machine)"
-    )
-    # no type=int: a bad value is refused by the config, naming the field
-    ev.add_argument("--workers", help="worker processes or Ray tasks (default: one per CPU)")
-    ev.add_argument("--ray-address", help="Ray cluster to join (default: a private local one)")
-    ev.add_argument("-C", "--config", help="TOML config file")
-    ev.add_argument("-o", "--output-dir", help="run directory")
-    mode = ev.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help="continue the run in -o DIR")
-    mode.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
-    ev.add_argument("--no-progress", action="store_true", help="no progress bar")
-    sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
-    rep = sub.add_parser("report", help="write DIR/report.html for a run directory")
-    rep.add_argument("dir", help="run directory (holds episodes.jsonl)")
-    srv = sub.add_parser("serve", help="serve the built-in model over OpenAI-compatible HTTP")
-    srv.add_argument("--policy", default="bracket", help="built-in policy (default bracket)")
-    srv.add_argument("--latency-ms", type=float, default=0.0, help="fixed latency per call")
-    srv.add_argument("--seed", type=int, default=0)
-    srv.add_argument("--host", default="127.0.0.1")
-    srv.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    return parser
 
 
 def _split_overrides(extra: Sequence[str]) -> list[tuple[str, str]]:
@@ -171,7 +86,7 @@ def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalCo
     """The validated eval config (file < flags < dotted overrides) and the name the run
     goes by (a bare taskset id runs under the single-agent env)."""
     overrides = _split_overrides(extra)
-    flags = [(field, getattr(args, flag)) for flag, field in _FLAGS.items()]
+    flags = [(field, getattr(args, flag)) for flag, field in FLAGS.items()]
     overrides = [(f, str(v)) for f, v in flags if v is not None] + overrides
     file_data = read_toml(args.config) if args.config else {}
     if args.config and _is_own_dir(file_data.get("output_dir"), Path(args.config).parent):
@@ -271,7 +186,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
         done = f"{result.written} new episodes, {rate:.1f} episodes/s"
     else:
         done = "nothing to do: every (task, rollout) pair was already written"
-    console.print(f"[green]wrote {run_dir.path}[/] ({done})", highlight=False)
+    console.print(f"[green]wrote {run_dir.path}[/] ({done})", highlight=False, soft_wrap=True)
     return 0
 
 
@@ -297,7 +212,7 @@ def _stored(path: Path, config: EvalConfig) -> dict[str, object]:
 
 
 def _semantic(data: dict[str, object]) -> dict[str, object]:
-    return {k: v for k, v in data.items() if k not in (*_EXECUTION, "output_dir")}
+    return {k: v for k, v in data.items() if k not in (*EXECUTION, "output_dir")}
 
 
 def _is_own_dir(output_dir: object, folder: Path) -> bool:
@@ -335,7 +250,7 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args, extra = _parser().parse_known_args(argv)
+    args, extra = parser().parse_known_args(argv)
     console = Console(stderr=True)
     try:
         if args.command == "eval":
