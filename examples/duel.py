@@ -18,8 +18,6 @@ class DuelConfig(EnvConfig):
 
 
 class Duel(Env):
-    """Two agents trade lines: left opens, right answers, for `rounds` rounds."""
-
     config_class = DuelConfig
 
     def tasks(self, num_tasks):
