@@ -109,7 +109,9 @@ async def run_eval(
                 async with trio.open_nursery() as nursery:
                     if handle_signals:
                         await nursery.start(_watch_signals, cancel)
-                    await _on_backend(config, env, plan, todo, record_lines)
+                    await _on_backend(
+                        config, env, plan, todo, record_lines, lambda: bar.phase("eval")
+                    )
                     nursery.cancel_scope.cancel()
             interrupted = cancel.cancelled_caught
         finally:
@@ -138,9 +140,11 @@ async def _on_backend(
     plan: Plan,
     todo: Sequence[tuple[Task, int]],
     record_lines: Callable[[list[tuple[bytes, dict[str, Any]]]], None],
+    on_started: Callable[[], None],
 ) -> None:
     """Play ``todo`` where ``config.backend`` says; each finished episode reaches
-    ``record_lines`` as its JSONL line and summary digest."""
+    ``record_lines`` as its JSONL line and summary digest. ``on_started``: the local
+    backend's setup is done (worker backends set up in each worker)."""
     if config.backend == "ray":
         await run_on_ray(config, env, todo, record_lines)
     elif config.backend == "processes":
@@ -150,7 +154,7 @@ async def _on_backend(
         def record(episode: Episode) -> None:
             record_lines([(episode_line(episode), digest(episode))])
 
-        await play_pairs(config, env, plan, todo, record)
+        await play_pairs(config, env, plan, todo, record, on_started=on_started)
 
 
 def _owed(

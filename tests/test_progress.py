@@ -193,4 +193,6 @@ def test_the_cli_draws_count_and_time_at_80_and_120_columns(tmp_path: Path, colu
     table = ANSI.sub("", drawn).split(frames[-1])[-1]
     for name in ("payoff", "forfeit", "stop: user_closed"):
         assert name in table
-    assert max(len(line) for line in table.splitlines()) <= columns
+    rows = [line for line in table.splitlines() if line[:1] in "┏┃┡│├└"]
+    assert len(rows) > 8
+    assert max(len(line) for line in rows) <= columns

@@ -41,13 +41,15 @@ class Counting(Taskset):
 
 
 @pytest.fixture(autouse=True)
-def _restore_imports() -> Iterator[None]:
-    """Each test imports its own files under the same module names: forget them after."""
+def _restore_imports(tmp_path: Path) -> Iterator[None]:
+    """Each test imports its own files under the same module names: forget them after
+    (only them: a taketurns module imported meanwhile stays)."""
     path, modules = list(sys.path), set(sys.modules)
     yield
     sys.path[:] = path
     for name in set(sys.modules) - modules:
-        del sys.modules[name]
+        if str(tmp_path) in str(getattr(sys.modules[name], "__file__", "") or ""):
+            del sys.modules[name]
 
 
 @pytest.fixture

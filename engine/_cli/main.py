@@ -163,6 +163,13 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
     trio.run(partial(preflight, say=lambda text: console.print(text, highlight=False)), config, env)
     run_dir = _open_run_dir(args, config, name)
+    console.print(
+        f"{'resuming' if args.resume else 'running'} {name}: {config.num_tasks} tasks x "
+        f"{config.rollouts} rollouts, {config.concurrency} at once ({config.backend}), "
+        f"into {run_dir.path}",
+        highlight=False,
+        soft_wrap=True,
+    )
     try:
         with tuned_gc():  # this process is the CLI's own
             result = trio.run(

@@ -1,6 +1,6 @@
 """The eval's progress line (rich, on stderr), made to read at any width.
 
-One line: what is happening (``starting``, ``eval``, ``writing summary and report``),
+One line: what is happening (``setting up``, ``eval``, ``writing summary and report``),
 a bar, done/total, failed episodes, the running reward of each trainable agent (of the
 first agent when none is trainable; labelled either way), episodes/s, tokens, elapsed
 time and ETA. The line is laid out for the console's width at every redraw: the
@@ -73,7 +73,7 @@ class EvalProgress:
         self.failed = 0
         self.tokens = 0
         self.enabled = enabled
-        self.label = "starting"
+        self.label = "setting up"
         self.agents: dict[str, _Agent] = {}
         self._done_before = done
         self._started = time.monotonic()
@@ -94,9 +94,9 @@ class EvalProgress:
 
     def phase(self, label: str) -> None:
         """Say what the eval is doing now (shown at the start of the line); any phase
-        but ``eval`` and ``starting`` comes after the episodes and stops the clock."""
+        but ``eval`` and ``setting up`` comes after the episodes and stops the clock."""
         self.label = label
-        if label not in ("eval", "starting") and self._ended is None:
+        if label not in ("eval", "setting up") and self._ended is None:
             self._ended = time.monotonic()
         if self.enabled:
             self._live.refresh()
