@@ -5,6 +5,7 @@ the real CLI under a pseudo-terminal of 80 and 120 columns."""
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import pty
 import re
@@ -196,3 +197,18 @@ def test_the_cli_draws_count_and_time_at_80_and_120_columns(tmp_path: Path, colu
     rows = [line for line in table.splitlines() if line[:1] in "┏┃┡│├└"]
     assert len(rows) > 8
     assert max(len(line) for line in rows) <= columns
+
+
+def test_without_a_terminal_the_line_is_printed_at_each_phase_and_at_the_end() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=100, force_terminal=False)
+    with EvalProgress(2, console=console) as bar:
+        bar.add(_digest(True, ("assistant", 1.0, True)))
+        bar.add(_digest(False, ("assistant", 0.0, True)))
+        bar.phase("writing summary and report")
+        bar.phase("done")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("writing summary and report")
+    assert lines[-1].startswith("done")
+    assert all("2/2" in line and "1 failed" in line for line in lines)
+    assert len(lines) == 2

@@ -9,9 +9,11 @@ takes the space the fields leave (it shrinks, then goes, first); when the fields
 themselves do not fit, they are shortened or dropped in ``_SHORTEN``'s order: tokens
 first, the failures last.
 
-Updating is synchronous and cheap (counters only); rich's ``Live`` redraws from its
-own refresh thread (a library-owned thread, stopped in ``__exit__``), so the clock
-keeps moving while no episode finishes.
+Updating is synchronous and cheap (counters only); on a terminal rich's ``Live``
+redraws from its own refresh thread (a library-owned thread, stopped in ``__exit__``),
+so the clock keeps moving while no episode finishes. Elsewhere (a log file, CI) the
+line is printed at each phase, every ``LOG_EVERY_S`` while episodes finish, and at
+the end.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rich.text import Text
 __all__ = ["EvalProgress"]
 
 _BAR_MIN = 10
+LOG_EVERY_S = 30.0  # how often a console that is not a terminal gets a progress line
 _GAP = "  "
 
 
@@ -79,6 +82,9 @@ class EvalProgress:
         self._started = time.monotonic()
         self._ended: float | None = None  # the clock stops when the episodes are done
         self._console = console or Console(stderr=True)
+        # not a terminal (a log file, CI): no redrawing, so a plain line now and then
+        self._plain = not self._console.is_terminal
+        self._logged = self._started
         self._live = Live(_Line(self), console=self._console, refresh_per_second=8, transient=False)
 
     def __enter__(self) -> EvalProgress:
@@ -100,6 +106,8 @@ class EvalProgress:
             self._ended = time.monotonic()
         if self.enabled:
             self._live.refresh()
+            if self._plain and label != "done":  # "done": the last line, printed at exit
+                self._log()
 
     def add(self, digested: Mapping[str, Any]) -> None:
         """Count one finished episode, given its ``summary.digest``."""
@@ -114,6 +122,12 @@ class EvalProgress:
             stats.reward_sum += trace["reward"]
             stats.traces += 1
             self.tokens += trace["usage"]["total_tokens"]
+        if self._plain and self.enabled and time.monotonic() - self._logged >= LOG_EVERY_S:
+            self._log()
+
+    def _log(self) -> None:
+        self._logged = time.monotonic()
+        self._console.print(_Line(self))
 
     # --- what the line shows ----------------------------------------------------------
 
