@@ -139,3 +139,12 @@ def test_a_list_in_harness_options_is_written_as_toml_and_a_comma_list_says_so(
     (episode,) = read_episodes(out / "episodes.jsonl")
     assert episode["ok"]
     assert episode["traces"][0]["agent"]["harness"] == "program"
+
+
+def test_a_typed_list_option_takes_a_comma_list(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["eval", "kuhn-poker", "-n", "1", "-o", str(out), "--no-progress"]
+    assert main([*args, "--sampling.stop=###,END", "--env.player1.sampling.stop=x,y"]) == 0
+    stored = tomllib.loads((out / "config.toml").read_text())
+    assert stored["sampling"]["stop"] == ["###", "END"]
+    assert stored["env"]["player1"]["sampling"]["stop"] == ["x", "y"]
