@@ -8,6 +8,7 @@ the two cannot drift apart.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -65,7 +66,7 @@ _NONE_MEANS = {
 
 # refused by argparse itself (a usage error) when not numbers; the other flags' values
 # are checked by the config, which names the option
-_TYPED: dict[str, Any] = {
+_TYPED: dict[str, Callable[[str], Any]] = {
     "num_tasks": int,
     "rollouts": int,
     "concurrency": int,
@@ -94,7 +95,7 @@ def _add_eval_flags(ev: argparse.ArgumentParser) -> None:
             *names,
             dest=dest,
             metavar=metavar,
-            type=_TYPED.get(dest),
+            type=_TYPED.get(dest, str),
             help=f"{text} (default: {shown})",
         )
 
