@@ -91,37 +91,44 @@ async def run_eval(
     start = time.monotonic()
     written = 0
     interrupted = True  # until the episodes' loop ends on its own
+    planned = len(tasks) * config.rollouts
+    bar = EvalProgress(planned, done=planned - len(todo), enabled=progress)
+
+    def record_lines(batch: list[tuple[bytes, dict[str, Any]]]) -> None:
+        nonlocal written
+        run_dir.append_lines(line for line, _ in batch)
+        for _, digested in batch:
+            finished.append(digested)
+            bar.add(digested)
+        written += len(batch)
+
     run_dir.open()
-    try:
-        planned = len(tasks) * config.rollouts
-        with EvalProgress(planned, done=planned - len(todo), enabled=progress) as bar:
-
-            def record_lines(batch: list[tuple[bytes, dict[str, Any]]]) -> None:
-                nonlocal written
-                run_dir.append_lines(line for line, _ in batch)
-                for _, digested in batch:
-                    finished.append(digested)
-                    bar.add(digested)
-                written += len(batch)
-
+    with bar:
+        try:
             with trio.CancelScope() as cancel, _unwrapped():
                 async with trio.open_nursery() as nursery:
                     if handle_signals:
                         await nursery.start(_watch_signals, cancel)
-                    await _on_backend(config, env, plan, todo, record_lines)
+                    await _on_backend(
+                        config, env, plan, todo, record_lines, lambda: bar.phase("eval")
+                    )
                     nursery.cancel_scope.cancel()
             interrupted = cancel.cancelled_caught
-    finally:
-        run_dir.close()
-        await plan.aclose()
-        # also when the run is cancelled from outside: what was written is summed up
-        summary = summarize(finished, rollouts=config.rollouts, wall_s=time.monotonic() - start)
-        summary["interrupted"] = interrupted
-        run_dir.write_summary(summary)
-        if report:
-            from taketurns._report.page import write_report
+        finally:
+            run_dir.close()
+            bar.phase("closing")
+            await plan.aclose()
+            # also when the run is cancelled from outside: what was written is summed up
+            wall = time.monotonic() - start
+            bar.phase("writing summary and report" if report else "writing summary")
+            summary = summarize(finished, rollouts=config.rollouts, wall_s=wall)
+            summary["interrupted"] = interrupted
+            run_dir.write_summary(summary)
+            if report:
+                from taketurns._report.page import write_report
 
-            write_report(run_dir.path)
+                write_report(run_dir.path)
+            bar.phase("done")
     if interrupted:
         raise Interrupted(f"interrupted; {written} episodes written this run to {run_dir.path}")
     return EvalRun(summary, run_dir, written)
@@ -133,9 +140,11 @@ async def _on_backend(
     plan: Plan,
     todo: Sequence[tuple[Task, int]],
     record_lines: Callable[[list[tuple[bytes, dict[str, Any]]]], None],
+    on_started: Callable[[], None],
 ) -> None:
     """Play ``todo`` where ``config.backend`` says; each finished episode reaches
-    ``record_lines`` as its JSONL line and summary digest."""
+    ``record_lines`` as its JSONL line and summary digest. ``on_started``: the local
+    backend's setup is done (worker backends set up in each worker)."""
     if config.backend == "ray":
         await run_on_ray(config, env, todo, record_lines)
     elif config.backend == "processes":
@@ -145,7 +154,7 @@ async def _on_backend(
         def record(episode: Episode) -> None:
             record_lines([(episode_line(episode), digest(episode))])
 
-        await play_pairs(config, env, plan, todo, record)
+        await play_pairs(config, env, plan, todo, record, on_started=on_started)
 
 
 def _owed(

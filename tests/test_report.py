@@ -230,6 +230,14 @@ def test_kuhn_plot_only_for_kuhn(tmp_path: Path) -> None:
     assert doc.select("details", cls="transcript")
 
 
+def test_the_reward_plot_leaves_out_agents_without_rewards(tmp_path: Path) -> None:
+    """user-sim's modeled user is not scored: it has turns, but no reward to plot."""
+    run = _eval(tmp_path / "sim", "user-sim", "--env.taskset=retail-lite", "-n", "2")
+    _, doc = _report(run)
+    assert set(_bar_counts(doc, "plot-reward")) == {"assistant"}
+    assert set(_bar_counts(doc, "plot-turns")) == {"assistant", "user"}
+
+
 def _table_stats(doc: Doc) -> dict[tuple[str, str], float]:
     return {
         (td.attrs["data-agent"], td.attrs["data-stat"]): float(td.attrs["data-value"])

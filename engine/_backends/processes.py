@@ -58,6 +58,7 @@ import trio
 
 from taketurns._backends.shards import Ledger, OnLines, Pair, Shard, deal
 from taketurns._config.options import EvalConfig
+from taketurns._config.registry import name_class
 from taketurns._errors import ConfigError, TaketurnsError, sole_error
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
@@ -306,7 +307,7 @@ def _read_exactly(fd: int, size: int) -> bytes:
 
 
 async def _work(config: EvalConfig, env_cls: type[Env], pairs: list[Pair], out: int) -> None:
-    env = env_cls(config.env)
+    env = name_class(env_cls, config.env_id)(config.env)
     plan = Plan(config, env)
     stop = trio.CancelScope()
     try:

@@ -41,6 +41,8 @@ import trio
 
 from taketurns._backends.shards import Ledger, OnLines, Pair, Shard, deal
 from taketurns._config.options import EvalConfig
+from taketurns._config.reference import is_file_reference
+from taketurns._config.registry import name_class
 from taketurns._errors import ConfigError, TaketurnsError
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
@@ -57,8 +59,16 @@ POLL_S = 1.0  # longest one wait on Ray blocks its thread (bounds an abandoned w
 Batch = list[tuple[int, int, dict[str, Any], bytes]]  # (task idx, rollout, digest, line)
 
 
-def require_ray() -> None:
-    """Raise ``ConfigError`` if Ray is not installed (checked without importing it)."""
+def require_ray(env_id: str = "") -> None:
+    """Raise ``ConfigError`` if Ray is not installed (checked without importing it), or
+    if the env ``env_id`` is a class in a file (Ray workers import env classes by
+    module name, from an installed package)."""
+    if is_file_reference(env_id):
+        raise ConfigError(
+            f"backend = 'ray': env {env_id!r} is a class in a file; Ray workers import the "
+            "env class from an installed package (make the file part of one, installed on "
+            "every node), or run with --backend local or processes"
+        )
     if importlib.util.find_spec("ray") is None:
         raise ConfigError(
             "backend = 'ray': Ray is not installed; pip install 'taketurns[ray]' "
@@ -78,7 +88,7 @@ class _Job:
 
 def _shard(job: _Job) -> Iterator[Batch]:
     """A Ray generator task: run ``job.pairs`` and yield finished episodes as they come."""
-    env = job.env_cls(job.config.env)
+    env = name_class(job.env_cls, job.config.env_id)(job.config.env)
     plan = Plan(job.config, env)
     out: Batch = []
 
@@ -173,7 +183,7 @@ async def run_on_ray(
 ) -> None:
     """Run ``pairs`` on Ray workers, calling ``on_lines`` in this trio task with each
     batch of episodes as it arrives (each pair exactly once)."""
-    require_ray()
+    require_ray(config.env_id)
     if not pairs:
         return
     # abandonable: Ray retries an unreachable address for minutes; Ctrl-C still works

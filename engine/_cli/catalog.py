@@ -7,6 +7,7 @@ so the listing doubles as a reference for ``--env.<field>=VALUE``.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,28 +28,80 @@ def _type_name(tp: Any) -> str:
     return str(text).replace("typing.", "")
 
 
+_LONG = 60  # a default longer than this is shown cut, with its length
+
+
 def options_of(
-    cls: type, prefix: str, *, expand_roles: bool = False
+    cls: type, prefix: str, *, expand_roles: bool = False, owner: Any = None
 ) -> Iterator[tuple[str, str, str]]:
     """(dotted path, type, default) for every leaf option of an attrs config class;
-    roles (``AgentConfig`` fields) as one row unless ``expand_roles``."""
+    roles (``AgentConfig`` fields) as one row unless ``expand_roles``, their default
+    the model and harness they run with (``owner``: the env class, whose
+    ``default_harness`` decides) and what the env sets differently."""
     instance = cls()
     for field in attrs.fields(cls):
         value = getattr(instance, field.name)
         path = f"{prefix}.{field.name}"
         if isinstance(value, AgentConfig) and not expand_roles:
-            harness = value.harness or "env's choice"
-            yield path, "role (AgentConfig)", f"model={value.model}, harness={harness}"
+            yield path, "role", _role_default(owner, field.name, value)
         elif attrs.has(type(value)):
             yield from options_of(type(value), path)
         else:
-            yield path, _type_name(field.type), repr(value)
+            yield path, _type_name(field.type), _shown(value)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    if len(text) <= _LONG:
+        return text
+    return f"{text[: _LONG - 12]}... ({len(str(value))} chars)"
+
+
+def _role_default(owner: Any, role: str, config: AgentConfig) -> str:
+    """``model: the eval's (--model), harness: null`` plus the role's own settings."""
+    model = config.model or "the eval's (--model)"
+    harness = config.harness or _env_harness(owner, role)
+    base = {path: default for path, _, default in _leaves(AgentConfig(), "")}
+    own = [
+        f"{path}={default}"
+        for path, _, default in _leaves(config, "")
+        if base.get(path) != default and path not in ("model", "harness")
+    ]
+    return ", ".join([f"model: {model}", f"harness: {harness}", *own])
+
+
+def _leaves(value: Any, prefix: str) -> Iterator[tuple[str, str, str]]:
+    """(dotted path, "", shown value) of every leaf of an attrs instance."""
+    for field in attrs.fields(type(value)):
+        item = getattr(value, field.name)
+        path = f"{prefix}.{field.name}" if prefix else field.name
+        if attrs.has(type(item)):
+            yield from _leaves(item, path)
+        else:
+            yield path, "", _shown(item)
+
+
+def _env_harness(owner: Any, role: str) -> str:
+    """What ``owner``'s ``default_harness`` picks for ``role``; an env that needs its
+    taskset to say (single-agent, user-sim) cannot be asked without one."""
+    if owner is None:
+        return "null"
+    try:  # on a bare instance: only an env that needs its taskset's answer fails
+        return str(owner.default_harness(owner.__new__(owner), role))
+    except Exception:
+        return "the taskset's"
 
 
 def _summary(cls: Any) -> str:
-    """The first line of the class's own docstring, else of its module's."""
+    """The first paragraph of the class's own docstring, else of its module's, on one
+    line, without markup (``code`` quotes, a leading ``id``: title)."""
     doc = cls.__dict__.get("__doc__") or inspect.getmodule(cls).__doc__ or ""
-    return inspect.cleandoc(doc).split("\n")[0]
+    paragraph = inspect.cleandoc(doc).split("\n\n")[0]
+    # a title naming the id ("``kuhn-poker``: two seats...", "The ``null`` harness: ...")
+    paragraph = re.sub(r"^(The )?``[^`]+``( and ``[^`]+``)?( harness)?:\s+", "", paragraph)
+    paragraph = re.sub(r":\w+:`([^`]*)`", r"\1", paragraph)  # :class:`X`
+    text = " ".join(paragraph.replace("``", "").replace("`", "").split())
+    return text[:1].upper() + text[1:]
 
 
 def _load(registry: Registry, id: str) -> Any:
@@ -81,7 +134,7 @@ def print_catalog(console: Console) -> None:
     for title, registry, prefix in (("envs", envs, "env"), ("tasksets", tasksets, "env.taskset")):
         table = _table(title)
         for cls in _entries(table, registry):
-            for path, kind, default in options_of(cls.config_class, prefix):
+            for path, kind, default in options_of(cls.config_class, prefix, owner=cls):
                 table.add_row("", path, kind, default)
         console.print(table)
     table = _table("harnesses")
@@ -92,5 +145,21 @@ def print_catalog(console: Console) -> None:
     console.print(table)
     table = _table("every role (env.<role>.*)")
     for path, kind, default in options_of(AgentConfig, "env.<role>", expand_roles=True):
+        section, _, name = path.removeprefix("env.<role>.").rpartition(".")
+        if default == "None":
+            default = _ROLE_NONE.get(name) or _ROLE_NONE.get(section, default)
         table.add_row("", path, kind, default)
     console.print(table)
+
+
+# what an unset (None) role option means
+_ROLE_NONE = {
+    "model": "the eval's (--model)",
+    "base_url": "the eval's (--base-url)",
+    "api_key_var": "the eval's (--api-key-var)",
+    "harness": "the env's choice (null unless the env says)",
+    "sampling": "the eval's --sampling.*, else the endpoint's",
+    "limits": "no limit",
+    "timeouts": "no timeout",
+    "max_concurrent_calls": "no cap beyond --max-concurrent-calls",
+}

@@ -12,23 +12,29 @@ interrupted (finished episodes are on disk; ``--resume`` continues).
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import time
 import tomllib
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
+import attrs
 import trio
 from rich.console import Console
 
 from taketurns._backends.processes import WorkerError
 from taketurns._backends.shards import WorkerLost
+from taketurns._cli.parser import EXECUTION, FLAGS, parser
 from taketurns._config.options import EvalConfig
+from taketurns._config.reference import absolute, is_reference, reference_name
 from taketurns._config.registry import envs, tasksets
 from taketurns._config.settings import dump_toml, load_eval_config, read_toml
 from taketurns._errors import ConfigError
-from taketurns._eval.plan import Plan, make_env, preflight
+from taketurns._eval.plan import Plan, env_class, make_env, preflight
+from taketurns._eval.taskset import Taskset
 from taketurns._gc import tuned_gc
 from taketurns._output.rundir import RunDir
 from taketurns._output.summary import render
@@ -37,71 +43,6 @@ from taketurns._runner import Interrupted, run_eval
 __all__ = ["main"]
 
 SINGLE_AGENT = "single-agent"
-
-_FLAGS = {
-    "num_tasks": "num_tasks",
-    "rollouts": "rollouts",
-    "concurrency": "concurrency",
-    "model": "model",
-    "base_url": "base_url",
-    "api_key_var": "api_key_var",
-    "episode_timeout": "episode_timeout_s",
-    "max_concurrent_calls": "max_concurrent_calls",
-    "backend": "backend",
-    "workers": "workers",
-    "ray_address": "ray_address",
-}
-# how a run executes, not what it computes: --resume may change them
-_EXECUTION = ("backend", "workers", "ray_address")
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="taketurns",
-        description="Run, record and score multi-turn LLM rollouts (trio-based).",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    ev = sub.add_parser(
-        "eval",
-        help="run an env's tasks and record every episode",
-        epilog=(
-            "Any other option is a dotted config override: --env.<field>=V, "
-            "--env.<role>.model=M, --sampling.temperature=0.7 (see `taketurns envs`). "
-            "Without --base-url every role runs on the built-in model (builtin/bracket). "
-            "Exit codes: 0 done, 2 refused config, 130 interrupted (--resume continues)."
-        ),
-    )
-    ev.add_argument("env", nargs="?", help="env id (see `taketurns envs`)")
-    ev.add_argument("-n", "--num-tasks", type=int)
-    ev.add_argument("-r", "--rollouts", type=int)
-    ev.add_argument("-c", "--concurrency", type=int, help="episodes at once")
-    ev.add_argument("--model", help="model name; builtin/<policy> runs in process")
-    ev.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://host:8000/v1")
-    ev.add_argument("--api-key-var", help="environment variable holding the API key")
-    ev.add_argument("--episode-timeout", type=float, help="seconds per episode")
-    ev.add_argument("--max-concurrent-calls", type=int, help="cap on model calls at once")
-    ev.add_argument(
-        "--backend", help="where episodes run: local (default), ray, or processes (on this machine)"
-    )
-    # no type=int: a bad value is refused by the config, naming the field
-    ev.add_argument("--workers", help="worker processes or Ray tasks (default: one per CPU)")
-    ev.add_argument("--ray-address", help="Ray cluster to join (default: a private local one)")
-    ev.add_argument("-C", "--config", help="TOML config file")
-    ev.add_argument("-o", "--output-dir", help="run directory")
-    mode = ev.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help="continue the run in -o DIR")
-    mode.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
-    ev.add_argument("--no-progress", action="store_true", help="no progress bar")
-    sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
-    rep = sub.add_parser("report", help="write DIR/report.html for a run directory")
-    rep.add_argument("dir", help="run directory (holds episodes.jsonl)")
-    srv = sub.add_parser("serve", help="serve the built-in model over OpenAI-compatible HTTP")
-    srv.add_argument("--policy", default="bracket", help="built-in policy (default bracket)")
-    srv.add_argument("--latency-ms", type=float, default=0.0, help="fixed latency per call")
-    srv.add_argument("--seed", type=int, default=0)
-    srv.add_argument("--host", default="127.0.0.1")
-    srv.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    return parser
 
 
 def _split_overrides(extra: Sequence[str]) -> list[tuple[str, str]]:
@@ -124,35 +65,69 @@ def _split_overrides(extra: Sequence[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _default_dir(env_id: str, model: str) -> Path:
+def _default_dir(name: str, model: str) -> Path:
+    """``outputs/<env>--<model>--<time>``, with ``-2``, ``-3``... when two runs start
+    in the same second."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("outputs") / f"{env_id}--{model.replace('/', '_')}--{stamp}"
+    base = Path("outputs") / f"{_safe(name)}--{_safe(model)}--{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def _safe(text: str) -> str:
+    """``text`` as a file name a shell need not quote (``duel:Duel`` -> ``duel.Duel``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text.replace(":", ".")).strip("_")
 
 
 def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalConfig, str]:
     """The validated eval config (file < flags < dotted overrides) and the name the run
     goes by (a bare taskset id runs under the single-agent env)."""
     overrides = _split_overrides(extra)
-    flags = [(field, getattr(args, flag)) for flag, field in _FLAGS.items()]
+    flags = [(field, getattr(args, flag)) for flag, field in FLAGS.items()]
     overrides = [(f, str(v)) for f, v in flags if v is not None] + overrides
     file_data = read_toml(args.config) if args.config else {}
+    if args.config and _is_own_dir(file_data.get("output_dir"), Path(args.config).parent):
+        # a run directory's own config.toml (older runs stored their location): a
+        # rerun goes to a new directory
+        file_data.pop("output_dir")
     if args.resume and args.output_dir and not args.config:
         stored = Path(args.output_dir) / "config.toml"
         file_data = read_toml(stored) if stored.exists() else {}
     env_id = args.env or file_data.get("env_id")
     if not env_id:
         raise ConfigError("env: name the env to run (taketurns eval ENV); see `taketurns envs`")
-    name = env_id
-    if env_id not in envs.ids() and env_id in tasksets.ids():
+    env_id = str(env_id)
+    name = reference_name(env_id) if is_reference(env_id) else env_id
+    is_taskset = _is_taskset(env_id)  # imports a reference: a bad one is refused here
+    if not is_taskset:
+        env_class(env_id, field="env")
+    env_id = absolute(env_id)  # a file reference reruns from any directory
+    if is_taskset:
         # a bare taskset runs under the single-agent env (one-shot agent.run)
         env_section = dict(file_data.get("env") or {})
         env_section.setdefault("taskset", env_id)
         file_data = {**file_data, "env": env_section}
         env_id = SINGLE_AGENT
     file_data = {**file_data, "env_id": env_id}
-    env_cls = envs.get(env_id, field="env")
+    env_cls = env_class(env_id, field="env")
     config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
     return config, name
+
+
+def _is_taskset(env_id: str) -> bool:
+    """Whether ``env_id`` names a taskset (registered, or a ``Taskset`` class by
+    reference) rather than an env."""
+    if env_id in envs.ids():
+        return False
+    if env_id in tasksets.ids():
+        return True
+    if not is_reference(env_id):
+        return False
+    obj = envs.get(env_id, field="env")  # imports it: a bad reference is refused here
+    return isinstance(obj, type) and issubclass(obj, Taskset)
 
 
 def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> RunDir:
@@ -162,9 +137,11 @@ def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> Ru
     config.output_dir = str(out)
     run_dir = RunDir(out)
     run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
-    text = dump_toml(config)
+    # the directory's own location is not part of the config: `-C DIR/config.toml`
+    # reruns into a new directory, and a moved run directory still resumes
+    text = dump_toml(attrs.evolve(config, output_dir=None))
     if args.resume and run_dir.config_path.exists():
-        if _semantic(read_toml(run_dir.config_path)) != _semantic(tomllib.loads(text)):
+        if _stored(run_dir.config_path, config) != _semantic(tomllib.loads(text)):
             raise ConfigError(
                 f"--resume: the config differs from {run_dir.config_path}; resume with the "
                 "same options (or none: the stored config is reused)"
@@ -182,10 +159,17 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     if config.backend == "ray":
         from taketurns._backends.ray import require_ray
 
-        require_ray()
+        require_ray(config.env_id)
     tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
-    trio.run(preflight, config, env)
+    trio.run(partial(preflight, say=lambda text: console.print(text, highlight=False)), config, env)
     run_dir = _open_run_dir(args, config, name)
+    console.print(
+        f"{'resuming' if args.resume else 'running'} {name}: {config.num_tasks} tasks x "
+        f"{config.rollouts} rollouts, {config.concurrency} at once ({config.backend}), "
+        f"into {run_dir.path}",
+        highlight=False,
+        soft_wrap=True,
+    )
     try:
         with tuned_gc():  # this process is the CLI's own
             result = trio.run(
@@ -204,10 +188,12 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
         return 130
     s = result.summary
     console.print(render(s))
-    console.print(
-        f"[green]wrote {run_dir.path}[/] ({result.written} new episodes, "
-        f"{s.get('episodes_per_s', 0):.1f} episodes/s)"
-    )
+    if result.written:
+        rate = result.written / s["wall_s"] if s.get("wall_s") else 0.0
+        done = f"{result.written} new episodes, {rate:.1f} episodes/s"
+    else:
+        done = "nothing to do: every (task, rollout) pair was already written"
+    console.print(f"[green]wrote {run_dir.path}[/] ({done})", highlight=False, soft_wrap=True)
     return 0
 
 
@@ -220,13 +206,29 @@ def _report(run_dir: Path, console: Console) -> int:
     return 0
 
 
+def _stored(path: Path, config: EvalConfig) -> dict[str, object]:
+    """A run directory's stored config as this version writes it (options added since
+    take their defaults), for comparison."""
+    try:
+        stored = load_eval_config(type(config.env), file_data=read_toml(path))
+    except ConfigError as exc:
+        raise ConfigError(
+            [f"--resume: {path} no longer loads; rerun into a new directory", *exc.problems]
+        ) from None
+    return _semantic(tomllib.loads(dump_toml(attrs.evolve(stored, output_dir=None))))
+
+
 def _semantic(data: dict[str, object]) -> dict[str, object]:
-    return {k: v for k, v in data.items() if k not in _EXECUTION}
+    return {k: v for k, v in data.items() if k not in (*EXECUTION, "output_dir")}
+
+
+def _is_own_dir(output_dir: object, folder: Path) -> bool:
+    if not isinstance(output_dir, str):
+        return False
+    return Path(output_dir).resolve() == folder.resolve()
 
 
 def _serve(args: argparse.Namespace, console: Console) -> int:
-    from functools import partial
-
     from taketurns._http.server import serve
     from taketurns._models.builtin import BuiltinModel
 
@@ -255,7 +257,7 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args, extra = _parser().parse_known_args(argv)
+    args, extra = parser().parse_known_args(argv)
     console = Console(stderr=True)
     try:
         if args.command == "eval":

@@ -184,7 +184,14 @@ class EvalConfig:
     sampling: Sampling = attrs.field(factory=Sampling)
     max_concurrent_calls: int | None = attrs.field(default=None, validator=_positive)
     episode_timeout_s: float | None = attrs.field(default=None, validator=_positive)
+    # the model client's: seconds each network operation may take, retries of a failed
+    # call (429, 408, 5xx, connection errors, timeouts) and the first backoff (doubled
+    # each retry, with jitter, capped at 30 s; a server's Retry-After wins)
     request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
+    request_retries: int = attrs.field(default=3, validator=_non_negative)
+    request_backoff_s: float = attrs.field(default=0.5, validator=_non_negative)
+    # the whole endpoint check before the first episode, retries included
+    preflight_timeout_s: float = attrs.field(default=30.0, validator=_positive)
     # where the interception server listens (loopback unless configured otherwise) and
     # the URL programs on other machines should use to reach it
     interception_host: str = "127.0.0.1"

@@ -4,6 +4,9 @@ Built-in and third-party components alike register through entry-point groups
 (``taketurns.envs``, ``taketurns.tasksets``, ``taketurns.harnesses``) or the
 ``register`` decorator. An entry point is imported only when its id is asked for; an
 unknown id raises ``ConfigError`` listing the ids that exist. No silent fallback.
+
+An id of the shape ``./path/file.py:Class`` or ``package.module:Class`` is not looked
+up but imported (``taketurns._config.reference``): a component runs without packaging.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
+from taketurns._config.reference import is_reference, load_reference, reference_name
 from taketurns._errors import ConfigError
 
-__all__ = ["Registry", "envs", "harnesses", "tasksets"]
+__all__ = ["Registry", "envs", "harnesses", "name_class", "tasksets"]
 
 T = TypeVar("T")
 
@@ -47,10 +51,14 @@ class Registry:
         if id in self._items:
             return self._items[id]
         ep = self._entry_points().get(id)
+        if ep is None and is_reference(id):
+            return self._by_reference(id, field=field or self.kind)
         if ep is None:
             where = f"{field}: " if field else ""
+            known = ", ".join(self.ids())
             raise ConfigError(
-                f"{where}unknown {self.kind} {id!r}; known {self.kind}s: {', '.join(self.ids())}"
+                f"{where}unknown {self.kind} {id!r}; known {_plural(self.kind)}: {known}; "
+                "or name a class: ./path/file.py:Class or package.module:Class"
             )
         try:
             obj = ep.load()
@@ -60,12 +68,34 @@ class Registry:
                 "package, install it (e.g. pip install 'taketurns[textarena]')"
             ) from exc
         self._items[id] = obj
-        if isinstance(obj, type) and not getattr(obj, "id", ""):
-            obj.id = id  # type: ignore[attr-defined]
-        return obj
+        return name_class(obj, id)
+
+    def _by_reference(self, ref: str, *, field: str) -> Any:
+        """The class ``ref`` names, imported (not registered: ``ids()`` stays the
+        registered ones); a class without an ``id`` of its own is named after ``ref``."""
+        return name_class(load_reference(ref, field=field), ref)
 
     def create(self, id: str, *args: Any, field: str | None = None, **kwargs: Any) -> Any:
         return self.get(id, field=field)(*args, **kwargs)
+
+
+def name_class(obj: T, id: str) -> T:
+    """Give a class found as ``id`` that id when it sets none itself: an entry point's
+    class its id (unless it inherits one), a referenced class ``reference_name(id)``.
+    Worker processes call this too: a class they unpickle was imported by name, without
+    the id the driver's lookup gave it."""
+    if not isinstance(obj, type):
+        return obj
+    if is_reference(id):
+        if not obj.__dict__.get("id"):
+            obj.id = reference_name(id)  # type: ignore[attr-defined]
+    elif not getattr(obj, "id", ""):
+        obj.id = id  # type: ignore[attr-defined]
+    return obj
+
+
+def _plural(kind: str) -> str:
+    return f"{kind}es" if kind.endswith("s") else f"{kind}s"
 
 
 envs = Registry("env", "taketurns.envs")

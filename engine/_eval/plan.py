@@ -22,7 +22,7 @@ from taketurns._exchange.trace import EpisodeInfo, Trace
 from taketurns._models.builtin import BuiltinModel, is_builtin
 from taketurns._models.model import ModelClient
 
-__all__ = ["Plan", "make_env", "preflight", "resolve_role"]
+__all__ = ["Plan", "env_class", "make_env", "preflight", "resolve_role"]
 
 
 def resolve_role(config: EvalConfig, env: Env, role: str, agent: AgentConfig) -> AgentConfig:
@@ -51,25 +51,42 @@ def _client_for(config: EvalConfig, role: str, agent: AgentConfig) -> ModelClien
         agent.base_url,
         api_key_var=agent.api_key_var,
         timeout=config.request_timeout_s,
+        retries=config.request_retries,
+        backoff=config.request_backoff_s,
         concurrency=config.concurrency * 2,
     )
 
 
-async def preflight(config: EvalConfig, env: Env) -> None:
+async def preflight(
+    config: EvalConfig, env: Env, *, say: Callable[[str], None] | None = None
+) -> None:
     """Call every distinct endpoint once with throwaway clients (their connections
-    belong to this trio run). Raises ``ConfigError`` naming the failing endpoint."""
+    belong to this trio run), each check bounded by ``config.preflight_timeout_s``
+    (retries included); ``say`` hears which endpoint is being checked. Raises
+    ``ConfigError`` naming the failing endpoint."""
     seen = set()
+    limit = config.preflight_timeout_s
     for role, agent in env.roles.items():
         agent = resolve_role(config, env, role, agent)
         key = (agent.model, agent.base_url, agent.api_key_var)
         if agent.base_url is None or key in seen:
             continue
         seen.add(key)
+        model = agent.model or config.model
+        if say is not None:
+            say(f"checking {agent.base_url} (model {model}; up to {limit:g} s)")
         client = _client_for(config, role, agent)
         try:
-            await client.preflight(agent.model or config.model)
+            with trio.move_on_after(limit) as scope:
+                await client.preflight(model)
         finally:
             await client.aclose()
+        if scope.cancelled_caught:
+            raise ConfigError(
+                f"preflight: model {model!r} at {agent.base_url} did not answer within "
+                f"{limit:g} s; check that the server is up and not overloaded, or allow "
+                "it longer with --preflight-timeout S"
+            )
 
 
 class Plan:
@@ -126,7 +143,19 @@ class Plan:
                 await harness.shutdown()
 
 
+def env_class(env_id: str, *, field: str = "env_id") -> type[Env]:
+    """The env class ``env_id`` names: a registered id or a reference
+    (``./file.py:Class``, ``package.module:Class``). Raises ``ConfigError`` naming
+    ``field`` for an unknown id, a bad reference, or a class that is not an ``Env``."""
+    cls = envs.get(env_id, field=field)
+    if not (isinstance(cls, type) and issubclass(cls, Env)):
+        raise ConfigError(
+            f"{field} = {env_id!r}: {cls!r} is not an Env subclass (nor a Taskset, which "
+            "runs under single-agent); see the README, Writing an env"
+        )
+    return cls
+
+
 def make_env(config: EvalConfig) -> Env:
-    env_cls = envs.get(config.env_id, field="env_id")
-    env: Env = env_cls(config.env)
-    return env
+    """The eval's env, built from ``config.env``; ``ConfigError`` as ``env_class``."""
+    return env_class(config.env_id)(config.env)

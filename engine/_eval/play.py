@@ -35,11 +35,14 @@ async def play_pairs(
     plan: Plan,
     pairs: Sequence[tuple[Task, int]],
     on_episode: Callable[[Episode], None],
+    *,
+    on_started: Callable[[], None] | None = None,
 ) -> None:
     """Play each (task, rollout) pair as an episode, ``config.concurrency`` at once, and
     call ``on_episode`` as each finishes (also a failed, timed-out or cancelled one).
-    Brackets the episodes with ``env.setup`` / ``env.finalize``. The per-episode loop
-    of the local backend and of every worker (Ray or process)."""
+    Brackets the episodes with ``env.setup`` / ``env.finalize``; ``on_started`` is
+    called once the setup is done and the services run, before the first episode. The
+    per-episode loop of the local backend and of every worker (Ray or process)."""
     limiter = trio.CapacityLimiter(config.concurrency)
     rank = {role: i for i, role in enumerate(plan.roles)}
 
@@ -54,7 +57,7 @@ async def play_pairs(
 
     try:
         await env.setup()
-        await _serve_pairs(config, plan, pairs, play, limiter)
+        await _serve_pairs(config, plan, pairs, play, limiter, on_started)
     finally:
         with trio.CancelScope(shield=True):
             await env.finalize()
@@ -66,6 +69,7 @@ async def _serve_pairs(
     pairs: Sequence[tuple[Task, int]],
     play: Callable[[Task, int], Any],
     limiter: trio.CapacityLimiter,
+    on_started: Callable[[], None] | None,
 ) -> None:
     """The services (interception server, asyncio host) and the episodes."""
     async with trio.open_nursery() as services, open_asyncio_host():
@@ -78,6 +82,8 @@ async def _serve_pairs(
                 public_url=config.interception_public_url,
             )
             plan.services["interception"] = await services.start(server.run)
+        if on_started is not None:
+            on_started()
         async with trio.open_nursery() as episodes:
             for i, (task, rollout) in enumerate(pairs):
                 # taken here, released by play(): holds for the whole episode. While

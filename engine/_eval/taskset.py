@@ -96,6 +96,8 @@ def open_taskset(ref: Any, *, field: str = "env.taskset") -> Taskset:
             f"{field}: name a taskset (--{field}=ID); known tasksets: {', '.join(tasksets.ids())}"
         )
     cls = tasksets.get(ref["id"], field=f"{field}.id")
+    if not (isinstance(cls, type) and issubclass(cls, Taskset)):
+        raise ConfigError(f"{field}.id = {ref['id']!r}: {cls!r} is not a Taskset subclass")
     options = {k: v for k, v in ref.items() if k != "id"}
     config = structure(options, cls.config_class, path=field)
     taskset: Taskset = cls(config)

@@ -37,8 +37,15 @@ def make_harness(id: str, options: Mapping[str, Any], *, field: str) -> Harness:
     try:
         harness: Harness = cls(**options)
     except (TypeError, ValueError, HarnessError) as exc:
+        hint = ""
+        if any(isinstance(v, str) and "," in v for v in options.values()):
+            # harness options are untyped: a command-line value is read as a TOML value
+            hint = (
+                "; on the command line a list is written as TOML/JSON, e.g. "
+                """--env.<role>.harness_options.command='["python", "prog.py"]'"""
+            )
         raise ConfigError(
-            f"{field}.harness_options = {dict(options)!r}: refused by harness {id!r} ({exc})"
+            f"{field}.harness_options = {dict(options)!r}: refused by harness {id!r} ({exc})" + hint
         ) from None
     return harness
 

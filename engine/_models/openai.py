@@ -196,7 +196,8 @@ class OpenAIClient(ModelClient):
         if isinstance(exc, httpx2.TimeoutException):
             message = (
                 f"{url} did not answer within the {self.timeout:g}s timeout ({kind}); "
-                "raise the timeout or check the server's load"
+                "raise it (--request-timeout S, request_timeout_s in a config) or check the "
+                "server's load"
             )
         elif isinstance(exc, httpx2.RemoteProtocolError):  # reached, but cut off
             message = (
@@ -225,9 +226,9 @@ class OpenAIClient(ModelClient):
         elif status == 404:
             hint = "check --base-url and --model"
         elif status == 429:
-            hint = "the endpoint is rate-limiting; lower the concurrency or raise retries"
+            hint = "the endpoint is rate-limiting; lower the concurrency or raise --request-retries"
         elif retryable:
-            hint = "the server failed; check its logs, or raise retries"
+            hint = "the server failed; check its logs, or raise --request-retries"
         else:
             hint = "the endpoint refused the request; check the sampling args and --model"
         return _Failure(

@@ -41,7 +41,7 @@ def digest(episode: Episode) -> dict[str, Any]:
         "stop": episode.stop,
         "traces": [
             {
-                "agent": {"name": t.agent.name},
+                "agent": {"name": t.agent.name, "trainable": t.agent.trainable},
                 "episode": {"task_idx": t.episode.task_idx},
                 "reward": t.reward,
                 "rewards": t.rewards,
@@ -117,24 +117,55 @@ def summarize(
 
 
 def render(summary: Mapping[str, Any]) -> Any:
-    """The end-of-eval table (a rich renderable): one row per agent."""
+    """The end-of-eval table (a rich renderable): one column per agent, one row per
+    statistic, so a name (a reward, a metric, a stop condition) is never cut however
+    narrow the console: the first column does not wrap, the agents' columns fold."""
     from rich.table import Table
 
+    agents: Mapping[str, Mapping[str, Any]] = summary["agents"]
     table = Table(title=f"{summary['episodes']} episodes, {summary['failed']} failed")
-    for column in ("agent", "reward", "rewards", "metrics", "stops", "turns", "tokens"):
-        table.add_column(column)
-    for name, a in summary["agents"].items():
-        passes = a.get("pass_at_k")
-        reward = f"{a['reward_mean']:+.3f} ± {a['reward_stderr']:.3f}"
-        if passes:
-            reward += "\n" + " ".join(f"pass@{k} {v:.2f}" for k, v in passes.items())
-        table.add_row(
-            name,
-            reward,
-            "\n".join(f"{k} {v:+.3f}" for k, v in a["rewards"].items()),
-            "\n".join(f"{k} {v:.3f}" for k, v in a["metrics"].items()),
-            "\n".join(f"{k} {v}" for k, v in a["stop_conditions"].items()),
-            f"{a['turns_mean']:.1f}",
-            f"{a['tokens_mean']:.0f} (Σ {a['tokens_total']:,})",
-        )
+    table.add_column("", no_wrap=True, style="bold")
+    for name in agents:
+        table.add_column(name, overflow="fold", justify="right")
+    for label, cells, section in _rows(agents):
+        table.add_row(label, *cells, end_section=section)
     return table
+
+
+def _rows(agents: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, list[str], bool]]:
+    """(label, one cell per agent, ends a section) for ``render``."""
+    stats = list(agents.values())
+
+    def keyed(key: str, fmt: str, label: str) -> list[tuple[str, list[str], bool]]:
+        names = sorted({k for a in stats for k in a.get(key) or {}})
+        rows = [
+            (label.format(k), [_cell((a.get(key) or {}).get(k), fmt) for a in stats], False)
+            for k in names
+        ]
+        return [*rows[:-1], (*rows[-1][:2], True)] if rows else []
+
+    rows = [("reward", [_reward(a) for a in stats], False)]
+    rows += [
+        (f"pass@{k}", [_cell((a.get("pass_at_k") or {}).get(k), ".2f") for a in stats], False)
+        for k in sorted({k for a in stats for k in a.get("pass_at_k") or {}}, key=int)
+    ]
+    rows[-1] = (*rows[-1][:2], True)
+    rows += keyed("rewards", "+.3f", "{}")
+    rows += keyed("metrics", ".3f", "{} (metric)")
+    rows += keyed("stop_conditions", "d", "stop: {}")
+    rows.append(("turns (mean)", [f"{a['turns_mean']:.1f}" for a in stats], False))
+    rows.append(
+        ("tokens", [f"{a['tokens_mean']:,.0f} (Σ {a['tokens_total']:,})" for a in stats], False)
+    )
+    return rows
+
+
+def _reward(stats: Mapping[str, Any]) -> str:
+    """Mean ± standard error; ``-`` for an agent that is not scored (no rewards)."""
+    if not stats.get("rewards"):
+        return "-"
+    return f"{stats['reward_mean']:+.3f} ± {stats['reward_stderr']:.3f}"
+
+
+def _cell(value: Any, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)

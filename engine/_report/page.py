@@ -273,12 +273,15 @@ def _figure(title: str, svg: str, note: str = "") -> str:
 def _plots(env_id: str, episodes: list[Json], summary: Json) -> str:
     rewards: dict[str, list[float]] = defaultdict(list)
     turns: dict[str, list[float]] = defaultdict(list)
+    scored: set[str] = set()  # agents with rewards (a modeled user has none)
     for e in episodes:
         for t in traces_of(e):
             rewards[agent_of(t)].append(as_float(t.get("reward")) or 0.0)
             turns[agent_of(t)].append(float(len(as_list(t.get("turns")))))
+            if as_dict(t.get("rewards")):
+                scored.add(agent_of(t))
     order = sorted(rewards)
-    cats, series = histogram({a: rewards[a] for a in order}, integer=False)
+    cats, series = histogram({a: rewards[a] for a in order if a in scored}, integer=False)
     figures = [
         _figure(
             "Reward distribution per agent",

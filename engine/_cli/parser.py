@@ -1,0 +1,148 @@
+"""The ``taketurns`` command line's arguments, with the defaults they stand for.
+
+Flags of ``eval`` parse to None when absent (so that a stored or ``-C`` config is not
+overridden by a default); their help states the default, read from ``EvalConfig`` so
+the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from taketurns._config.options import EvalConfig
+
+__all__ = ["EXECUTION", "FLAGS", "parser"]
+
+# flag (argparse dest) -> EvalConfig field
+FLAGS = {
+    "num_tasks": "num_tasks",
+    "rollouts": "rollouts",
+    "concurrency": "concurrency",
+    "model": "model",
+    "base_url": "base_url",
+    "api_key_var": "api_key_var",
+    "episode_timeout": "episode_timeout_s",
+    "request_timeout": "request_timeout_s",
+    "request_retries": "request_retries",
+    "request_backoff": "request_backoff_s",
+    "preflight_timeout": "preflight_timeout_s",
+    "max_concurrent_calls": "max_concurrent_calls",
+    "backend": "backend",
+    "workers": "workers",
+    "ray_address": "ray_address",
+}
+# how a run executes, not what it computes: --resume may change them
+EXECUTION = ("backend", "workers", "ray_address")
+
+_EVAL_HELP = {
+    "num_tasks": ("N", "tasks to run"),
+    "rollouts": ("R", "rollouts of each task"),
+    "concurrency": ("C", "episodes at once"),
+    "model": ("M", "model name; builtin/<policy> runs in process, no endpoint"),
+    "base_url": ("URL", "OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
+    "api_key_var": ("VAR", "environment variable holding the API key"),
+    "episode_timeout": ("S", "seconds an episode may take"),
+    "request_timeout": ("S", "seconds each model request's network step may wait"),
+    "request_retries": ("N", "retries of a failed model call (429, 5xx, timeouts)"),
+    "request_backoff": ("S", "first wait before a retry, doubled each retry (max 30)"),
+    "preflight_timeout": ("S", "seconds for the endpoint check before the first episode"),
+    "max_concurrent_calls": ("N", "cap on model calls at once"),
+    "backend": ("B", "where episodes run: local, ray, or processes (on this machine)"),
+    "workers": ("N", "worker processes or Ray tasks"),
+    "ray_address": ("ADDR", "Ray cluster to join"),
+}
+_NONE_MEANS = {
+    "base_url": "none: the built-in model",
+    "episode_timeout_s": "none",
+    "max_concurrent_calls": "no cap",
+    "workers": "one per CPU",
+    "ray_address": "$RAY_ADDRESS, else a private local instance",
+}
+
+
+# refused by argparse itself (a usage error) when not numbers; the other flags' values
+# are checked by the config, which names the option
+_TYPED: dict[str, Callable[[str], Any]] = {
+    "num_tasks": int,
+    "rollouts": int,
+    "concurrency": int,
+    "max_concurrent_calls": int,
+    "episode_timeout": float,
+}
+
+
+def _default(field: str) -> Any:
+    return next(f.default for f in attrs.fields(EvalConfig) if f.name == field)
+
+
+def _add_eval_flags(ev: argparse.ArgumentParser) -> None:
+    for dest, field in FLAGS.items():
+        metavar, text = _EVAL_HELP[dest]
+        default = _default(field)
+        if default is None:
+            shown = _NONE_MEANS.get(field, "none")
+        else:
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
+        names = ["--" + dest.replace("_", "-")]
+        short = {"num_tasks": "-n", "rollouts": "-r", "concurrency": "-c"}.get(dest)
+        if short:
+            names.insert(0, short)
+        ev.add_argument(
+            *names,
+            dest=dest,
+            metavar=metavar,
+            type=_TYPED.get(dest, str),
+            help=f"{text} (default: {shown})",
+        )
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line: ``eval``, ``envs``, ``report``, ``serve``."""
+    top = argparse.ArgumentParser(
+        prog="taketurns",
+        description="Run, record and score multi-turn LLM rollouts (trio-based).",
+    )
+    sub = top.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser(
+        "eval",
+        help="run an env's tasks and record every episode",
+        epilog=(
+            "Any other option is a dotted config override: --env.<field>=V, "
+            "--env.<role>.model=M, --sampling.temperature=0.7 (see `taketurns envs`). "
+            "Exit codes: 0 done, 2 refused config, 130 interrupted (--resume continues)."
+        ),
+    )
+    ev.add_argument(
+        "env",
+        nargs="?",
+        help="env or taskset id (see `taketurns envs`), or a class: ./file.py:Class, "
+        "package.module:Class",
+    )
+    _add_eval_flags(ev)
+    ev.add_argument("-C", "--config", metavar="TOML", help="config file (e.g. DIR/config.toml)")
+    ev.add_argument(
+        "-o",
+        "--output-dir",
+        metavar="DIR",
+        help="run directory (default: outputs/<env>--<model>--<time>)",
+    )
+    mode = ev.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="continue the run in -o DIR")
+    mode.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
+    ev.add_argument("--no-progress", action="store_true", help="no progress line")
+    sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
+    rep = sub.add_parser("report", help="write DIR/report.html for a run directory")
+    rep.add_argument("dir", help="run directory (holds episodes.jsonl)")
+    srv = sub.add_parser("serve", help="serve the built-in model over OpenAI-compatible HTTP")
+    srv.add_argument("--policy", default="bracket", help="built-in policy (default: bracket)")
+    srv.add_argument(
+        "--latency-ms", type=float, default=0.0, help="fixed latency per call (default: 0)"
+    )
+    srv.add_argument("--seed", type=int, default=0, help="(default: 0)")
+    srv.add_argument("--host", default="127.0.0.1", help="(default: 127.0.0.1)")
+    srv.add_argument("--port", type=int, default=8000, help="0 picks a free port (default: 8000)")
+    return top

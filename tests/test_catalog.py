@@ -1,0 +1,99 @@
+"""What a newcomer reads: ``taketurns envs``, ``taketurns eval --help`` and the
+messages around a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from taketurns._cli.catalog import print_catalog
+from taketurns._cli.main import main
+
+
+@pytest.fixture(scope="module")
+def listing() -> str:
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    print_catalog(console)
+    console.file.close()
+    return console.export_text()
+
+
+def _row(listing: str, needle: str) -> str:
+    (line,) = [ln for ln in listing.splitlines() if needle in ln]
+    return " ".join(line.replace("│", " ").split())
+
+
+def test_descriptions_are_whole_first_paragraphs_without_markup(listing: str) -> None:
+    assert "``" not in listing
+    assert "Single-player TextArena word games, refereed by the real TextArena engine" in (
+        " ".join(listing.replace("│", " ").split())
+    )
+    assert "Two seats play one hand of Kuhn poker; the env is the referee." in listing
+    assert "An in-process tool loop (the tau-bench assistant shape)." in listing
+
+
+def test_roles_show_the_model_and_harness_they_run_with(listing: str) -> None:
+    assert "model=None" not in listing
+    assert "harness=env's choice" not in listing
+    assert "env.player0 role model: the eval's (--model), harness: null" in _row(
+        listing, "env.player0 "
+    )
+    user = " ".join(
+        listing[listing.index("env.user ") :].split("env.persona")[0].replace("│", " ").split()
+    )
+    assert user.startswith("env.user role model: the eval's (--model), harness: null")
+    assert "limits.max_turns=8" in user
+    assert "trainable=False" in user
+    assert "harness: the taskset's" in _row(listing, "env.assistant ")
+    assert "no limit" in _row(listing, "env.<role>.limits.max_turns")
+
+
+def test_eval_help_states_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for needle in (
+        "tasks to run (default: 10)",
+        "rollouts of each task (default: 1)",
+        "episodes at once (default: 32)",
+        "(default: builtin/bracket)",
+        "(default: OPENAI_API_KEY)",
+        "--request-timeout S",
+        "(default: 600)",
+        "--request-retries N",
+        "(default: 3)",
+        "--preflight-timeout S",
+        "(default: 30)",
+        "./file.py:Class",
+        "(default: outputs/<env>--<model>--<time>)",
+    ):
+        assert needle in text, needle
+
+
+def test_an_unknown_harness_lists_the_known_harnesses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["eval", "kuhn-poker", "-n", "1", "-o", str(tmp_path / "r")]
+    assert main([*args, "--env.player0.harness=nope"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "known harnesses: null, program, stateful, tools" in err
+    assert "harnesss" not in err
+
+
+def test_a_resume_with_nothing_to_do_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = str(tmp_path / "run")
+    assert main(["eval", "kuhn-poker", "-n", "3", "-o", out, "--no-progress"]) == 0
+    assert "3 new episodes" in " ".join(capsys.readouterr().err.split())
+    assert main(["eval", "--resume", "-o", out, "--no-progress"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "nothing to do: every (task, rollout) pair was already written" in err
+    assert "episodes/s" not in err
+
+
+def test_venv_is_ignored_by_git() -> None:
+    ignored = (Path(__file__).resolve().parents[1] / ".gitignore").read_text().split()
+    assert ".venv/" in ignored
