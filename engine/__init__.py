@@ -60,6 +60,7 @@ from taketurns._eval.taskset import (
 )
 from taketurns._exchange.agent import Agent, Agents
 from taketurns._exchange.harness import Harness, Prompt, Rollout, can_chat
+from taketurns._exchange.mcp_servers import McpConnection, McpServer, McpTool, open_mcp_servers
 from taketurns._exchange.null import NullHarness
 from taketurns._exchange.rubric import Rubric, metric, reward, stop
 from taketurns._exchange.session import ChatSession, Reply, SessionState
@@ -145,6 +146,9 @@ __all__ = [
     "InterceptionServer",
     "Interrupted",
     "Limits",
+    "McpConnection",
+    "McpServer",
+    "McpTool",
     "Message",
     "ModelClient",
     "ModelEndpointError",
@@ -195,6 +199,7 @@ __all__ = [
     "messages_to_wire",
     "metric",
     "open_interception_server",
+    "open_mcp_servers",
     "open_taskset",
     "read_episodes",
     "register_env",

@@ -143,8 +143,8 @@ class UserSim(TasksetEnv):
                 f"task {task.idx} has no prompt: user-sim needs a prompted task "
                 "(its prompt is the user's scenario)"
             )
-        resources = self.taskset.resources(task)
         async with (
+            self.taskset.open_resources(task) as resources,
             agents.user.chat(self.user_view(task)) as user,
             agents.assistant.chat(
                 task, mask_prompt=True, tools=resources.tools, state=resources.state

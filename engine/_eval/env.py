@@ -21,6 +21,7 @@ closed and scored, and the eval carries on. Rewards come from ``@reward`` /
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -89,3 +90,21 @@ class Env(abc.ABC):
 
     async def finalize(self) -> None:  # noqa: B027 - optional hook
         """Called once per eval after the last episode (also on error or cancel)."""
+
+    def services(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """What the env holds open for a whole eval, in the eval's trio loop (each
+        worker's, on a worker backend): entered after ``setup``, left before
+        ``finalize``, also on error or cancellation (shared tool servers, a judge's
+        model client). Default: nothing."""
+        return _NOTHING
+
+
+class _Nothing(contextlib.AbstractAsyncContextManager[None]):
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_NOTHING = _Nothing()

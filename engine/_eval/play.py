@@ -54,7 +54,8 @@ async def play_pairs(
 
     try:
         await env.setup()
-        await _serve_pairs(config, plan, pairs, play, limiter)
+        async with env.services():
+            await _serve_pairs(config, plan, pairs, play, limiter)
     finally:
         with trio.CancelScope(shield=True):
             await env.finalize()

@@ -4,7 +4,10 @@ against its task.
 A taskset knows nothing of who plays it: the single-agent env runs it one-shot
 (``agent.run``), ``user-sim`` runs it as a conversation with a modeled user. Per
 rollout it may hand out ``Resources``: Python tools for the agent and a live ``state``
-(kept on ``trace.state``, never written to disk) that its rubric reads at scoring::
+(kept on ``trace.state``, never written to disk) that its rubric reads at scoring.
+Every taskset also takes ``mcp_servers`` (``[[env.taskset.mcp_servers]]`` tables, or
+its own ``mcp_servers(task)`` in code): MCP tool servers whose tools are offered beside
+its Python tools, per rollout or shared by the eval (``_exchange.mcp_servers``)::
 
     @register_taskset("my-tasks")
     class MyTasks(Taskset):
@@ -17,14 +20,17 @@ rollout it may hand out ``Resources``: Python tools for the agent and a live ``s
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import attrs
+import trio
 
 from taketurns._config.registry import tasksets
-from taketurns._errors import ConfigError
+from taketurns._errors import ConfigError, HarnessError
 from taketurns._eval.env import Env
+from taketurns._exchange.mcp_servers import McpConnection, McpServer, McpTool, open_mcp_servers
 from taketurns._exchange.rubric import Rubric
 from taketurns._exchange.task import Task
 
@@ -42,7 +48,10 @@ T = TypeVar("T", bound=type)
 
 @attrs.define
 class TasksetConfig:
-    """Base of every taskset's config."""
+    """Base of every taskset's config. ``mcp_servers``: MCP tool servers whose tools
+    every rollout is offered (keyword-only, so subclasses add fields freely)."""
+
+    mcp_servers: list[McpServer] = attrs.field(factory=list, kw_only=True)
 
 
 @attrs.frozen
@@ -81,6 +90,55 @@ class Taskset(abc.ABC):
         """Fresh per-rollout tools and state for ``task`` (default: none)."""
         return Resources()
 
+    def mcp_servers(self, task: Task | None) -> Sequence[McpServer]:
+        """The MCP servers of a rollout of ``task`` (``task`` is None when the eval asks
+        for the ``shared`` ones). Default: ``config.mcp_servers``."""
+        return tuple(getattr(self.config, "mcp_servers", ()))
+
+    @contextlib.asynccontextmanager
+    async def services(self) -> AsyncIterator[None]:
+        """What this taskset holds for a whole eval (in each eval process): its
+        ``shared`` MCP servers. The eval runner enters it through ``TasksetEnv``;
+        outside an eval, ``async with taskset.services():`` around the rollouts."""
+        shared = [s for s in self.mcp_servers(None) if s.placement == "shared"]
+        if not shared:
+            await trio.lowlevel.checkpoint()
+            yield
+            return
+        async with open_mcp_servers(shared) as (tools, connections):
+            self._shared = (tools, connections)
+            try:
+                yield
+            finally:
+                del self._shared
+
+    @contextlib.asynccontextmanager
+    async def open_resources(self, task: Task) -> AsyncIterator[Resources]:
+        """``resources(task)`` plus the tools of the task's MCP servers: its
+        ``per_rollout`` servers are started for the body and stopped on exit (also on
+        error or cancellation); ``state["mcp"]`` holds every connection by server
+        name. Raises ``HarnessError`` when a server fails to start."""
+        base = self.resources(task)
+        servers = self.mcp_servers(task)
+        if not servers:
+            await trio.lowlevel.checkpoint()
+            yield base
+            return
+        shared: tuple[tuple[McpTool, ...], dict[str, McpConnection]] = ((), {})
+        if any(s.placement == "shared" for s in servers):
+            shared = getattr(self, "_shared", None) or _no_shared()
+        own = [s for s in servers if s.placement == "per_rollout"]
+        async with open_mcp_servers(own) as (tools, connections):
+            state = {**base.state, "mcp": {**shared[1], **connections}}
+            yield Resources(tools=(*base.tools, *shared[0], *tools), state=state)
+
+
+def _no_shared() -> Any:
+    raise HarnessError(
+        "shared MCP servers are opened once per eval: run under `taketurns eval`, or "
+        "wrap the rollouts in `async with taskset.services():`"
+    )
+
 
 def open_taskset(ref: Any, *, field: str = "env.taskset") -> Taskset:
     """Build a taskset from a config value: an id (``"jsonl"``) or a table with an
@@ -118,4 +176,10 @@ class TasksetEnv(Env):
         return self.taskset.rubric()
 
     def default_harness(self, role: str) -> str:
+        """The taskset's harness; ``tools`` for a ``null`` taskset given MCP servers."""
+        if self.taskset.harness == "null" and self.taskset.mcp_servers(None):
+            return "tools"
         return self.taskset.harness
+
+    def services(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self.taskset.services()
