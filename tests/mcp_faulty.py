@@ -10,6 +10,7 @@ import sys
 import time
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 if "--die-at-start" in sys.argv:
     print("faulty: refusing to start (configuration missing)", file=sys.stderr)
@@ -28,8 +29,8 @@ def whoami() -> str:
 
 @server.tool()
 def fail(why: str = "no reason") -> str:
-    """Always fails."""
-    raise RuntimeError(f"fail was asked to fail: {why}")
+    """Always fails (a ToolError: its message reaches the client)."""
+    raise ToolError(f"fail was asked to fail: {why}")
 
 
 @server.tool()

@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import sys
 import uuid
+from functools import partial
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 import trio
 from httpservers import serve_app
@@ -17,10 +20,15 @@ from procs import marked
 from taketurns import (
     Agent,
     AgentConfig,
+    AssistantMessage,
     ConfigError,
+    EpisodeInfo,
     HarnessError,
     McpServer,
+    ModelRequest,
+    ModelResponse,
     ToolCall,
+    open_interception_server,
     open_mcp_servers,
     open_taskset,
 )
@@ -155,3 +163,108 @@ def test_cli_eval_puts_the_stdio_tools_answer_on_the_trace(tmp_path: Path) -> No
         assert [m["content"] for m in tool] == ["count=7"]
         assert trace["rewards"] == {"exact_match": 1.0}
     assert marked(mark) == []
+
+
+def _faulty(*args: str, **options: object) -> McpServer:
+    mark, env = _marker()
+    server = McpServer("faulty", command=[sys.executable, FAULTY, *args], env=env, **options)
+    server.env["TT_TEST_MARK"] = mark
+    return server
+
+
+@pytest.mark.parametrize(
+    ("server", "why"),
+    [
+        (McpServer("nope", command=["/no/such/mcp-server"]), "failed to start: .*No such file"),
+        (_faulty("--die-at-start"), "failed to start: .*stderr ends: faulty: refusing to start"),
+        (_faulty("--mute", startup_timeout_s=1.0), r"no answer within 1s \(startup_timeout_s\)"),
+    ],
+)
+async def test_a_server_that_does_not_start_is_a_clear_error(server: McpServer, why: str) -> None:
+    with trio.fail_after(20), pytest.raises(HarnessError, match=why):
+        async with open_mcp_servers([server]):
+            pytest.fail("unreachable")
+    if "TT_TEST_MARK" in server.env:
+        assert marked(server.env["TT_TEST_MARK"]) == []
+
+
+async def test_tool_failures_come_back_to_the_model_as_errors() -> None:
+    server = _faulty(call_timeout_s=3.0)
+    with trio.fail_after(30):
+        async with open_mcp_servers([server]) as (tools, _):
+            by_name = {t.name: t for t in tools}
+            failed = await by_name["fail"].call(ToolCall("1", "fail", '{"why": "test"}'))
+            assert failed.content.startswith("Error: ")
+            assert "fail was asked to fail: test" in failed.content
+            hung = await by_name["hang"].call(ToolCall("2", "hang", "{}"))
+            assert hung.content == (
+                "Error: MCP server 'faulty' did not answer within 3s (call_timeout_s)"
+            )
+            # the server still serves after a timed-out call
+            assert (await by_name["whoami"].call(ToolCall("3", "whoami", "{}"))).content.startswith(
+                "pid="
+            )
+            crashed = await by_name["crash"].call(ToolCall("4", "crash", "{}"))
+            assert crashed.content.startswith("Error: MCP server 'faulty' ")
+            again = await by_name["whoami"].call(ToolCall("5", "whoami", "{}"))
+            assert again.content.startswith("Error: MCP server 'faulty' ")
+    assert marked(server.env["TT_TEST_MARK"]) == []
+
+
+async def test_cancelled_mid_call_leaves_no_server_and_a_recorded_trace(tmp_path: Path) -> None:
+    server = _faulty()
+    taskset = _jsonl_taskset(tmp_path, [attrs.asdict(server)])
+    task = taskset.tasks(1)[0]
+    model = _Signalling(AssistantMessage(None, (ToolCall("c1", "hang", "{}"),)))
+    agent = Agent("a", AgentConfig(harness="tools"), client=model)
+    traces = []
+    agent = agent.bind(agent.episode or _episode(), on_close=traces.append)
+    with trio.move_on_after(8) as scope:
+        async with taskset.open_resources(task) as resources:
+            assert len(marked(server.env["TT_TEST_MARK"])) == 1
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(agent.run, task, tools=resources.tools))
+                with trio.fail_after(5):
+                    await model.answered.wait()
+                await trio.sleep(0.5)  # the hang call is in flight
+                scope.cancel()
+    assert scope.cancelled_caught
+    (trace,) = traces
+    assert trace.stop_condition == "cancelled"
+    assert marked(server.env["TT_TEST_MARK"]) == []
+
+
+class _Signalling(ScriptedModel):
+    """Sets ``answered`` once it has answered a request."""
+
+    def __init__(self, *script: Any) -> None:
+        super().__init__(*script)
+        self.answered = trio.Event()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        try:
+            return await super().complete(request)
+        finally:
+            self.answered.set()
+
+
+def _episode() -> EpisodeInfo:
+    return EpisodeInfo("e", "test", 0)
+
+
+async def test_program_harness_calls_mcp_tools_through_the_tool_url(tmp_path: Path) -> None:
+    taskset = _jsonl_taskset(tmp_path, [{"name": "c", "command": COUNTER}], prompt="bump by=4")
+    task = taskset.tasks(1)[0]
+    async with open_interception_server() as server:
+        agent = Agent(
+            "a",
+            AgentConfig(model="builtin/tools", harness="program"),
+            services={"interception": server},
+        )
+        with trio.fail_after(60):
+            async with taskset.open_resources(task) as resources:
+                trace = await agent.run(task, tools=resources.tools)
+    assert trace.stop_condition == "agent_completed", trace.errors
+    tool = [m for m in trace.messages if m.role == "tool"]
+    assert [m.content for m in tool] == ["count=4"]
+    assert trace.last_text == "The tool said: count=4"

@@ -25,7 +25,7 @@ import contextlib
 import json
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import IO, Any
 
@@ -33,7 +33,7 @@ import attrs
 import trio
 
 from taketurns._config.options import OptionError, at_least
-from taketurns._errors import HarnessError
+from taketurns._errors import HarnessError, sole_error
 from taketurns._exchange.tools import Tool
 from taketurns._models.messages import ToolCall, ToolMessage
 
@@ -214,10 +214,18 @@ async def _keep(
     """Hold one client open until cancelled; reports (client, its tool listing). A
     connection that breaks later is left to its calls (they answer ``Error: ...``)."""
     mcp = _sdk()
-    async with mcp.Client(target) as client:
-        listed = await client.list_tools()
-        task_status.started((client, listed))
-        await trio.sleep_forever()
+    started = False
+    try:
+        async with mcp.Client(target) as client:
+            listed = await client.list_tools()
+            task_status.started((client, listed))
+            started = True
+            await trio.sleep_forever()
+    except Exception:
+        if not started:
+            raise  # nursery.start raises it in _connect
+        # the transport broke after the tools were listed (the server died): the
+        # rollout goes on, and its calls to this server answer Error: ...
 
 
 async def _connect(
@@ -244,6 +252,19 @@ async def _connect(
     return connection, [McpTool(connection, tool) for tool in listed.tools]
 
 
+@contextlib.contextmanager
+def _unwrapped() -> Iterator[None]:
+    """An error leaves ``open_mcp_servers``' nursery as itself (the body's own errors
+    and a server's ``HarnessError``), not in a one-member exception group."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        sole = sole_error(group)
+        if isinstance(sole, BaseExceptionGroup):
+            raise
+        raise sole from sole.__cause__
+
+
 @asynccontextmanager
 async def open_mcp_servers(
     servers: Sequence[McpServer],
@@ -254,7 +275,7 @@ async def open_mcp_servers(
     names = [s.name for s in servers]
     if len(set(names)) != len(names):
         raise HarnessError(f"two MCP servers share a name: {names}")
-    with contextlib.ExitStack() as stack:
+    with contextlib.ExitStack() as stack, _unwrapped():
         async with trio.open_nursery() as nursery:
             try:
                 tools: list[McpTool] = []
