@@ -159,7 +159,8 @@ class McpTool(Tool):
         if arguments is not None:
             try:
                 text, failed = await self.connection.call(self.name, arguments)
-                text = f"Error: {text}" if failed and not text.startswith("Error: ") else text
+                if failed:
+                    text = _error_text(self.name, text)
             except trio.TooSlowError:
                 text = (
                     f"Error: MCP server {server.name!r} did not answer within "
@@ -168,6 +169,13 @@ class McpTool(Tool):
             except Exception as exc:
                 text = f"Error: MCP server {server.name!r} failed: {_describe(exc)}"
         return ToolMessage(call.id, text, self.name)
+
+
+def _error_text(name: str, text: str) -> str:
+    """A tool's failure as ``Error: ...`` (without the SDK's own "Error executing
+    tool NAME: " prefix, so the text reads as an in-process tool's failure)."""
+    text = text.removeprefix(f"Error executing tool {name}: ")
+    return text if text.startswith("Error: ") else f"Error: {text}"
 
 
 def _describe(exc: BaseException) -> str:
