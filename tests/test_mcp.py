@@ -268,3 +268,35 @@ async def test_program_harness_calls_mcp_tools_through_the_tool_url(tmp_path: Pa
     tool = [m for m in trace.messages if m.role == "tool"]
     assert [m.content for m in tool] == ["count=4"]
     assert trace.last_text == "The tool said: count=4"
+
+
+def test_cli_shared_server_serves_every_rollout_of_the_eval(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"prompt": "bump by=2"}) + "\n")
+    mark, _ = _marker()
+    table = (
+        f'[{{name = "c", command = ["python", "-m", "taketurns.envs.mcp_counter"], '
+        f'placement = "shared", env = {{ TT_TEST_MARK = "{mark}" }}}}]'
+    )
+    out = tmp_path / "run"
+    argv = ["eval", "jsonl", f"--env.taskset.path={tasks}", "--model", "builtin/tools"]
+    argv += [f"--env.taskset.mcp_servers={table}", "-r", "3", "-c", "1"]
+    assert main([*argv, "-o", str(out), "--no-progress"]) == 0
+    said = sorted(
+        e["traces"][0]["messages"][-1]["content"] for e in read_episodes(out / "episodes.jsonl")
+    )
+    assert said == [f"The tool said: count={n}" for n in (2, 4, 6)]
+    assert marked(mark) == []
+
+
+def test_cli_a_server_that_cannot_start_fails_the_episode_clearly(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"prompt": "bump by=2"}) + "\n")
+    table = '[{name = "gone", command = ["/no/such/server"]}]'
+    out = tmp_path / "run"
+    argv = ["eval", "jsonl", f"--env.taskset.path={tasks}", "--model", "builtin/tools"]
+    argv += [f"--env.taskset.mcp_servers={table}", "-o", str(out), "--no-progress"]
+    main(argv)  # the exit status of failed episodes is the CLI's business, not tested here
+    (episode,) = read_episodes(out / "episodes.jsonl")
+    assert (episode["ok"], episode["stop"]) == (False, "env_error")
+    assert "MCP server 'gone' (/no/such/server) failed to start" in episode["errors"][0]["message"]
