@@ -243,6 +243,9 @@ def test_cli_jsonl_with_a_builtin_judge(tmp_path: Path) -> None:
     ]
     line = (out / "episodes.jsonl").read_text().splitlines()[0]
     assert loads_episode(line).traces[0].judge_calls[0].judge == "judge"
+    page = (out / "report.html").read_text()
+    assert page.count('class="turns judge-calls"') == 4
+    assert "VERDICT: CORRECT" in page
 
 
 def test_cli_user_sim_with_a_judge(tmp_path: Path) -> None:
