@@ -10,13 +10,18 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from httpservers import OK_BODY, Answer, start_scripted
 
 from taketurns import (
     Agent,
     AgentConfig,
+    AssistantMessage,
     ConfigError,
     Judge,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
     Task,
     Timeouts,
     open_taskset,
@@ -263,3 +268,34 @@ def test_cli_user_sim_with_a_judge(tmp_path: Path) -> None:
     # the scenario never reached the assistant's wire
     wire = [m["content"] for t in assistant["turns"] for m in t["request"]]
     assert not any("the answer is 4" in str(text) for text in wire)
+
+
+class _Slow(ModelClient):
+    """Answers CORRECT after 1 s, counting the calls in flight."""
+
+    def __init__(self) -> None:
+        self.in_flight = self.most = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            await trio.sleep(1)
+            return ModelResponse(AssistantMessage("VERDICT: CORRECT"))
+        finally:
+            self.in_flight -= 1
+
+
+@pytest.mark.parametrize(("cap", "most"), [(None, 5), (1, 1), (2, 2)])
+async def test_max_concurrent_calls_caps_the_judge(
+    autojump_clock: trio.testing.MockClock, cap: int | None, most: int
+) -> None:
+    slow = _Slow()
+    judge = Judge("j", AgentConfig(model="slow", max_concurrent_calls=cap), client=slow)
+    agent = _agent(judge)
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        for i in range(5):
+            nursery.start_soon(agent.run, Task(i, prompt=f"q{i}"))
+    assert slow.most == most
+    assert trio.current_time() - start == pytest.approx(-(-5 // most))  # ceil(5 / most) s

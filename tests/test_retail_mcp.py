@@ -98,3 +98,18 @@ def test_cli_retail_lite_over_mcp_scores_as_in_process(tmp_path: Path) -> None:
     assert rewards["mcp"] == rewards["python"]
     resolved = tomllib.loads((tmp_path / "mcp" / "config.toml").read_text())
     assert resolved["env"]["taskset"]["tools"] == "mcp"  # -C DIR/config.toml reruns it
+
+
+def test_cli_user_sim_over_retail_lite_with_mcp_tools(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["eval", "user-sim", "--env.taskset=retail-lite", "--env.taskset.tools=mcp"]
+    argv += ["--env.assistant.model=builtin/tools", "-n", "2", "-o", str(out), "--no-progress"]
+    assert main(argv) == 0
+    for episode in read_episodes(out / "episodes.jsonl"):
+        assert episode["ok"], episode["errors"]
+        assistant = next(t for t in episode["traces"] if t["agent"]["name"] == "assistant")
+        assert assistant["agent"]["harness"] == "tools"
+        assert any(m["role"] == "tool" for m in assistant["messages"])
+        assert set(assistant["metrics"]) >= {"state_match", "info_match"}
+        assert assistant["errors"] == []
+    assert children() == []
