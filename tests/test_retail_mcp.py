@@ -56,24 +56,32 @@ async def test_wrong_writes_score_0_over_mcp_too() -> None:
     taskset = RetailLite(RetailConfig(kinds="cancel", tools="mcp"))
     task = taskset.tasks(1)[0]
     right = task.info["actions"][0]["arguments"]
-    model = _scripted(("cancel_pending_order", {**right, "reason": "not a reason"}))
-    trace = await _run(taskset, 0, model)
-    assert trace.rewards == {"success": 0.0}
-    assert trace.metrics == {"state_match": 0.0, "info_match": 1.0}
-    tool = [m for m in trace.messages if m.role == "tool"]
-    assert tool[0].content.startswith("Error: ")  # the SDK checks the reason's enum
-    assert "no longer needed" in tool[0].content
-    model = _scripted(("cancel_pending_order", {**right, "order_id": _other_pending(task)}))
-    trace = await _run(taskset, 0, model)
-    assert trace.rewards == {"success": 0.0}  # cancelling another order is a wrong write
-    model = _scripted(("return_delivered_order_items", {**right, "item_ids": ["1"]}))
-    trace = await _run(taskset, 0, model)
-    tool = [m for m in trace.messages if m.role == "tool"]
-    assert tool[0].content.startswith("Error: StoreError: order #W")  # a store rule
-    assert trace.rewards == {"success": 0.0}
-    model = _scripted(("cancel_pending_order", right))
-    trace = await _run(taskset, 0, model)
-    assert trace.rewards == {"success": 1.0}
+    scripts = {
+        "bad reason": ("cancel_pending_order", {**right, "reason": "not a reason"}),
+        "wrong order": ("cancel_pending_order", {**right, "order_id": _other_pending(task)}),
+        "broken rule": ("return_delivered_order_items", {**right, "item_ids": ["1"]}),
+        "right": ("cancel_pending_order", right),
+    }
+    traces: dict[str, Trace] = {}
+
+    async def one(name: str) -> None:
+        traces[name] = await _run(taskset, 0, _scripted(scripts[name]))
+
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            for name in scripts:
+                nursery.start_soon(one, name)
+    assert {name: t.rewards["success"] for name, t in traces.items()} == {
+        "bad reason": 0.0,
+        "wrong order": 0.0,  # cancelling another order is a wrong write
+        "broken rule": 0.0,
+        "right": 1.0,
+    }
+    assert traces["bad reason"].metrics == {"state_match": 0.0, "info_match": 1.0}
+    said = {name: [m.content for m in t.messages if m.role == "tool"] for name, t in traces.items()}
+    assert said["bad reason"][0].startswith("Error: ")  # the SDK checks the reason's enum
+    assert "no longer needed" in said["bad reason"][0]
+    assert said["broken rule"][0].startswith("Error: StoreError: order #W")  # a store rule
 
 
 def test_tools_option_is_checked() -> None:
