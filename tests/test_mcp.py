@@ -178,6 +178,10 @@ def _faulty(*args: str, **options: object) -> McpServer:
         (McpServer("nope", command=["/no/such/mcp-server"]), "failed to start: .*No such file"),
         (_faulty("--die-at-start"), "failed to start: .*stderr ends: faulty: refusing to start"),
         (_faulty("--mute", startup_timeout_s=1.0), r"no answer within 1s \(startup_timeout_s\)"),
+        (
+            McpServer("down", url="http://127.0.0.1:9/mcp"),
+            r"'down' \(http://127.0.0.1:9/mcp\) failed",
+        ),
     ],
 )
 async def test_a_server_that_does_not_start_is_a_clear_error(server: McpServer, why: str) -> None:

@@ -130,9 +130,10 @@ def _content_text(content: Sequence[Any]) -> str:
 
 
 class McpTool(Tool):
-    """A tool of an MCP server; ``call`` never raises for the model's mistakes, the
-    tool's failures or a server gone or silent: they come back as ``Error: ...``
-    tool messages. ``Cancelled`` propagates."""
+    """A tool of an MCP server, offered like a Python ``Tool`` (``name``, ``schema``
+    from the server's listing, ``call``; it has no ``fn``). ``call`` never raises for
+    the model's mistakes, the tool's failures or a server gone or silent: they come
+    back as ``Error: ...`` tool messages. ``Cancelled`` propagates."""
 
     def __init__(self, connection: McpConnection, listed: Any) -> None:
         self.connection = connection
@@ -149,26 +150,35 @@ class McpTool(Tool):
         }
 
     async def call(self, call: ToolCall) -> ToolMessage:
+        """Call the tool on its server; the answer (or what went wrong) as a tool
+        message."""
+        arguments = _arguments(call.arguments)
+        if isinstance(arguments, str):
+            return ToolMessage(call.id, arguments, self.name)
         server = self.connection.server
         try:
-            arguments = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError as exc:
-            arguments, text = None, f"Error: the arguments are not valid JSON ({exc})"
-        if arguments is not None and not isinstance(arguments, dict):
-            arguments, text = None, "Error: the arguments must be a JSON object"
-        if arguments is not None:
-            try:
-                text, failed = await self.connection.call(self.name, arguments)
-                if failed:
-                    text = _error_text(self.name, text)
-            except trio.TooSlowError:
-                text = (
-                    f"Error: MCP server {server.name!r} did not answer within "
-                    f"{server.call_timeout_s:g}s (call_timeout_s)"
-                )
-            except Exception as exc:
-                text = f"Error: MCP server {server.name!r} failed: {_describe(exc)}"
+            text, failed = await self.connection.call(self.name, arguments)
+            if failed:
+                text = _error_text(self.name, text)
+        except trio.TooSlowError:
+            text = (
+                f"Error: MCP server {server.name!r} did not answer within "
+                f"{server.call_timeout_s:g}s (call_timeout_s)"
+            )
+        except Exception as exc:
+            text = f"Error: MCP server {server.name!r} failed: {_describe(exc)}"
         return ToolMessage(call.id, text, self.name)
+
+
+def _arguments(raw: str) -> dict[str, Any] | str:
+    """The model's arguments as an object, or the ``Error: ...`` text saying why not."""
+    try:
+        arguments = json.loads(raw or "{}")
+    except json.JSONDecodeError as exc:
+        return f"Error: the arguments are not valid JSON ({exc})"
+    if not isinstance(arguments, dict):
+        return "Error: the arguments must be a JSON object"
+    return arguments
 
 
 def _error_text(name: str, text: str) -> str:
