@@ -4,9 +4,9 @@ What a taskset runs under when no multi-agent env is named: ``taketurns eval jso
 --env.taskset.path=f.jsonl`` is ``taketurns eval single-agent --env.taskset=jsonl
 --env.taskset.path=f.jsonl``. Each episode is one ``agent.run(task)`` with the task's
 per-rollout tools and state, its MCP servers' tools included (stop condition
-``agent_completed``), scored by the
-taskset's rubric. The agent's harness defaults to the one the taskset is meant for
-(``null``, or ``tools`` for a taskset that hands out tools).
+``agent_completed``), scored by the taskset's rubric. The agent's harness defaults to
+the one the taskset is meant for (``null``, or ``tools`` for a taskset that hands out
+tools or has MCP servers).
 """
 
 from __future__ import annotations

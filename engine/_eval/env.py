@@ -96,15 +96,4 @@ class Env(abc.ABC):
         worker's, on a worker backend): entered after ``setup``, left before
         ``finalize``, also on error or cancellation (shared tool servers, a judge's
         model client). Default: nothing."""
-        return _NOTHING
-
-
-class _Nothing(contextlib.AbstractAsyncContextManager[None]):
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-_NOTHING = _Nothing()
+        return contextlib.nullcontext()

@@ -77,6 +77,8 @@ class Taskset(abc.ABC):
 
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.config_class()
+        # the shared MCP servers' (tools, connections) while services() is entered
+        self._shared: tuple[tuple[McpTool, ...], dict[str, McpConnection]] | None = None
 
     @abc.abstractmethod
     def tasks(self, num_tasks: int) -> Sequence[Task]:
@@ -105,12 +107,14 @@ class Taskset(abc.ABC):
             await trio.lowlevel.checkpoint()
             yield
             return
+        if getattr(self, "_shared", None) is not None:
+            raise HarnessError("this taskset's services() are already entered")
         async with open_mcp_servers(shared) as (tools, connections):
             self._shared = (tools, connections)
             try:
                 yield
             finally:
-                del self._shared
+                self._shared = None
 
     @contextlib.asynccontextmanager
     async def open_resources(self, task: Task) -> AsyncIterator[Resources]:
