@@ -198,6 +198,9 @@ async def test_a_hanging_judge_is_bounded_by_the_close_scoring_timeout(
     assert time.monotonic() - start < 5
     assert trace.rewards == {"judge": 0.0}
     assert "timeouts.scoring_s" in trace.errors[-1].message
+    (call,) = trace.judge_calls  # the cut call is on record
+    assert call.score is None
+    assert "cancelled (timeouts.scoring_s" in str(call.error)
 
 
 def test_judge_config_is_checked(tmp_path: Path) -> None:

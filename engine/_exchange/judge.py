@@ -236,10 +236,17 @@ class Judge:
         pending = self._cache[key] = _Pending()
         try:
             pending.call = await self._ask(messages)
+        except trio.Cancelled:
+            # the close's scoring_s ran out, or the eval was cancelled: still on record
+            cut = "the judge call was cancelled (timeouts.scoring_s, or the eval stopping)"
+            trace.judge_calls.append(JudgeCall(self.name, self.model, messages, error=cut))
+            raise
         finally:
             pending.done.set()
-        if pending.call.score is None:
-            del self._cache[key]  # a failed judgement is not reused
+            if (pending.call is None or pending.call.score is None) and self._cache.get(
+                key
+            ) is pending:
+                del self._cache[key]  # a failed judgement is not reused
         return self._record(trace, pending.call)
 
     def _messages(self, text: str) -> tuple[Message, ...]:
