@@ -197,6 +197,9 @@ class JsonlTaskset(Taskset):
         self._tasks = load_tasks(self.config.path)
         self.judge = Judge.of(self.config.judge)
 
+    def judges(self) -> Sequence[Judge]:
+        return () if self.judge is None else (self.judge,)
+
     def rubric(self) -> Rubric:
         """``exact_match`` (reward) and ``contains``; with a judge, the judge's verdict
         is the reward and ``exact_match`` a metric."""

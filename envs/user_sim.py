@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import attrs
@@ -221,6 +221,10 @@ class UserSim(TasksetEnv):
             return Rubric()
         judged = self.judge.rubric() if self.judge is not None else Rubric()
         return super().rubric(role) + judged + Rubric.of(self)
+
+    def judges(self) -> Sequence[Judge]:
+        own = () if self.judge is None else (self.judge,)
+        return (*super().judges(), *own)
 
     @contextlib.asynccontextmanager
     async def services(self) -> AsyncIterator[None]:

@@ -24,10 +24,13 @@ from taketurns import (
     ModelResponse,
     Task,
     Timeouts,
+    load_eval_config,
     open_taskset,
     parse_verdict,
 )
 from taketurns._cli.main import main
+from taketurns._config.registry import envs
+from taketurns._eval.plan import make_env, preflight
 from taketurns._output.records import loads_episode, read_episodes
 
 
@@ -302,3 +305,19 @@ async def test_max_concurrent_calls_caps_the_judge(
             nursery.start_soon(agent.run, Task(i, prompt=f"q{i}"))
     assert slow.most == most
     assert trio.current_time() - start == pytest.approx(-(-5 // most))  # ceil(5 / most) s
+
+
+async def test_the_eval_preflights_an_endpoint_judge(nursery: trio.Nursery, tmp_path: Path) -> None:
+    endpoint = await start_scripted(nursery, Answer(401, {"error": {"message": "bad key"}}))
+    judge = {"model": "judge-model", "base_url": endpoint.base_url, "name": "strict"}
+    taskset = {"id": "jsonl", "path": str(_tasks(tmp_path)), "judge": judge}
+    config = load_eval_config(
+        envs.get("single-agent").config_class,
+        file_data={"env_id": "single-agent", "env": {"taskset": taskset}},
+    )
+    with pytest.raises(ConfigError, match="judge 'strict': preflight: model 'judge-model'"):
+        await preflight(config, make_env(config))
+    assert len(endpoint.seen) == 1
+    endpoint.answers.clear()
+    endpoint.answers.append(Answer(body=_body("OK")))
+    await preflight(config, make_env(config))  # a judge that answers passes

@@ -34,6 +34,7 @@ from taketurns._exchange.task import Task
 
 if TYPE_CHECKING:
     from taketurns._exchange.agent import Agents
+    from taketurns._exchange.judge import Judge
 
 __all__ = ["Env", "register_env", "roles_of"]
 
@@ -97,3 +98,8 @@ class Env(abc.ABC):
         ``finalize``, also on error or cancellation (shared tool servers, a judge's
         model client). Default: nothing."""
         return contextlib.nullcontext()
+
+    def judges(self) -> Sequence[Judge]:
+        """The LLM judges among this env's rewards: the eval preflights their
+        endpoints with the agents' before the first episode. Default: none."""
+        return ()

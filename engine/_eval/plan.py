@@ -57,7 +57,8 @@ def _client_for(config: EvalConfig, role: str, agent: AgentConfig) -> ModelClien
 
 async def preflight(config: EvalConfig, env: Env) -> None:
     """Call every distinct endpoint once with throwaway clients (their connections
-    belong to this trio run). Raises ``ConfigError`` naming the failing endpoint."""
+    belong to this trio run), the env's judges' too. Raises ``ConfigError`` naming
+    the failing endpoint."""
     seen = set()
     for role, agent in env.roles.items():
         agent = resolve_role(config, env, role, agent)
@@ -70,6 +71,8 @@ async def preflight(config: EvalConfig, env: Env) -> None:
             await client.preflight(agent.model or config.model)
         finally:
             await client.aclose()
+    for judge in env.judges():
+        await judge.preflight()
 
 
 class Plan:

@@ -30,6 +30,7 @@ import trio
 from taketurns._config.registry import tasksets
 from taketurns._errors import ConfigError, HarnessError
 from taketurns._eval.env import Env
+from taketurns._exchange.judge import Judge
 from taketurns._exchange.mcp_servers import McpConnection, McpServer, McpTool, open_mcp_servers
 from taketurns._exchange.rubric import Rubric
 from taketurns._exchange.task import Task
@@ -91,6 +92,10 @@ class Taskset(abc.ABC):
     def resources(self, task: Task) -> Resources:
         """Fresh per-rollout tools and state for ``task`` (default: none)."""
         return Resources()
+
+    def judges(self) -> Sequence[Judge]:
+        """The LLM judges among this taskset's rewards (preflighted by the eval)."""
+        return ()
 
     def mcp_servers(self, task: Task | None) -> Sequence[McpServer]:
         """The MCP servers of a rollout of ``task`` (``task`` is None when the eval asks
@@ -187,3 +192,6 @@ class TasksetEnv(Env):
 
     def services(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self.taskset.services()
+
+    def judges(self) -> Sequence[Judge]:
+        return self.taskset.judges()

@@ -295,6 +295,24 @@ class Judge:
             async with self._limiter:
                 return await client.complete(request)
 
+    async def preflight(self) -> None:
+        """One tiny call to the judge's endpoint with a throwaway client (the eval
+        preflights every judge before its first episode), so a wrong URL, key or
+        model is one ``ConfigError`` naming the judge. Nothing to check for an
+        in-process model. A checkpoint."""
+        if self.config.base_url is None or not self._owns_client:
+            await trio.lowlevel.checkpoint()
+            return
+        from taketurns._models.openai import OpenAIClient
+
+        client = OpenAIClient(self.config.base_url, api_key_var=self.config.api_key_var)
+        try:
+            await client.preflight(self.model)
+        except ConfigError as exc:
+            raise ConfigError(f"judge {self.name!r}: {exc}") from None
+        finally:
+            await client.aclose()
+
     async def aclose(self) -> None:
         """Close the model client this judge made (shielded); idempotent."""
         with trio.CancelScope(shield=True):
