@@ -28,6 +28,7 @@ server's ``retail://store/digest`` resource; the rewards are the same.
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import re
 import sys
@@ -108,6 +109,10 @@ def _kinds(inst: object, attribute: attrs.Attribute[Any], value: object) -> None
 def _tools(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in TOOLS:
         raise OptionError(attribute.name, value, " or ".join(TOOLS))
+    if value == "mcp" and importlib.util.find_spec("mcp") is None:
+        raise OptionError(
+            attribute.name, value, "python (the MCP SDK is missing: pip install 'taketurns[mcp]')"
+        )
 
 
 TOOLS = ("python", "mcp")

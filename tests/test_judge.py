@@ -12,6 +12,8 @@ import pytest
 import trio
 import trio.testing
 from httpservers import OK_BODY, Answer, start_scripted
+from hypothesis import given
+from hypothesis import strategies as st
 
 from taketurns import (
     Agent,
@@ -321,3 +323,18 @@ async def test_the_eval_preflights_an_endpoint_judge(nursery: trio.Nursery, tmp_
     endpoint.answers.clear()
     endpoint.answers.append(Answer(body=_body("OK")))
     await preflight(config, make_env(config))  # a judge that answers passes
+
+
+@given(st.text(max_size=200), st.sampled_from(["CORRECT", "INCORRECT", "correct", "Incorrect"]))
+def test_a_closing_verdict_line_always_decides(prefix: str, verdict: str) -> None:
+    assert parse_verdict(f"{prefix}\nVERDICT: {verdict}") == float(verdict.upper() == "CORRECT")
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters=":"), max_size=300))
+def test_a_reply_without_a_colon_has_no_verdict(reply: str) -> None:
+    assert parse_verdict(reply) is None
+
+
+@given(st.floats(min_value=0, max_value=1, allow_nan=False).map(lambda x: round(x, 3)))
+def test_any_score_in_range_is_read_back(score: float) -> None:
+    assert parse_verdict(f"reasoning...\nSCORE: {score}") == pytest.approx(score)

@@ -55,6 +55,19 @@ def test_config_needs_command_or_url() -> None:
         McpServer("x", command=["a"], placement="everywhere")
 
 
+def test_without_the_sdk_servers_are_refused_at_config_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)  # as if taketurns[mcp] were not installed
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"prompt": "hi"}\n')
+    ref = {"id": "jsonl", "path": str(path), "mcp_servers": [{"name": "c", "command": COUNTER}]}
+    with pytest.raises(ConfigError, match=r"pip install 'taketurns\[mcp\]'"):
+        open_taskset(ref)
+    with pytest.raises(ConfigError, match=r"env\.taskset\.tools = 'mcp'.*taketurns\[mcp\]"):
+        open_taskset({"id": "retail-lite", "tools": "mcp"})
+
+
 def test_taskset_table_is_checked_by_name(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text('{"prompt": "hi"}\n')

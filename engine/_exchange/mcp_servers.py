@@ -22,6 +22,7 @@ Failure contract:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from taketurns._models.messages import ToolCall, ToolMessage
 __all__ = ["McpConnection", "McpServer", "McpTool", "open_mcp_servers"]
 
 PLACEMENTS = ("per_rollout", "shared")
+NO_SDK = "MCP tool servers need the official MCP SDK: pip install 'taketurns[mcp]'"
 _STDERR_TAIL = 2000
 
 
@@ -71,6 +73,8 @@ class McpServer:
     call_timeout_s: float = attrs.field(default=60.0, validator=at_least(0, exclusive=True))
 
     def __attrs_post_init__(self) -> None:
+        if not sdk_installed():
+            raise OptionError("name", self.name, f"an MCP server; {NO_SDK}")
         if (self.command is None) == (self.url is None):
             raise OptionError(
                 "command", self.command, "either command = [...] (stdio) or url (HTTP), not both"
@@ -198,13 +202,19 @@ def _describe(exc: BaseException) -> str:
     return f"{kind}: {text}"
 
 
+def sdk_installed() -> bool:
+    """Whether the ``mcp`` SDK can be imported (without importing it: it is heavy)."""
+    try:
+        return importlib.util.find_spec("mcp") is not None
+    except ValueError:
+        return False
+
+
 def _sdk() -> Any:
     try:
         import mcp
     except ImportError:
-        raise HarnessError(
-            "MCP tool servers need the official MCP SDK: pip install 'taketurns[mcp]'"
-        ) from None
+        raise HarnessError(NO_SDK) from None
     return mcp
 
 
