@@ -317,3 +317,18 @@ def test_cli_a_server_that_cannot_start_fails_the_episode_clearly(tmp_path: Path
     (episode,) = read_episodes(out / "episodes.jsonl")
     assert (episode["ok"], episode["stop"]) == (False, "env_error")
     assert "MCP server 'gone' (/no/such/server) failed to start" in episode["errors"][0]["message"]
+
+
+async def test_servers_start_together_and_one_failing_stops_the_others() -> None:
+    ok, down = _faulty(), _faulty("--die-at-start")
+    ok.name, down.name = "ok", "down"
+    counter = McpServer("counter", command=COUNTER, env=ok.env)
+    async with open_mcp_servers([ok, counter]) as (tools, connections):
+        assert [t.name for t in tools][:4] == ["whoami", "fail", "hang", "crash"]
+        assert [t.name for t in tools][4:] == ["bump", "whoami"]
+        assert set(connections) == {"ok", "counter"}
+        assert len(marked(ok.env["TT_TEST_MARK"])) == 2
+    with pytest.raises(HarnessError, match="MCP server 'down'"):
+        async with open_mcp_servers([ok, down]):
+            pytest.fail("unreachable")
+    assert marked(ok.env["TT_TEST_MARK"]) == []

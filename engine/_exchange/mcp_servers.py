@@ -280,6 +280,29 @@ async def _connect(
     return connection, [McpTool(connection, tool) for tool in listed.tools]
 
 
+async def _start_all(
+    servers: Sequence[McpServer], nursery: trio.Nursery, stack: contextlib.ExitStack
+) -> list[tuple[McpConnection, list[McpTool]]]:
+    """Start every server at once (a stdio server takes seconds to import its SDK);
+    their connections live in ``nursery``. Raises the first ``HarnessError``, once
+    every start has ended."""
+    started: list[tuple[McpConnection, list[McpTool]] | None] = [None] * len(servers)
+    failures: list[HarnessError] = []
+
+    async def start(i: int, server: McpServer) -> None:
+        try:
+            started[i] = await _connect(server, nursery, stack)
+        except HarnessError as exc:
+            failures.append(exc)
+
+    async with trio.open_nursery() as starting:
+        for i, server in enumerate(servers):
+            starting.start_soon(start, i, server)
+    if failures:
+        raise failures[0]
+    return [s for s in started if s is not None]
+
+
 @contextlib.contextmanager
 def _unwrapped() -> Iterator[None]:
     """An error leaves ``open_mcp_servers``' nursery as itself (the body's own errors
@@ -297,21 +320,19 @@ def _unwrapped() -> Iterator[None]:
 async def open_mcp_servers(
     servers: Sequence[McpServer],
 ) -> AsyncIterator[tuple[tuple[McpTool, ...], dict[str, McpConnection]]]:
-    """Connect to ``servers`` for the body; yields (their tools in server order, the
-    connections by server name). Raises ``HarnessError`` when one fails to start (the
-    ones already started are stopped first). Every server is stopped on exit."""
+    """Connect to ``servers`` (all at once) for the body; yields (their tools in
+    server order, the connections by server name). Raises ``HarnessError`` when one
+    fails to start (the ones that started are stopped first). Every server is
+    stopped on exit."""
     names = [s.name for s in servers]
     if len(set(names)) != len(names):
         raise HarnessError(f"two MCP servers share a name: {names}")
     with contextlib.ExitStack() as stack, _unwrapped():
         async with trio.open_nursery() as nursery:
             try:
-                tools: list[McpTool] = []
-                connections: dict[str, McpConnection] = {}
-                for server in servers:
-                    connections[server.name], found = await _connect(server, nursery, stack)
-                    tools += found
-                yield tuple(tools), connections
+                started = await _start_all(servers, nursery, stack)
+                tools = tuple(tool for _, found in started for tool in found)
+                yield tools, {c.server.name: c for c, _ in started}
             finally:
                 # each client closes itself as its task is cancelled: the SDK stops a
                 # stdio server shielded, every wait bounded
