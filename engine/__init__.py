@@ -60,12 +60,22 @@ from taketurns._eval.taskset import (
 )
 from taketurns._exchange.agent import Agent, Agents
 from taketurns._exchange.harness import Harness, Prompt, Rollout, can_chat
+from taketurns._exchange.judge import Judge, JudgeConfig, parse_verdict
+from taketurns._exchange.mcp_servers import McpConnection, McpServer, McpTool, open_mcp_servers
 from taketurns._exchange.null import NullHarness
 from taketurns._exchange.rubric import Rubric, metric, reward, stop
 from taketurns._exchange.session import ChatSession, Reply, SessionState
 from taketurns._exchange.task import Task
 from taketurns._exchange.tools import Tool, as_tools, tool_schema
-from taketurns._exchange.trace import AgentStamp, EpisodeInfo, ErrorInfo, Trace, Turn, Usage
+from taketurns._exchange.trace import (
+    AgentStamp,
+    EpisodeInfo,
+    ErrorInfo,
+    JudgeCall,
+    Trace,
+    Turn,
+    Usage,
+)
 from taketurns._models.builtin import BuiltinModel
 from taketurns._models.messages import (
     AssistantMessage,
@@ -144,7 +154,13 @@ __all__ = [
     "ImagePart",
     "InterceptionServer",
     "Interrupted",
+    "Judge",
+    "JudgeCall",
+    "JudgeConfig",
     "Limits",
+    "McpConnection",
+    "McpServer",
+    "McpTool",
     "Message",
     "ModelClient",
     "ModelEndpointError",
@@ -195,7 +211,9 @@ __all__ = [
     "messages_to_wire",
     "metric",
     "open_interception_server",
+    "open_mcp_servers",
     "open_taskset",
+    "parse_verdict",
     "read_episodes",
     "register_env",
     "register_taskset",

@@ -17,12 +17,18 @@ surrounding whitespace and case-folding: ``exact_match`` is the reward (1.0 when
 and ``contains`` a metric (1.0 when the answer appears in the text). Both are 0.0
 for a task without an answer. ``exact_match`` is the reward because ``contains`` can
 be gamed by a reply that lists every candidate.
+
+With a judge (``judge.model``, e.g. ``--env.taskset.judge.model=builtin/judge``) the
+reward is the LLM judge's verdict (named ``judge.name``, default ``judge``; see
+``taketurns.Judge`` for the template and the verdict format) and ``exact_match``
+becomes a metric.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +36,10 @@ import attrs
 
 from taketurns import (
     ConfigError,
+    Judge,
+    JudgeConfig,
     OptionError,
+    Rubric,
     Task,
     Taskset,
     TasksetConfig,
@@ -58,9 +67,11 @@ def _readable_file(inst: object, attribute: attrs.Attribute[Any], value: object)
 
 @attrs.define
 class JsonlConfig(TasksetConfig):
-    """``path``: the JSONL file (required; relative paths are to the working directory)."""
+    """``path``: the JSONL file (required; relative paths are to the working directory);
+    ``judge``: an LLM judge as the reward (none while ``judge.model`` is unset)."""
 
     path: str | None = attrs.field(default=None, validator=_readable_file)
+    judge: JudgeConfig = attrs.field(factory=JudgeConfig)
 
 
 def normalize(text: str) -> str:
@@ -184,6 +195,29 @@ class JsonlTaskset(Taskset):
                 "(--env.taskset.path=FILE)"
             )
         self._tasks = load_tasks(self.config.path)
+        self.judge = Judge.of(self.config.judge)
+
+    def judges(self) -> Sequence[Judge]:
+        return () if self.judge is None else (self.judge,)
+
+    def rubric(self) -> Rubric:
+        """``exact_match`` (reward) and ``contains``; with a judge, the judge's verdict
+        is the reward and ``exact_match`` a metric."""
+        own = super().rubric()
+        if self.judge is None:
+            return own
+        judged = self.judge.rubric()
+        return Rubric(judged.rewards, own.rewards + own.metrics, own.stops)
+
+    @contextlib.asynccontextmanager
+    async def services(self) -> AsyncIterator[None]:
+        """The base services, and the judge's model client closed at the end."""
+        try:
+            async with super().services():
+                yield
+        finally:
+            if self.judge is not None:
+                await self.judge.aclose()
 
     def tasks(self, num_tasks: int) -> Sequence[Task]:
         """The first ``num_tasks`` tasks of the file (all of them if it has fewer)."""

@@ -19,12 +19,19 @@ Scoring is state-based, as tau-bench scores: ``success`` (the one reward) is
 ``state_match * info_match``, so only a fully correct rollout earns 1.0 and any wrong
 write (cancelling the wrong order, a wrong reason, a typo in the address) earns 0.0;
 both parts are recorded as metrics.
+
+With ``tools = "mcp"`` the same store and tools are served over a real tool protocol:
+each rollout starts its own MCP stdio server (``taketurns.envs.retail_mcp``, seeded
+like the in-process store) and the rubric reads the final store's digest from the
+server's ``retail://store/digest`` resource; the rewards are the same.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import re
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,8 +39,10 @@ import attrs
 
 from taketurns import (
     AssistantMessage,
+    McpServer,
     OptionError,
     Resources,
+    Rubric,
     ScoringError,
     Task,
     Taskset,
@@ -97,13 +106,28 @@ def _kinds(inst: object, attribute: attrs.Attribute[Any], value: object) -> None
         raise OptionError(attribute.name, value, accepted)
 
 
+def _tools(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in TOOLS:
+        raise OptionError(attribute.name, value, " or ".join(TOOLS))
+    if value == "mcp" and importlib.util.find_spec("mcp") is None:
+        raise OptionError(
+            attribute.name, value, "python (the MCP SDK is missing: pip install 'taketurns[mcp]')"
+        )
+
+
+TOOLS = ("python", "mcp")
+MCP_NAME = "retail"  # the per-rollout server's name in state["mcp"]
+
+
 @attrs.define
 class RetailConfig(TasksetConfig):
     """``seed`` varies every store and goal; ``kinds`` (comma-separated) are the goal
-    kinds, dealt to tasks in turn (task ``i`` gets kind ``i % len(kinds)``)."""
+    kinds, dealt to tasks in turn (task ``i`` gets kind ``i % len(kinds)``); ``tools``:
+    ``python`` (in process) or ``mcp`` (the store behind a per-rollout MCP server)."""
 
     seed: int = attrs.field(default=0, validator=_an_int)
     kinds: str = attrs.field(default=",".join(KINDS), validator=_kinds)
+    tools: str = attrs.field(default="python", validator=_tools)
 
     @property
     def kind_list(self) -> list[str]:
@@ -218,9 +242,26 @@ class RetailLite(Taskset):
         )
 
     def resources(self, task: Task) -> Resources:
-        """A fresh store for the task, the tools bound to it, and ``state["store"]``."""
+        """A fresh store for the task, the tools bound to it, and ``state["store"]``
+        (with ``tools = "mcp"``: nothing; the store lives in the task's MCP server)."""
+        if self.config.tools == "mcp":
+            return Resources()
         store = Store.generate(task.info["seed"])
         return Resources(tools=RetailTools(store).all(), state={"store": store})
+
+    def mcp_servers(self, task: Task | None) -> Sequence[McpServer]:
+        """With ``tools = "mcp"``, a rollout of ``task`` gets its own store server."""
+        servers = tuple(self.config.mcp_servers)
+        if self.config.tools != "mcp" or task is None:
+            return servers
+        command = [sys.executable, "-m", "taketurns.envs.retail_mcp"]
+        own = McpServer(MCP_NAME, command=[*command, "--seed", str(task.info["seed"])])
+        return (own, *servers)
+
+    def rubric(self) -> Rubric:
+        """``success``, ``state_match``, ``info_match``; read from the MCP server's
+        digest resource with ``tools = "mcp"``."""
+        return Rubric.of(_RemoteScoring(self)) if self.config.tools == "mcp" else super().rubric()
 
     @reward
     def success(self, task: Task, trace: Trace) -> float:
@@ -248,3 +289,35 @@ class RetailLite(Taskset):
             text_of(m.content) for m in trace.messages if isinstance(m, AssistantMessage)
         )
         return float(_mentions(said, str(task.answer)))
+
+
+class _RemoteScoring:
+    """retail-lite's rubric when the store lives in the rollout's MCP server: the same
+    scorers, the final store's digest read from ``retail://store/digest``."""
+
+    def __init__(self, taskset: RetailLite) -> None:
+        self.taskset = taskset
+
+    @reward
+    async def success(self, task: Task, trace: Trace) -> float:
+        """1.0 only when the final store is the expected one and the info was given."""
+        return await self.state_match(task, trace) * self.info_match(task, trace)
+
+    @metric
+    async def state_match(self, task: Task, trace: Trace) -> float:
+        """1.0 iff the rollout's final store (in its MCP server) is the expected one."""
+        from taketurns.envs.retail_mcp import DIGEST_URI
+
+        connection = trace.state.get("mcp", {}).get(MCP_NAME)
+        if connection is None:
+            raise ScoringError(
+                "trace.state has no 'mcp' connection to the retail server: run the tasks "
+                "with the taskset's resources (async with taskset.open_resources(task))"
+            )
+        digest = await connection.read_resource(DIGEST_URI)
+        return float(digest == task.info["expected_state"])
+
+    @metric
+    def info_match(self, task: Task, trace: Trace) -> float:
+        """As in process: the expected fact stated (1.0 when there is none)."""
+        return self.taskset.info_match(task, trace)

@@ -3,9 +3,10 @@
 What a taskset runs under when no multi-agent env is named: ``taketurns eval jsonl
 --env.taskset.path=f.jsonl`` is ``taketurns eval single-agent --env.taskset=jsonl
 --env.taskset.path=f.jsonl``. Each episode is one ``agent.run(task)`` with the task's
-per-rollout tools and state (stop condition ``agent_completed``), scored by the
-taskset's rubric. The agent's harness defaults to the one the taskset is meant for
-(``null``, or ``tools`` for a taskset that hands out tools).
+per-rollout tools and state, its MCP servers' tools included (stop condition
+``agent_completed``), scored by the taskset's rubric. The agent's harness defaults to
+the one the taskset is meant for (``null``, or ``tools`` for a taskset that hands out
+tools or has MCP servers).
 """
 
 from __future__ import annotations
@@ -35,5 +36,5 @@ class SingleAgentEnv(TasksetEnv):
     config: SingleAgentConfig
 
     async def run(self, task: Task, agents: Agents) -> None:
-        resources = self.taskset.resources(task)
-        await agents.agent.run(task, tools=resources.tools, state=resources.state)
+        async with self.taskset.open_resources(task) as resources:
+            await agents.agent.run(task, tools=resources.tools, state=resources.state)

@@ -13,16 +13,20 @@ stripped of surrounding whitespace, is exactly ``done_marker`` (the marker is no
 relayed), or when either side's run stops instead of answering (a limit, a timeout,
 an error). The user's ``limits.max_turns`` (default 8) caps the conversation.
 
-The taskset's rubric scores the assistant's trace against the real task row, plus two
-metrics: ``user_turns`` (user messages relayed to the assistant) and ``user_done``
-(1.0 when the user said the done marker). The user's trace gets no rewards. Both
+The taskset's rubric scores the assistant's trace against the real task row (and,
+with ``judge.model`` set, an LLM judge's verdict on the whole conversation, rendered
+from the real row: the scenario the assistant never saw), plus two metrics:
+``user_turns`` (user messages relayed to the assistant) and ``user_done`` (1.0 when
+the user said the done marker). The user's trace gets no rewards. Both
 traces record how the conversation ended in ``info["ended_by"]``: ``done``,
 ``user_stopped`` or ``assistant_stopped``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import attrs
@@ -32,6 +36,8 @@ from taketurns import (
     Agents,
     ChatSession,
     EnvConfig,
+    Judge,
+    JudgeConfig,
     Limits,
     OptionError,
     Rubric,
@@ -45,10 +51,12 @@ from taketurns import (
 __all__ = [
     "DEFAULT_PERSONA",
     "GREETING",
+    "JUDGE_PROMPT",
     "UserAgentConfig",
     "UserLimits",
     "UserSim",
     "UserSimConfig",
+    "UserSimJudgeConfig",
     "render_persona",
 ]
 
@@ -66,6 +74,29 @@ details of your situation when the assistant needs them.
 - Do not do the assistant's work yourself: do not solve the task, answer your own \
 request or write the assistant's replies. Ask, and let the assistant do the work.
 - When your goal has been met, reply with exactly {done} and nothing else."""
+
+JUDGE_PROMPT = """\
+You are grading how well an AI assistant served a user.
+
+<scenario>
+{prompt}
+</scenario>
+
+<reference>
+{answer}
+</reference>
+
+<conversation>
+{conversation}
+</conversation>
+
+<response>
+{response}
+</response>
+
+Did the assistant meet the user's goal (the reference, when given, is the expected \
+outcome)? Think briefly, then end with exactly one line: VERDICT: CORRECT or \
+VERDICT: INCORRECT"""
 
 _PLACEHOLDER = re.compile(r"\{(scenario|done)\}")
 
@@ -110,11 +141,22 @@ class UserAgentConfig(AgentConfig):
 
 
 @attrs.define
+class UserSimJudgeConfig(JudgeConfig):
+    """The assistant's judge: as ``JudgeConfig``, its template ``JUDGE_PROMPT`` (the
+    scenario, the reference and the whole conversation) unless told otherwise."""
+
+    prompt: str = attrs.field(
+        default=JUDGE_PROMPT, validator=attrs.fields(JudgeConfig).prompt.validator
+    )
+
+
+@attrs.define
 class UserSimConfig(EnvConfig):
     """``taskset``: an id or a table ``{id = "jsonl", path = "..."}``; ``assistant`` and
     ``user``: the two roles; ``persona``: the user's system prompt template;
     ``done_marker``: what the user says to end the conversation; ``greeting``: the
-    first message the user receives."""
+    first message the user receives; ``judge``: an LLM judge rewarding the assistant
+    (none while ``judge.model`` is unset; its default template is ``JUDGE_PROMPT``)."""
 
     taskset: Any = None
     assistant: AgentConfig = attrs.field(factory=AgentConfig)
@@ -122,12 +164,17 @@ class UserSimConfig(EnvConfig):
     persona: str = attrs.field(default=DEFAULT_PERSONA, validator=_persona)
     done_marker: str = attrs.field(default=DONE_MARKER, validator=_non_blank)
     greeting: str = attrs.field(default=GREETING, validator=_non_blank)
+    judge: UserSimJudgeConfig = attrs.field(factory=lambda: UserSimJudgeConfig())
 
 
 class UserSim(TasksetEnv):
     id = "user-sim"
     config_class = UserSimConfig
     config: UserSimConfig
+
+    def __init__(self, config: UserSimConfig | None = None) -> None:
+        super().__init__(config)
+        self.judge = Judge.of(self.config.judge)
 
     def user_view(self, task: Task) -> Task:
         """What the user's session runs on: the persona as its system prompt, no
@@ -143,8 +190,8 @@ class UserSim(TasksetEnv):
                 f"task {task.idx} has no prompt: user-sim needs a prompted task "
                 "(its prompt is the user's scenario)"
             )
-        resources = self.taskset.resources(task)
         async with (
+            self.taskset.open_resources(task) as resources,
             agents.user.chat(self.user_view(task)) as user,
             agents.assistant.chat(
                 task, mask_prompt=True, tools=resources.tools, state=resources.state
@@ -172,7 +219,22 @@ class UserSim(TasksetEnv):
     def rubric(self, role: str) -> Rubric:
         if role == "user":
             return Rubric()
-        return super().rubric(role) + Rubric.of(self)
+        judged = self.judge.rubric() if self.judge is not None else Rubric()
+        return super().rubric(role) + judged + Rubric.of(self)
+
+    def judges(self) -> Sequence[Judge]:
+        own = () if self.judge is None else (self.judge,)
+        return (*super().judges(), *own)
+
+    @contextlib.asynccontextmanager
+    async def services(self) -> AsyncIterator[None]:
+        """The taskset's services, and the judge's model client closed at the end."""
+        try:
+            async with super().services():
+                yield
+        finally:
+            if self.judge is not None:
+                await self.judge.aclose()
 
     def default_harness(self, role: str) -> str:
         return "null" if role == "user" else super().default_harness(role)

@@ -418,6 +418,7 @@ def test_config_defaults(qa: str) -> None:
         "persona",
         "done_marker",
         "greeting",
+        "judge",
     ]
     assert config.user.trainable is False
     assert config.user.limits.max_turns == 8

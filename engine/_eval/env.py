@@ -21,6 +21,7 @@ closed and scored, and the eval carries on. Rewards come from ``@reward`` /
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -33,6 +34,7 @@ from taketurns._exchange.task import Task
 
 if TYPE_CHECKING:
     from taketurns._exchange.agent import Agents
+    from taketurns._exchange.judge import Judge
 
 __all__ = ["Env", "register_env", "roles_of"]
 
@@ -89,3 +91,15 @@ class Env(abc.ABC):
 
     async def finalize(self) -> None:  # noqa: B027 - optional hook
         """Called once per eval after the last episode (also on error or cancel)."""
+
+    def services(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """What the env holds open for a whole eval, in the eval's trio loop (each
+        worker's, on a worker backend): entered after ``setup``, left before
+        ``finalize``, also on error or cancellation (shared tool servers, a judge's
+        model client). Default: nothing."""
+        return contextlib.nullcontext()
+
+    def judges(self) -> Sequence[Judge]:
+        """The LLM judges among this env's rewards: the eval preflights their
+        endpoints with the agents' before the first episode. Default: none."""
+        return ()

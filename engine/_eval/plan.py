@@ -62,8 +62,8 @@ async def preflight(
 ) -> None:
     """Call every distinct endpoint once with throwaway clients (their connections
     belong to this trio run), each check bounded by ``config.preflight_timeout_s``
-    (retries included); ``say`` hears which endpoint is being checked. Raises
-    ``ConfigError`` naming the failing endpoint."""
+    (retries included); ``say`` hears which endpoint is being checked; then the env's
+    judges. Raises ``ConfigError`` naming the failing endpoint."""
     seen = set()
     limit = config.preflight_timeout_s
     for role, agent in env.roles.items():
@@ -87,6 +87,8 @@ async def preflight(
                 f"{limit:g} s; check that the server is up and not overloaded, or allow "
                 "it longer with --preflight-timeout S"
             )
+    for judge in env.judges():
+        await judge.preflight()
 
 
 class Plan:

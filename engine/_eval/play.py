@@ -57,7 +57,8 @@ async def play_pairs(
 
     try:
         await env.setup()
-        await _serve_pairs(config, plan, pairs, play, limiter, on_started)
+        async with env.services():
+            await _serve_pairs(config, plan, pairs, play, limiter, on_started)
     finally:
         with trio.CancelScope(shield=True):
             await env.finalize()

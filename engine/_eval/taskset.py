@@ -4,7 +4,10 @@ against its task.
 A taskset knows nothing of who plays it: the single-agent env runs it one-shot
 (``agent.run``), ``user-sim`` runs it as a conversation with a modeled user. Per
 rollout it may hand out ``Resources``: Python tools for the agent and a live ``state``
-(kept on ``trace.state``, never written to disk) that its rubric reads at scoring::
+(kept on ``trace.state``, never written to disk) that its rubric reads at scoring.
+Every taskset also takes ``mcp_servers`` (``[[env.taskset.mcp_servers]]`` tables, or
+its own ``mcp_servers(task)`` in code): MCP tool servers whose tools are offered beside
+its Python tools, per rollout or shared by the eval (``_exchange.mcp_servers``)::
 
     @register_taskset("my-tasks")
     class MyTasks(Taskset):
@@ -17,14 +20,18 @@ rollout it may hand out ``Resources``: Python tools for the agent and a live ``s
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import attrs
+import trio
 
 from taketurns._config.registry import tasksets
-from taketurns._errors import ConfigError
+from taketurns._errors import ConfigError, HarnessError
 from taketurns._eval.env import Env
+from taketurns._exchange.judge import Judge
+from taketurns._exchange.mcp_servers import McpConnection, McpServer, McpTool, open_mcp_servers
 from taketurns._exchange.rubric import Rubric
 from taketurns._exchange.task import Task
 
@@ -42,7 +49,10 @@ T = TypeVar("T", bound=type)
 
 @attrs.define
 class TasksetConfig:
-    """Base of every taskset's config."""
+    """Base of every taskset's config. ``mcp_servers``: MCP tool servers whose tools
+    every rollout is offered (keyword-only, so subclasses add fields freely)."""
+
+    mcp_servers: list[McpServer] = attrs.field(factory=list, kw_only=True)
 
 
 @attrs.frozen
@@ -68,6 +78,8 @@ class Taskset(abc.ABC):
 
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.config_class()
+        # the shared MCP servers' (tools, connections) while services() is entered
+        self._shared: tuple[tuple[McpTool, ...], dict[str, McpConnection]] | None = None
 
     @abc.abstractmethod
     def tasks(self, num_tasks: int) -> Sequence[Task]:
@@ -80,6 +92,61 @@ class Taskset(abc.ABC):
     def resources(self, task: Task) -> Resources:
         """Fresh per-rollout tools and state for ``task`` (default: none)."""
         return Resources()
+
+    def judges(self) -> Sequence[Judge]:
+        """The LLM judges among this taskset's rewards (preflighted by the eval)."""
+        return ()
+
+    def mcp_servers(self, task: Task | None) -> Sequence[McpServer]:
+        """The MCP servers of a rollout of ``task`` (``task`` is None when the eval asks
+        for the ``shared`` ones). Default: ``config.mcp_servers``."""
+        return tuple(getattr(self.config, "mcp_servers", ()))
+
+    @contextlib.asynccontextmanager
+    async def services(self) -> AsyncIterator[None]:
+        """What this taskset holds for a whole eval (in each eval process): its
+        ``shared`` MCP servers. The eval runner enters it through ``TasksetEnv``;
+        outside an eval, ``async with taskset.services():`` around the rollouts."""
+        shared = [s for s in self.mcp_servers(None) if s.placement == "shared"]
+        if not shared:
+            await trio.lowlevel.checkpoint()
+            yield
+            return
+        if getattr(self, "_shared", None) is not None:
+            raise HarnessError("this taskset's services() are already entered")
+        async with open_mcp_servers(shared) as (tools, connections):
+            self._shared = (tools, connections)
+            try:
+                yield
+            finally:
+                self._shared = None
+
+    @contextlib.asynccontextmanager
+    async def open_resources(self, task: Task) -> AsyncIterator[Resources]:
+        """``resources(task)`` plus the tools of the task's MCP servers: its
+        ``per_rollout`` servers are started for the body and stopped on exit (also on
+        error or cancellation); ``state["mcp"]`` holds every connection by server
+        name. Raises ``HarnessError`` when a server fails to start."""
+        base = self.resources(task)
+        servers = self.mcp_servers(task)
+        if not servers:
+            await trio.lowlevel.checkpoint()
+            yield base
+            return
+        shared: tuple[tuple[McpTool, ...], dict[str, McpConnection]] = ((), {})
+        if any(s.placement == "shared" for s in servers):
+            shared = getattr(self, "_shared", None) or _no_shared()
+        own = [s for s in servers if s.placement == "per_rollout"]
+        async with open_mcp_servers(own) as (tools, connections):
+            state = {**base.state, "mcp": {**shared[1], **connections}}
+            yield Resources(tools=(*base.tools, *shared[0], *tools), state=state)
+
+
+def _no_shared() -> Any:
+    raise HarnessError(
+        "shared MCP servers are opened once per eval: run under `taketurns eval`, or "
+        "wrap the rollouts in `async with taskset.services():`"
+    )
 
 
 def open_taskset(ref: Any, *, field: str = "env.taskset") -> Taskset:
@@ -120,4 +187,13 @@ class TasksetEnv(Env):
         return self.taskset.rubric()
 
     def default_harness(self, role: str) -> str:
+        """The taskset's harness; ``tools`` for a ``null`` taskset given MCP servers."""
+        if self.taskset.harness == "null" and self.taskset.mcp_servers(None):
+            return "tools"
         return self.taskset.harness
+
+    def services(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self.taskset.services()
+
+    def judges(self) -> Sequence[Judge]:
+        return self.taskset.judges()

@@ -14,7 +14,16 @@ from taketurns._exchange.task import Task
 from taketurns._models.messages import AssistantMessage, Message, last_text
 from taketurns._models.model import Usage
 
-__all__ = ["AgentStamp", "EpisodeInfo", "ErrorInfo", "Timing", "Trace", "Turn", "Usage"]
+__all__ = [
+    "AgentStamp",
+    "EpisodeInfo",
+    "ErrorInfo",
+    "JudgeCall",
+    "Timing",
+    "Trace",
+    "Turn",
+    "Usage",
+]
 
 
 @attrs.frozen
@@ -68,6 +77,25 @@ class Turn:
     logprobs: list[float] | None = None
 
 
+@attrs.frozen
+class JudgeCall:
+    """One judge's verdict on a trace, recorded apart from the agent's turns: its
+    usage is not the agent's (no limit counts it) and it is not trainable data.
+    ``score`` is the parsed verdict (None when the call failed or did not parse,
+    ``error`` says why); ``cached`` when an identical judgement of this run was
+    reused (no call made: empty ``request``)."""
+
+    judge: str
+    model: str
+    request: tuple[Message, ...] = ()
+    response: str | None = None
+    score: float | None = None
+    usage: Usage = Usage()  # noqa: RUF009 - Usage is frozen: one shared default is safe
+    latency_s: float = 0.0
+    cached: bool = False
+    error: str | None = None
+
+
 @attrs.define
 class Timing:
     """Seconds. ``agent_s`` counts only time spent inside this rollout's own segments."""
@@ -97,6 +125,8 @@ class Trace:
     info: dict[str, Any] = attrs.field(factory=dict)
     timing: Timing = attrs.field(factory=Timing)
     usage: Usage = Usage()  # noqa: RUF009 - Usage is frozen: one shared default is safe
+    # verdicts of LLM judges on this trace (``_exchange.judge``), not the agent's turns
+    judge_calls: list[JudgeCall] = attrs.field(factory=list)
     # live objects for the rubric (a task's store, say); never written to disk
     state: dict[str, Any] = attrs.field(factory=dict, metadata={"persist": False})
 

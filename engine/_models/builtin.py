@@ -10,6 +10,10 @@
 - ``tools``: when tools are offered and none has been called since the last user
   message, calls the first one with arguments derived from the user's text; then
   answers with the result. Without tools it behaves like ``bracket``.
+- ``judge``: a deterministic LLM judge (``_exchange.judge``): when the latest user
+  text holds ``<reference>R</reference>`` and ``<response>T</response>`` it answers
+  ``VERDICT: CORRECT`` if R (stripped, case-folded) appears in T, else ``VERDICT:
+  INCORRECT``; without both tags its answer holds no verdict.
 
 Token counts are whitespace word counts: cheap, deterministic, good enough for limits.
 """
@@ -115,8 +119,24 @@ def tools(request: ModelRequest, seed: int) -> AssistantMessage:
     return AssistantMessage(None, (call,))
 
 
+_TAGGED = {
+    name: re.compile(rf"<{name}>(.*?)</{name}>", re.DOTALL) for name in ("reference", "response")
+}
+
+
+def judge(request: ModelRequest, seed: int) -> AssistantMessage:
+    text = _latest_prompt_text(request.messages)
+    found = {name: pattern.findall(text) for name, pattern in _TAGGED.items()}
+    if not (found["reference"] and found["response"]):
+        return AssistantMessage("I cannot judge this: I see no <reference> and <response>.")
+    reference = found["reference"][-1].strip().casefold()
+    response = found["response"][-1].strip().casefold()
+    correct = bool(reference) and reference in response
+    return AssistantMessage(f"VERDICT: {'CORRECT' if correct else 'INCORRECT'}")
+
+
 Policy = Callable[[ModelRequest, int], AssistantMessage]
-POLICIES: dict[str, Policy] = {"echo": echo, "bracket": bracket, "tools": tools}
+POLICIES: dict[str, Policy] = {"echo": echo, "bracket": bracket, "tools": tools, "judge": judge}
 
 
 def _words(messages: Sequence[Message]) -> int:

@@ -19,7 +19,7 @@ from cattrs.gen import make_dict_structure_fn, override
 
 from taketurns._eval.episode import Episode
 from taketurns._exchange.task import Task
-from taketurns._exchange.trace import Trace, Turn, Usage
+from taketurns._exchange.trace import JudgeCall, Trace, Turn, Usage
 from taketurns._models.messages import Message
 from taketurns._models.wire import from_wire, register_messages, to_wire
 
@@ -117,6 +117,21 @@ def _trace_out(trace: Trace) -> dict[str, Any]:
             "scoring_s": timing.scoring_s,
         },
         "usage": _usage_out(trace.usage),
+        "judge_calls": [_judge_out(call, wire) for call in trace.judge_calls],
+    }
+
+
+def _judge_out(call: JudgeCall, wire: Any) -> dict[str, Any]:
+    return {
+        "judge": call.judge,
+        "model": call.model,
+        "request": [wire(m) for m in call.request],
+        "response": call.response,
+        "score": call.score,
+        "usage": _usage_out(call.usage),
+        "latency_s": call.latency_s,
+        "cached": call.cached,
+        "error": call.error,
     }
 
 

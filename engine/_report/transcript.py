@@ -100,7 +100,8 @@ def _trace(t: Json) -> str:
         f"<small>{esc(stamp.get('model'))} · harness {esc(stamp.get('harness'))}</small></h3>"
         f'<div class="kv">{facts}</div>{info_html}'
         f'<div class="messages">{messages or "<p class=muted>(no messages)</p>"}</div>'
-        f"{_turns(as_list(t.get('turns')))}{_errors(as_list(t.get('errors')), 'errors')}</section>"
+        f"{_turns(as_list(t.get('turns')))}{_judge_calls(as_list(t.get('judge_calls')))}"
+        f"{_errors(as_list(t.get('errors')), 'errors')}</section>"
     )
 
 
@@ -181,6 +182,28 @@ def _turns(turns: list[Any]) -> str:
     return (
         '<table class="turns"><thead><tr><th>turn</th><th>prompt tok</th><th>completion tok</th>'
         "<th>latency ms</th><th>finish</th><th>error</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _judge_calls(calls: list[Any]) -> str:
+    """The LLM judges' verdicts on the trace (not the agent's turns)."""
+    if not calls:
+        return ""
+    rows = []
+    for call in calls:
+        call = as_dict(call)
+        score = as_float(call.get("score"))
+        rows.append(
+            f"<tr><td>{esc(call.get('judge', ''))}</td><td>{esc(call.get('model', ''))}</td>"
+            f"<td>{'' if score is None else num(score)}</td>"
+            f"<td>{'yes' if call.get('cached') else ''}</td>"
+            f"<td>{clip(str(call.get('response') or ''), 500)}</td>"
+            f'<td class="error">{clip(str(call.get("error") or ""), 500)}</td></tr>'
+        )
+    return (
+        '<table class="turns judge-calls"><thead><tr><th>judge</th><th>model</th>'
+        "<th>score</th><th>cached</th><th>reply</th><th>error</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
