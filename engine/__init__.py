@@ -12,6 +12,8 @@ Everything public is re-exported here (``__all__``); the subpackages are private
 - ``_output``    episode records, the run directory, summary, progress
 - ``_backends``  worker processes and Ray
 - ``_report``    the self-contained HTML report
+- ``_train``     for RL trainers: token-level samples, group advantages, streaming
+                 rollouts, dataset export
 - ``_cli``       the ``taketurns`` command
 
 Public submodules: ``taketurns.testing`` (the built-in model and a scripted model for
@@ -80,6 +82,15 @@ from taketurns._models.messages import (
 )
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
 from taketurns._models.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
+from taketurns._train.advantages import TraceAdvantage, group_advantages
+from taketurns._train.groups import Group, make_group
+from taketurns._train.samples import (
+    Sample,
+    TurnTokens,
+    episode_samples,
+    trace_samples,
+    turn_tokens,
+)
 
 if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._config.settings import load_eval_config
@@ -139,6 +150,7 @@ __all__ = [
     "ErrorInfo",
     "EvalConfig",
     "EvalRun",
+    "Group",
     "Harness",
     "HarnessError",
     "ImagePart",
@@ -160,6 +172,7 @@ __all__ = [
     "RolloutStopped",
     "Rubric",
     "RunDir",
+    "Sample",
     "Sampling",
     "ScoringError",
     "ServedHarness",
@@ -179,18 +192,23 @@ __all__ = [
     "ToolCall",
     "ToolMessage",
     "Trace",
+    "TraceAdvantage",
     "Turn",
     "TurnError",
+    "TurnTokens",
     "Usage",
     "UserMessage",
     "as_tools",
     "at_least",
     "can_chat",
     "env_registry",
+    "episode_samples",
     "from_wire",
+    "group_advantages",
     "harness_registry",
     "int_between",
     "load_eval_config",
+    "make_group",
     "messages_from_wire",
     "messages_to_wire",
     "metric",
@@ -209,4 +227,6 @@ __all__ = [
     "text_of",
     "to_wire",
     "tool_schema",
+    "trace_samples",
+    "turn_tokens",
 ]
