@@ -84,6 +84,7 @@ from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
 from taketurns._models.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
 from taketurns._train.advantages import TraceAdvantage, group_advantages
 from taketurns._train.groups import Group, make_group
+from taketurns._train.rollouts import GroupStream, RolloutSource, open_rollouts
 from taketurns._train.samples import (
     Sample,
     TurnTokens,
@@ -151,6 +152,7 @@ __all__ = [
     "EvalConfig",
     "EvalRun",
     "Group",
+    "GroupStream",
     "Harness",
     "HarnessError",
     "ImagePart",
@@ -169,6 +171,7 @@ __all__ = [
     "Reply",
     "Resources",
     "Rollout",
+    "RolloutSource",
     "RolloutStopped",
     "Rubric",
     "RunDir",
@@ -213,6 +216,7 @@ __all__ = [
     "messages_to_wire",
     "metric",
     "open_interception_server",
+    "open_rollouts",
     "open_taskset",
     "read_episodes",
     "register_env",
