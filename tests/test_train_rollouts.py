@@ -141,10 +141,14 @@ async def test_leaving_early_closes_and_scores_every_episode_in_flight(
 
 async def test_an_error_in_the_body_leaves_as_itself(autojump_clock: trio.abc.Clock) -> None:
     config, env = kuhn(model=SLOW)
-    with pytest.raises(ZeroDivisionError):
+
+    async def train() -> None:
         async with open_rollouts(env, config) as source:
-            async for _ in source.groups(env.tasks(4), per_task=2):
-                _ = 1 / 0
+            async for group in source.groups(env.tasks(4), per_task=2):
+                raise ZeroDivisionError(group.task.idx)
+
+    with pytest.raises(ZeroDivisionError):
+        await train()
 
 
 async def test_bad_arguments_are_refused() -> None:
