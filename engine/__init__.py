@@ -105,6 +105,7 @@ if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._output.records import read_episodes
     from taketurns._output.rundir import RunDir
     from taketurns._runner import EvalRun, Interrupted, run_eval
+    from taketurns._train.export import export_samples
 
 # Names whose modules pull in the HTTP stack (hypercorn, quart, httpx2) or the eval
 # runner (rich, the backends): imported on first use, so `import taketurns` stays light
@@ -115,6 +116,7 @@ _LAZY = {
     "RunDir": "taketurns._output.rundir",
     "load_eval_config": "taketurns._config.settings",
     "read_episodes": "taketurns._output.records",
+    "export_samples": "taketurns._train.export",
     "run_eval": "taketurns._runner",
     "Endpoint": "taketurns._http.interception",
     "InterceptionServer": "taketurns._http.interception",
@@ -206,6 +208,7 @@ __all__ = [
     "can_chat",
     "env_registry",
     "episode_samples",
+    "export_samples",
     "from_wire",
     "group_advantages",
     "harness_registry",
