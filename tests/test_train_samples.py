@@ -8,6 +8,7 @@ import json
 from collections import deque
 
 import attrs
+import httpx2
 import hypothesis.strategies as st
 import trio
 from httpservers import serve_app
@@ -16,6 +17,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from taketurns import (
+    Agent,
     AgentConfig,
     AssistantMessage,
     BuiltinModel,
@@ -23,11 +25,15 @@ from taketurns import (
     Message,
     ModelRequest,
     OpenAIClient,
+    Prompt,
+    Rollout,
     Sampling,
+    ServedHarness,
     Task,
     Trace,
     UserMessage,
     episode_samples,
+    open_interception_server,
     trace_samples,
 )
 from taketurns._eval.episode import Episode, run_episode
@@ -272,3 +278,43 @@ async def test_builtin_server_speaks_the_vllm_token_fields(nursery: trio.Nursery
     assert response.prompt_token_ids == local.prompt_token_ids
     assert response.logprobs == local.logprobs
     assert response.policy_version == "builtin/echo"
+
+
+class _Registering(ServedHarness):
+    """Registers its rollout with the interception server; the test plays the program."""
+
+    id = "registering-tokens"
+
+    async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
+        self.endpoint(rollout)
+        await trio.lowlevel.checkpoint()
+
+
+async def test_token_data_is_kept_for_programs_behind_the_interception_server() -> None:
+    async with open_interception_server(graceful_timeout=0.1) as server:
+        agent = Agent(
+            "agent",
+            AgentConfig(model="builtin/echo", sampling=Sampling(logprobs=True)),
+            harness=_Registering(),
+            services={"interception": server},
+        )
+        async with agent.chat(Task(0, prompt="go")) as session:
+            await session.turn()
+            endpoint = session.rollout.state["endpoint"]
+            headers = {"authorization": f"Bearer {endpoint.secret}"}
+            body = {"messages": [{"role": "user", "content": "hello you"}]}
+            async with httpx2.AsyncClient(timeout=20) as http:
+                answer = await http.post(
+                    f"{endpoint.base_url}/chat/completions", json=body, headers=headers
+                )
+            trace = session.trace
+    assert answer.status_code == 200, answer.text
+    (turn,) = trace.turns
+    assert turn.token_ids is not None
+    assert turn.prompt_token_ids == prompt_ids((UserMessage("hello you"),))
+    # the program got vLLM's fields too
+    data = answer.json()
+    assert data["choices"][0]["token_ids"] == turn.token_ids
+    assert data["prompt_token_ids"] == turn.prompt_token_ids
+    (sample,) = trace_samples(trace)
+    assert sample.completion_ids == turn.token_ids
