@@ -103,6 +103,7 @@ async def test_policy_version_tags_turns_and_stale_groups_are_dropped(
         source.policy_version = 0
         async for group in source.groups(tasks, per_task=2):
             assert group.policy_version is not None
+            assert group.policy_version == min(e.info["policy_version"] for e in group.episodes)
             assert source.policy_version - group.policy_version <= 1
             tags = {
                 turn.policy_version for e in group.episodes for t in e.traces for turn in t.turns

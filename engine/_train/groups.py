@@ -19,7 +19,7 @@ __all__ = ["Group", "make_group"]
 class Group:
     """``episodes``: all of the task's episodes, failed ones included (``ok`` False);
     ``advantages``: one per trainable trace of the ok episodes; ``policy_version``: the
-    source's version tag when the group's first episode started (None: no tag)."""
+    oldest version tag its episodes started under (None: no tag)."""
 
     task: Task
     episodes: list[Episode]

@@ -78,7 +78,7 @@ class RolloutSource:
 
     ``policy_version``: an integer tag the trainer sets between steps (None: untagged);
     every turn records it (else the model name the server answered with), every group
-    the tag at its first episode's start. With ``max_staleness`` N, a group whose tag
+    the oldest tag its episodes started under. With ``max_staleness`` N, a group whose tag
     is more than N behind the source's tag when it would be handed over is dropped
     into ``stale``. When the source closes, ``cut_off`` receives the episodes of every
     group not yet complete (those in flight cancelled, closed and scored) and
@@ -211,6 +211,8 @@ class GroupStream:
     def finished(self, slot: int, episode: Episode, version: int | None) -> None:
         partial = self._partial.setdefault(slot, _Partial(version=version))
         partial.episodes.append(episode)
+        if version is not None and (partial.version is None or version < partial.version):
+            partial.version = version  # the group's oldest tag
         if len(partial.episodes) == self.per_task:
             del self._partial[slot]
             source = self.source
