@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import math
 
+import hypothesis.strategies as st
 import pairenv
 import pytest
 import trio
+import trio.testing
+from hypothesis import given, settings
 
 from taketurns import EvalConfig, Group, SessionError, open_rollouts
 from taketurns._eval.plan import make_env
@@ -160,3 +163,46 @@ async def test_bad_arguments_are_refused() -> None:
     async with open_rollouts(env, config) as source:
         with pytest.raises(ValueError, match="per_task"):
             source.groups(env.tasks(1), per_task=0)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    concurrency=st.integers(1, 6),
+    per_task=st.integers(1, 4),
+    max_waiting=st.integers(1, 3),
+    taken=st.integers(0, 3),
+)
+def test_in_flight_stays_bounded_whatever_the_sizes(
+    concurrency: int, per_task: int, max_waiting: int, taken: int
+) -> None:
+    # one trio run per example (NOTES.md: hypothesis + async fixtures do not mix)
+    config, env = kuhn(concurrency=concurrency, model=SLOW)
+    tasks = env.tasks(12)
+
+    async def main() -> None:
+        peak = 0
+        async with open_rollouts(env, config, max_waiting=max_waiting) as source:
+            stream = source.groups(tasks, per_task=per_task)
+
+            async def watch() -> None:
+                nonlocal peak
+                while True:
+                    peak = max(peak, source.in_flight)
+                    await trio.sleep(0.005)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                for _ in range(taken):
+                    await stream.__anext__()
+                await trio.sleep(10)  # stalled
+                nursery.cancel_scope.cancel()
+            held = source.started
+            assert peak <= concurrency
+            # the groups taken, those allowed to wait, and what was in flight at the pause
+            assert held <= per_task * (taken + max_waiting) + concurrency + per_task
+            await trio.sleep(100)
+            assert source.started == held
+            rest = [g async for g in stream]
+        assert taken + len(rest) == len(tasks)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

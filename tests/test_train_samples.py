@@ -318,3 +318,15 @@ async def test_token_data_is_kept_for_programs_behind_the_interception_server() 
     assert data["prompt_token_ids"] == turn.prompt_token_ids
     (sample,) = trace_samples(trace)
     assert sample.completion_ids == turn.token_ids
+
+
+async def test_a_multi_turn_env_gives_one_merged_sample_per_trace() -> None:
+    config = EvalConfig(env_id="color-codeword", sampling=Sampling(logprobs=True))
+    episode = await run_one(config)
+    (trace,) = episode.traces
+    assert len(trace.turns) >= 2
+    (sample,) = episode_samples(episode)
+    assert sample.turns == tuple(range(len(trace.turns)))
+    assert sample.reason is None
+    assert sum(sample.completion_mask) == sum(len(t.token_ids or []) for t in trace.turns)
+    assert 0 in sample.completion_mask  # the env's feedback between the guesses
