@@ -34,6 +34,7 @@ from taketurns._gc import tuned_gc
 from taketurns._output.rundir import RunDir
 from taketurns._output.summary import render
 from taketurns._runner import Interrupted, run_eval
+from taketurns._train.cli import add_export_command, export_command
 
 __all__ = ["main"]
 
@@ -96,21 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
     rep = sub.add_parser("report", help="write DIR/report.html for a run directory")
     rep.add_argument("dir", help="run directory (holds episodes.jsonl)")
-    exp = sub.add_parser(
-        "export",
-        help="write a run directory's token-level training samples as a dataset",
-        epilog=(
-            "One row per sample of a trainable agent's trace in an ok episode, with its "
-            "reward, group advantage and provenance; loads with "
-            "datasets.load_dataset('json'|'parquet', data_files=...). Turns carry token "
-            "ids when the endpoint returned them (--sampling.logprobs=true; vLLM: "
-            "--sampling.extra.return_token_ids=true)."
-        ),
-    )
-    exp.add_argument("dir", help="run directory (holds episodes.jsonl)")
-    exp.add_argument("--format", default="jsonl", help="jsonl (default) or parquet")
-    exp.add_argument("-o", "--output", help="file to write (default DIR/samples.FORMAT)")
-    exp.add_argument("--scale", action="store_true", help="divide advantages by the group std")
+    add_export_command(sub)
     srv = sub.add_parser("serve", help="serve the built-in model over OpenAI-compatible HTTP")
     srv.add_argument("--policy", default="bracket", help="built-in policy (default bracket)")
     srv.add_argument("--latency-ms", type=float, default=0.0, help="fixed latency per call")
@@ -236,23 +223,6 @@ def _report(run_dir: Path, console: Console) -> int:
     return 0
 
 
-def _export(args: argparse.Namespace, console: Console) -> int:
-    from taketurns._train.export import export_samples
-
-    out = Path(args.output) if args.output else None
-    done = export_samples(Path(args.dir), out, format=args.format, scale=args.scale)
-    console.print(
-        f"wrote {done.rows} samples ({done.groups} task groups, {done.episodes} episodes, "
-        f"{done.failed} failed and left out) to {done.path}"
-    )
-    if done.rows == 0 and done.episodes > done.failed:
-        console.print(
-            "[yellow]no turn carried token ids: run with --sampling.logprobs=true "
-            "(and, on vLLM, --sampling.extra.return_token_ids=true)"
-        )
-    return 0
-
-
 def _semantic(data: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in data.items() if k not in _EXECUTION}
 
@@ -300,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             return _report(Path(args.dir), console)
         if args.command == "export":
-            return _export(args, console)
+            return export_command(args, console)
         from taketurns._cli.catalog import print_catalog
 
         out = Console()
