@@ -11,9 +11,10 @@ import pairenv
 import pytest
 import trio
 import trio.testing
+from httpservers import Answer, start_scripted
 from hypothesis import given, settings
 
-from taketurns import EvalConfig, Group, SessionError, open_rollouts
+from taketurns import ConfigError, EvalConfig, Group, SessionError, open_rollouts
 from taketurns._eval.plan import make_env
 
 SLOW = "builtin/bracket?latency_ms=10"
@@ -206,3 +207,13 @@ def test_in_flight_stays_bounded_whatever_the_sizes(
         assert taken + len(rest) == len(tasks)
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+async def test_a_wrong_endpoint_is_refused_before_any_episode(nursery: trio.Nursery) -> None:
+    endpoint = await start_scripted(nursery, Answer(404, {"error": {"message": "no model"}}))
+    config = EvalConfig(env_id="kuhn-poker", model="nope", base_url=endpoint.base_url)
+    env = make_env(config)
+    with pytest.raises(ConfigError, match="preflight"):
+        async with open_rollouts(env, config):
+            pytest.fail("the source opened")
+    assert len(endpoint.seen) == 1  # the one check, no episode

@@ -45,7 +45,7 @@ from taketurns._errors import SessionError, sole_error
 from taketurns._eval.aio import open_asyncio_host
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode, episode_id, run_episode
-from taketurns._eval.plan import Plan
+from taketurns._eval.plan import Plan, preflight
 from taketurns._exchange.agent import Agent
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import EpisodeInfo, Trace
@@ -261,20 +261,25 @@ async def open_rollouts(
     scale: bool = False,
     max_staleness: int | None = None,
     tokens: bool = True,
+    check_endpoints: bool = True,
 ) -> AsyncIterator[RolloutSource]:
     """A ``RolloutSource`` running ``env``'s episodes in this trio loop (module
     docstring). ``config`` gives concurrency, endpoints, sampling and timeouts (its
     ``env_id``, ``num_tasks`` and ``rollouts`` are not used: ``groups`` takes tasks).
     ``scale``: advantages divided by the group's reward std. ``tokens``: ask every
     call for token ids and logprobs (turn off for endpoints refusing vLLM's
-    ``return_token_ids``). Raises ``ConfigError`` before any episode starts; an
-    exception of the body leaves as itself (not in an exception group)."""
+    ``return_token_ids``). ``check_endpoints``: call each endpoint once first (the
+    CLI's preflight), so a wrong URL, key or model raises ``ConfigError`` before any
+    episode starts, as a bad config does. An exception of the body leaves as itself
+    (not in an exception group)."""
     if max_waiting < 1:
         raise ValueError(f"max_waiting = {max_waiting!r}; expected an integer >= 1")
     if tokens:
         config = _asking_for_tokens(config)
     plan = Plan(config, env)
     try:
+        if check_endpoints:
+            await preflight(config, env)
         await env.setup()
         with _unwrapped():
             async with trio.open_nursery() as services, open_asyncio_host():
