@@ -217,3 +217,24 @@ async def test_a_wrong_endpoint_is_refused_before_any_episode(nursery: trio.Nurs
         async with open_rollouts(env, config):
             pytest.fail("the source opened")
     assert len(endpoint.seen) == 1  # the one check, no episode
+
+
+async def test_failed_episodes_stay_in_their_group_without_advantages(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ledger = pairenv.PairEnv.reset({1: "env_raises"})
+    config = EvalConfig(env_id="faults-pair", concurrency=4, model=SLOW)
+    env = make_env(config)
+    async with open_rollouts(env, config) as source:
+        groups = {g.task.idx: g async for g in source.groups(env.tasks(3), per_task=2)}
+    assert sorted(groups) == [0, 1, 2]
+    broken = groups[1]
+    assert broken.failed == 2
+    assert all(e.stop == "env_error" for e in broken.episodes)
+    assert broken.advantages == []
+    assert broken.samples() == []
+    for idx in (0, 2):
+        assert groups[idx].failed == 0
+        assert {a.agent for a in groups[idx].advantages} == {"a", "b"}
+        assert groups[idx].samples()
+    assert ledger.scored == ledger.opened  # the failed ones were closed and scored too
