@@ -238,3 +238,16 @@ async def test_failed_episodes_stay_in_their_group_without_advantages(
         assert {a.agent for a in groups[idx].advantages} == {"a", "b"}
         assert groups[idx].samples()
     assert ledger.scored == ledger.opened  # the failed ones were closed and scored too
+
+
+async def test_every_episode_id_is_unique_across_repeated_tasks_and_streams() -> None:
+    config, env = kuhn()
+    task = env.tasks(1)[0]
+    async with open_rollouts(env, config) as source:
+        first = [g async for g in source.groups([task, task], per_task=2)]
+        second = [g async for g in source.groups([task], per_task=2)]
+    ids = [e.id for g in first + second for e in g.episodes]
+    assert len(ids) == len(set(ids)) == 6
+    assert all(i.startswith("kuhn-poker/0/") for i in ids)
+    for group in first + second:
+        assert len({e.id.rsplit("/", 1)[1] for e in group.episodes}) == 1  # /g<n>

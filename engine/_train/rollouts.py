@@ -109,6 +109,7 @@ class RolloutSource:
         self.started = 0  # episodes admitted so far
         self.state = SourceState.OPEN
         self._serial = 0
+        self._groups = 0
         self._streams: list[GroupStream] = []
         self._rank = {role: i for i, role in enumerate(plan.roles)}
 
@@ -149,6 +150,9 @@ class RolloutSource:
 
     async def _feed(self, stream: GroupStream) -> None:
         for slot, task in enumerate(stream.tasks):
+            number = self._groups  # the group's number in this source: unique ids
+            self._groups += 1
+            stream.numbers[slot] = number
             for rollout in range(stream.per_task):
                 await stream.wait_room()
                 token = (stream.serial, slot, rollout)
@@ -170,7 +174,7 @@ class RolloutSource:
         self, stream: GroupStream, task: Task, token: tuple[int, int, int], version: int | None
     ) -> None:
         _, slot, rollout = token
-        name = f"{episode_id(self.env.id, task.idx, rollout)}/g{stream.serial}"
+        name = f"{episode_id(self.env.id, task.idx, rollout)}/g{stream.numbers[slot]}"
         episode = Episode(name, self.env.id, task, rollout)
         episode.info["policy_version"] = version
         try:
@@ -193,6 +197,7 @@ class GroupStream:
     def __init__(self, source: RolloutSource, tasks: list[Task], per_task: int, serial: int):
         self.source, self.tasks, self.per_task, self.serial = source, tasks, per_task, serial
         self.ready: deque[Group] = deque()
+        self.numbers: dict[int, int] = {}  # slot -> the group's number in the source
         self.fed = False
         self._partial: dict[int, _Partial] = {}
         self._owed = len(tasks)
