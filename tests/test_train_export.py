@@ -94,3 +94,28 @@ def test_bad_format_and_missing_run_are_refused(
     (tmp_path / "episodes.jsonl").write_text("")
     assert main(["export", str(tmp_path), "--format", "csv"]) == 2
     assert "jsonl, parquet" in capsys.readouterr().err
+
+
+async def test_streamed_groups_recorded_to_a_run_dir_export_as_they_were(tmp_path: Path) -> None:
+    from taketurns import EvalConfig, RunDir, open_rollouts
+    from taketurns.envs.kuhn import KuhnPoker
+
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.prepare(resume=False, overwrite=False)
+    env = KuhnPoker()
+    config = EvalConfig(env_id="kuhn-poker", concurrency=4)
+    task = env.tasks(1)[0]
+    async with open_rollouts(env, config, run_dir=run_dir) as source:
+        streamed = [g async for g in source.groups([task, *env.tasks(3), task], per_task=3)]
+    exported = run_groups(run_dir.path)
+    assert len(exported) == len(streamed) == 5  # the repeated task's groups stay apart
+    want = sorted(
+        (s.episode_id, s.agent, s.advantage, s.completion_ids)
+        for g in streamed
+        for s in g.samples()
+    )
+    got = sorted(
+        (r["episode_id"], r["agent"], r["advantage"], r["completion_ids"])
+        for r in sample_rows(exported)
+    )
+    assert got == want

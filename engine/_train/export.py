@@ -1,8 +1,9 @@
 """Export a run directory's training samples as a dataset: ``taketurns export DIR``.
 
 Episodes in ``DIR/episodes.jsonl`` are grouped by task (all rollouts of a task are one
-group), advantages computed as for streamed groups (ok episodes, trainable agents),
-and every sample becomes one row: JSON Lines (always) or Parquet (``pyarrow``, the
+group; episodes ``open_rollouts`` recorded, by their streamed group), advantages
+computed as for streamed groups (ok episodes, trainable agents), and every sample
+becomes one row: JSON Lines (always) or Parquet (``pyarrow``, the
 ``taketurns[train]`` extra). Both load with ``datasets.load_dataset("json" |
 "parquet", data_files=...)``. Row columns (``ROW_COLUMNS``): provenance (``env``,
 ``episode_id``, ``agent``, ``task_idx``, ``task_name``, ``rollout``, ``turns``), the
@@ -60,18 +61,21 @@ class Export:
 
 
 def run_groups(run_dir: Path, *, scale: bool = False) -> list[Group]:
-    """The run's episodes grouped by task idx (in task order), advantages computed.
+    """The run's episodes grouped by task idx (in task order; episodes streamed by
+    ``open_rollouts`` by their group), advantages computed.
     Raises ``ConfigError`` when ``run_dir`` holds no ``episodes.jsonl``."""
     path = Path(run_dir) / "episodes.jsonl"
     if not path.is_file():
         raise ConfigError(f"{run_dir}: no episodes.jsonl here; pass a run directory (-o DIR)")
-    by_task: dict[int, list[Episode]] = {}
+    by_group: dict[tuple[int, int], list[Episode]] = {}
     for raw in read_episodes(path):
         episode = record.structure(raw, Episode)
-        by_task.setdefault(episode.task.idx, []).append(episode)
+        group = episode.info.get("group")  # a streamed group's number (open_rollouts)
+        key = (episode.task.idx, group if isinstance(group, int) else -1)
+        by_group.setdefault(key, []).append(episode)
     return [
         make_group(episodes[0].task, episodes, scale=scale)
-        for _, episodes in sorted(by_task.items())
+        for _, episodes in sorted(by_group.items())
     ]
 
 

@@ -50,6 +50,8 @@ from taketurns._exchange.agent import Agent
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import EpisodeInfo, Trace
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
+from taketurns._output.records import episode_line
+from taketurns._output.rundir import RunDir
 from taketurns._train.groups import Group, make_group
 
 __all__ = ["GroupStream", "RolloutSource", "open_rollouts"]
@@ -95,8 +97,10 @@ class RolloutSource:
         max_waiting: int,
         scale: bool,
         max_staleness: int | None,
+        run_dir: RunDir | None = None,
     ) -> None:
         self.env, self.plan, self._nursery = env, plan, nursery
+        self.run_dir = run_dir
         self.limiter = trio.CapacityLimiter(concurrency)
         self.episode_timeout = episode_timeout
         self.max_waiting = max_waiting
@@ -177,11 +181,14 @@ class RolloutSource:
         name = f"{episode_id(self.env.id, task.idx, rollout)}/g{stream.numbers[slot]}"
         episode = Episode(name, self.env.id, task, rollout)
         episode.info["policy_version"] = version
+        episode.info["group"] = stream.numbers[slot]
         try:
             await run_episode(self.env, episode, self._make_agent, timeout=self.episode_timeout)
         finally:
             episode.traces.sort(key=lambda t: self._rank.get(t.agent.name, len(self._rank)))
             self.limiter.release_on_behalf_of(token)
+            if self.run_dir is not None:
+                self.run_dir.append_lines([episode_line(episode)])
             stream.finished(slot, episode, version)
 
 
@@ -267,6 +274,7 @@ async def open_rollouts(
     max_staleness: int | None = None,
     tokens: bool = True,
     check_endpoints: bool = True,
+    run_dir: RunDir | None = None,
 ) -> AsyncIterator[RolloutSource]:
     """A ``RolloutSource`` running ``env``'s episodes in this trio loop (module
     docstring). ``config`` gives concurrency, endpoints, sampling and timeouts (its
@@ -275,8 +283,11 @@ async def open_rollouts(
     call for token ids and logprobs (turn off for endpoints refusing vLLM's
     ``return_token_ids``). ``check_endpoints``: call each endpoint once first (the
     CLI's preflight), so a wrong URL, key or model raises ``ConfigError`` before any
-    episode starts, as a bad config does. An exception of the body leaves as itself
-    (not in an exception group)."""
+    episode starts, as a bad config does. ``run_dir`` (prepared by the caller): every
+    episode is appended to its ``episodes.jsonl`` as it finishes, cut-off ones too,
+    as ``taketurns eval`` writes them (``taketurns export`` reads them back, one group
+    per streamed group). An exception of the body leaves as itself (not in an
+    exception group)."""
     if max_waiting < 1:
         raise ValueError(f"max_waiting = {max_waiting!r}; expected an integer >= 1")
     if tokens:
@@ -285,6 +296,8 @@ async def open_rollouts(
     try:
         if check_endpoints:
             await preflight(config, env)
+        if run_dir is not None:
+            run_dir.open()
         await env.setup()
         with _unwrapped():
             async with trio.open_nursery() as services, open_asyncio_host():
@@ -301,6 +314,7 @@ async def open_rollouts(
                             max_waiting=max_waiting,
                             scale=scale,
                             max_staleness=max_staleness,
+                            run_dir=run_dir,
                         )
                         sources.append(source)
                         try:
@@ -316,6 +330,8 @@ async def open_rollouts(
         with trio.CancelScope(shield=True):
             await env.finalize()
         await plan.aclose()
+        if run_dir is not None:
+            run_dir.close()
 
 
 async def _start_services(config: EvalConfig, plan: Plan, services: trio.Nursery) -> None:
