@@ -164,8 +164,6 @@ class RolloutSource:
                 self.started += 1
                 version = self.policy_version
                 self._nursery.start_soon(self._play, stream, task, token, version)
-        stream.fed = True
-        stream.changed()
 
     def _make_agent(
         self, role: str, config: AgentConfig, info: EpisodeInfo, on_close: Callable[[Trace], None]
@@ -205,7 +203,6 @@ class GroupStream:
         self.source, self.tasks, self.per_task, self.serial = source, tasks, per_task, serial
         self.ready: deque[Group] = deque()
         self.numbers: dict[int, int] = {}  # slot -> the group's number in the source
-        self.fed = False
         self._partial: dict[int, _Partial] = {}
         self._owed = len(tasks)
         self._event = trio.Event()
