@@ -32,7 +32,9 @@ from taketurns import (
     Task,
     Trace,
     UserMessage,
+    env_registry,
     episode_samples,
+    load_eval_config,
     open_interception_server,
     trace_samples,
 )
@@ -40,7 +42,7 @@ from taketurns._eval.episode import Episode, run_episode
 from taketurns._eval.plan import Plan, make_env
 from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Turn
 from taketurns._http.server import serve
-from taketurns._models.tokens import END, completion_ids, prompt_ids
+from taketurns._models.tokens import END, ROLE_TOKENS, completion_ids, prompt_ids
 from taketurns.envs.kuhn import KuhnConfig
 
 ASK = {"logprobs": True}
@@ -330,3 +332,24 @@ async def test_a_multi_turn_env_gives_one_merged_sample_per_trace() -> None:
     assert sample.reason is None
     assert sum(sample.completion_mask) == sum(len(t.token_ids or []) for t in trace.turns)
     assert 0 in sample.completion_mask  # the env's feedback between the guesses
+
+
+async def test_a_tool_loop_merges_with_the_tool_results_masked_out() -> None:
+    config = load_eval_config(
+        env_registry.get("single-agent").config_class,
+        file_data={"env_id": "single-agent", "model": "builtin/tools"},
+        overrides=[("env.taskset", "retail-lite"), ("sampling.logprobs", "true")],
+    )
+    episode = await run_one(config)
+    (trace,) = episode.traces
+    assert trace.agent.harness == "tools"
+    assert len(trace.turns) == 2  # a tool call, then the answer
+    (sample,) = episode_samples(episode)
+    assert sample.turns == (0, 1)
+    first = trace.turns[0]
+    assert first.response is not None
+    assert first.response.tool_calls
+    # between the two completions: the tool's result and the next generation prompt
+    gap = sample.completion_mask.index(0)
+    assert gap == len(first.token_ids or [])
+    assert sample.completion_ids[gap] == ROLE_TOKENS["tool"]
