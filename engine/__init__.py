@@ -12,6 +12,8 @@ Everything public is re-exported here (``__all__``); the subpackages are private
 - ``_output``    episode records, the run directory, summary, progress
 - ``_backends``  worker processes and Ray
 - ``_report``    the self-contained HTML report
+- ``_train``     for RL trainers: token-level samples, group advantages, streaming
+                 rollouts, dataset export
 - ``_cli``       the ``taketurns`` command
 
 Public submodules: ``taketurns.testing`` (the built-in model and a scripted model for
@@ -90,6 +92,16 @@ from taketurns._models.messages import (
 )
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
 from taketurns._models.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
+from taketurns._train.advantages import TraceAdvantage, group_advantages
+from taketurns._train.groups import Group, make_group
+from taketurns._train.rollouts import GroupStream, RolloutSource, open_rollouts
+from taketurns._train.samples import (
+    Sample,
+    TurnTokens,
+    episode_samples,
+    trace_samples,
+    turn_tokens,
+)
 
 if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._config.settings import load_eval_config
@@ -103,6 +115,7 @@ if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._output.records import read_episodes
     from taketurns._output.rundir import RunDir
     from taketurns._runner import EvalRun, Interrupted, run_eval
+    from taketurns._train.export import export_samples
 
 # Names whose modules pull in the HTTP stack (hypercorn, quart, httpx2) or the eval
 # runner (rich, the backends): imported on first use, so `import taketurns` stays light
@@ -113,6 +126,7 @@ _LAZY = {
     "RunDir": "taketurns._output.rundir",
     "load_eval_config": "taketurns._config.settings",
     "read_episodes": "taketurns._output.records",
+    "export_samples": "taketurns._train.export",
     "run_eval": "taketurns._runner",
     "Endpoint": "taketurns._http.interception",
     "InterceptionServer": "taketurns._http.interception",
@@ -149,6 +163,8 @@ __all__ = [
     "ErrorInfo",
     "EvalConfig",
     "EvalRun",
+    "Group",
+    "GroupStream",
     "Harness",
     "HarnessError",
     "ImagePart",
@@ -173,9 +189,11 @@ __all__ = [
     "Reply",
     "Resources",
     "Rollout",
+    "RolloutSource",
     "RolloutStopped",
     "Rubric",
     "RunDir",
+    "Sample",
     "Sampling",
     "ScoringError",
     "ServedHarness",
@@ -195,23 +213,30 @@ __all__ = [
     "ToolCall",
     "ToolMessage",
     "Trace",
+    "TraceAdvantage",
     "Turn",
     "TurnError",
+    "TurnTokens",
     "Usage",
     "UserMessage",
     "as_tools",
     "at_least",
     "can_chat",
     "env_registry",
+    "episode_samples",
+    "export_samples",
     "from_wire",
+    "group_advantages",
     "harness_registry",
     "int_between",
     "load_eval_config",
+    "make_group",
     "messages_from_wire",
     "messages_to_wire",
     "metric",
     "open_interception_server",
     "open_mcp_servers",
+    "open_rollouts",
     "open_taskset",
     "parse_verdict",
     "read_episodes",
@@ -227,4 +252,6 @@ __all__ = [
     "text_of",
     "to_wire",
     "tool_schema",
+    "trace_samples",
+    "turn_tokens",
 ]

@@ -2,7 +2,8 @@
 
 ``taketurns eval ENV [-n N] [-r R] [-c C] [--model M] [--base-url URL]
 [--api-key-var VAR] [-C run.toml] [--env.<field>=V ...] [-o DIR] [--resume|--overwrite]
-[--backend local|ray|processes] [--workers N] [--ray-address ADDR]``
+[--backend local|ray|processes] [--workers N] [--ray-address ADDR]``;
+``taketurns export DIR [--format jsonl|parquet] [-o FILE] [--scale]``
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 2 bad config or usage, 130
@@ -39,6 +40,7 @@ from taketurns._gc import tuned_gc
 from taketurns._output.rundir import RunDir
 from taketurns._output.summary import render
 from taketurns._runner import Interrupted, run_eval
+from taketurns._train.cli import export_command
 
 __all__ = ["main"]
 
@@ -268,6 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args, console)
         if args.command == "report":
             return _report(Path(args.dir), console)
+        if args.command == "export":
+            return export_command(args, console)
         from taketurns._cli.catalog import print_catalog
 
         out = Console()

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from taketurns._config.options import EvalConfig
+from taketurns._train.cli import add_export_command
 
 __all__ = ["EXECUTION", "FLAGS", "parser"]
 
@@ -137,6 +138,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
     rep = sub.add_parser("report", help="write DIR/report.html for a run directory")
     rep.add_argument("dir", help="run directory (holds episodes.jsonl)")
+    add_export_command(sub)
     srv = sub.add_parser("serve", help="serve the built-in model over OpenAI-compatible HTTP")
     srv.add_argument("--policy", default="bracket", help="built-in policy (default: bracket)")
     srv.add_argument(

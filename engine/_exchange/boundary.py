@@ -170,5 +170,6 @@ class ModelBoundary:
                 token_ids=response.token_ids,
                 prompt_token_ids=response.prompt_token_ids,
                 logprobs=response.logprobs,
+                policy_version=response.policy_version,
             )
         )

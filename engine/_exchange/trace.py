@@ -75,6 +75,8 @@ class Turn:
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    # the model name the server answered with, or the trainer's version tag
+    policy_version: str | None = None
 
 
 @attrs.frozen

@@ -107,21 +107,32 @@ def _usage(response: ModelResponse) -> Json:
 
 
 def completion_json(response: ModelResponse, model: str, id_: str, created: int) -> Json:
-    return {
+    """The JSON body; a response carrying token data gets vLLM's fields for it
+    (``choices[0].token_ids``, ``choices[0].logprobs.content``, ``prompt_token_ids``)."""
+    choice: Json = {
+        "index": 0,
+        "message": to_wire(response.message),
+        "logprobs": None,
+        "finish_reason": response.finish_reason,
+    }
+    body: Json = {
         "id": id_,
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": to_wire(response.message),
-                "logprobs": None,
-                "finish_reason": response.finish_reason,
-            }
-        ],
+        "choices": [choice],
         "usage": _usage(response),
     }
+    if response.token_ids is not None:
+        choice["token_ids"] = response.token_ids
+        if response.logprobs is not None:
+            pairs = zip(response.token_ids, response.logprobs, strict=False)
+            choice["logprobs"] = {
+                "content": [{"token": f"token_id:{t}", "logprob": lp} for t, lp in pairs]
+            }
+    if response.prompt_token_ids is not None:
+        body["prompt_token_ids"] = response.prompt_token_ids
+    return body
 
 
 def _chunks(response: ModelResponse, include_usage: bool) -> list[Json]:

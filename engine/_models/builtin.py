@@ -16,6 +16,9 @@
   INCORRECT``; without both tags its answer holds no verdict.
 
 Token counts are whitespace word counts: cheap, deterministic, good enough for limits.
+Asked for tokens as a vLLM server is (``logprobs`` or ``return_token_ids`` in the
+sampling), the response also carries prompt and completion token ids and logprobs
+from a toy tokenizer (``taketurns._models.tokens``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
+import attrs
 import trio
 
 from taketurns._errors import ConfigError
@@ -41,6 +45,7 @@ from taketurns._models.messages import (
     text_of,
 )
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse, Usage
+from taketurns._models.tokens import completion_ids, logprobs_of, prompt_ids
 
 __all__ = ["POLICIES", "BuiltinModel", "is_builtin"]
 
@@ -199,7 +204,11 @@ class BuiltinModel(ModelClient):
         if max_tokens is not None and completion > max_tokens and not message.tool_calls:
             kept = text_of(message.content).split()[: max(int(max_tokens), 0)]
             message, completion, finish = AssistantMessage(" ".join(kept)), len(kept), "length"
-        return ModelResponse(message, Usage(_words(request.messages), completion), finish)
+        usage = Usage(_words(request.messages), completion)
+        response = ModelResponse(message, usage, finish, policy_version=request.model)
+        if request.sampling.get("logprobs") or request.sampling.get("return_token_ids"):
+            return _with_tokens(response, request)
+        return response
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if self._delay is not None:
@@ -207,3 +216,14 @@ class BuiltinModel(ModelClient):
         else:
             await trio.lowlevel.checkpoint()
         return self.respond(request)
+
+
+def _with_tokens(response: ModelResponse, request: ModelRequest) -> ModelResponse:
+    """``response`` with the toy tokenizer's ids and logprobs, as vLLM returns them."""
+    ids = completion_ids(response.message, finished=response.finish_reason != "length")
+    return attrs.evolve(
+        response,
+        token_ids=ids,
+        prompt_token_ids=prompt_ids(request.messages),
+        logprobs=logprobs_of(ids),
+    )

@@ -46,12 +46,17 @@ class ModelRequest:
 
 @attrs.frozen
 class ModelResponse:
+    """``token_ids`` / ``prompt_token_ids`` / ``logprobs``: the completion's and the
+    prompt's token ids and the completion's logprobs, when the endpoint returned them;
+    ``policy_version``: the model name (or version tag) that answered, when known."""
+
     message: AssistantMessage
     usage: Usage = Usage()
     finish_reason: str | None = "stop"
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    policy_version: str | None = None
 
 
 class ModelClient(abc.ABC):

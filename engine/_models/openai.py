@@ -4,6 +4,15 @@ One ``complete()`` is one ``POST {base_url}/chat/completions``, retried with jit
 exponential backoff on 429, 408, 5xx, connection errors and timeouts. Every failure
 that reaches the caller is a ``ModelEndpointError`` whose message says what happened and
 what to do next; httpx2's own exceptions never escape.
+
+Token-level data for training is kept on each response when the server returns it.
+vLLM's OpenAI server does when asked (put these in ``sampling.extra`` or
+``sampling.logprobs``): ``logprobs: true`` gives ``choices[0].logprobs.content[*]``
+(a logprob per completion token); ``return_token_ids: true`` (vLLM >= 0.10.2) gives
+``choices[0].token_ids`` and the top-level ``prompt_token_ids``; with only logprobs,
+``return_tokens_as_token_ids: true`` writes each logprob's token as ``token_id:N``,
+which is read back as the completion's ids. The answering ``model`` is kept as the
+turn's ``policy_version``.
 """
 
 from __future__ import annotations
@@ -352,13 +361,15 @@ def _parse_response(response: httpx2.Response, url: str) -> ModelResponse:
     if not isinstance(message, AssistantMessage):
         raise _malformed(url, f"choices[0].message has role {message.role!r}, not assistant")
     finish = choice.get("finish_reason")
+    model = data.get("model")
     return ModelResponse(
         message,
         _usage(data.get("usage")),
         finish if isinstance(finish, str) else None,
-        token_ids=_ints(choice.get("token_ids")),
+        token_ids=_ints(choice.get("token_ids")) or _logprob_token_ids(choice.get("logprobs")),
         prompt_token_ids=_ints(data.get("prompt_token_ids", choice.get("prompt_token_ids"))),
         logprobs=_logprobs(choice.get("logprobs")),
+        policy_version=model if isinstance(model, str) and model else None,
     )
 
 
@@ -389,4 +400,22 @@ def _logprobs(raw: Any) -> list[float] | None:
         if not isinstance(value, int | float):
             return None
         out.append(float(value))
+    return out
+
+
+def _logprob_token_ids(raw: Any) -> list[int] | None:
+    """Completion ids from ``logprobs.content[*].token`` when the server wrote them as
+    ``token_id:N`` (vLLM's ``return_tokens_as_token_ids``), else None."""
+    content = raw.get("content") if isinstance(raw, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    out: list[int] = []
+    for entry in content:
+        token = entry.get("token") if isinstance(entry, dict) else None
+        if not isinstance(token, str) or not token.startswith("token_id:"):
+            return None
+        try:
+            out.append(int(token.removeprefix("token_id:")))
+        except ValueError:
+            return None
     return out

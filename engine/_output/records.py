@@ -148,6 +148,7 @@ def _turn_out(turn: Turn, wire: Any) -> dict[str, Any]:
         "token_ids": turn.token_ids,
         "prompt_token_ids": turn.prompt_token_ids,
         "logprobs": turn.logprobs,
+        "policy_version": turn.policy_version,
     }
 
 

@@ -1,0 +1,1 @@
+"""Training: token-level samples, group advantages, streaming rollouts, export."""

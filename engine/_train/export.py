@@ -1,0 +1,160 @@
+"""Export a run directory's training samples as a dataset: ``taketurns export DIR``.
+
+Episodes in ``DIR/episodes.jsonl`` are grouped by task (all rollouts of a task are one
+group; episodes ``open_rollouts`` recorded, by their streamed group), advantages
+computed as for streamed groups (ok episodes, trainable agents), and every sample
+becomes one row: JSON Lines (always) or Parquet (``pyarrow``, the
+``taketurns[train]`` extra). Both load with ``datasets.load_dataset("json" |
+"parquet", data_files=...)``. Row columns (``ROW_COLUMNS``): provenance (``env``,
+``episode_id``, ``agent``, ``task_idx``, ``task_name``, ``rollout``, ``turns``), the
+sequence (``prompt_ids``, ``completion_ids``, ``completion_mask``,
+``completion_logprobs``, possibly null), ``reward``, ``advantage``, ``reason`` (why
+a sample split off, else null) and ``policy_versions``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+
+from taketurns._errors import ConfigError
+from taketurns._eval.episode import Episode
+from taketurns._output.records import read_episodes, record
+from taketurns._train.groups import Group, make_group
+
+__all__ = ["FORMATS", "ROW_COLUMNS", "Export", "export_samples", "run_groups", "sample_rows"]
+
+FORMATS = ("jsonl", "parquet")
+ROW_COLUMNS = (
+    "env",
+    "episode_id",
+    "agent",
+    "task_idx",
+    "task_name",
+    "rollout",
+    "turns",
+    "prompt_ids",
+    "completion_ids",
+    "completion_mask",
+    "completion_logprobs",
+    "reward",
+    "advantage",
+    "reason",
+    "policy_versions",
+)
+
+
+@attrs.frozen
+class Export:
+    """What ``export_samples`` wrote: ``rows`` samples of ``groups`` groups
+    (``episodes`` episodes, ``failed`` of them not ok) to ``path``."""
+
+    path: Path
+    rows: int
+    groups: int
+    episodes: int
+    failed: int
+
+
+def run_groups(run_dir: Path, *, scale: bool = False) -> list[Group]:
+    """The run's episodes grouped by task idx (in task order; episodes streamed by
+    ``open_rollouts`` by their group), advantages computed.
+    Raises ``ConfigError`` when ``run_dir`` holds no ``episodes.jsonl``."""
+    path = Path(run_dir) / "episodes.jsonl"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir}: no episodes.jsonl here; pass a run directory (-o DIR)")
+    by_group: dict[tuple[int, int], list[Episode]] = {}
+    for raw in read_episodes(path):
+        episode = record.structure(raw, Episode)
+        group = episode.info.get("group")  # a streamed group's number (open_rollouts)
+        key = (episode.task.idx, group if isinstance(group, int) else -1)
+        by_group.setdefault(key, []).append(episode)
+    return [
+        make_group(episodes[0].task, episodes, scale=scale)
+        for _, episodes in sorted(by_group.items())
+    ]
+
+
+def sample_rows(groups: Iterable[Group]) -> Iterator[dict[str, Any]]:
+    """One row (``ROW_COLUMNS``) per sample of each group."""
+    for group in groups:
+        env = group.episodes[0].env if group.episodes else ""
+        for s in group.samples():
+            yield {
+                "env": env,
+                "episode_id": s.episode_id,
+                "agent": s.agent,
+                "task_idx": s.task_idx,
+                "task_name": group.task.name,
+                "rollout": s.rollout,
+                "turns": list(s.turns),
+                "prompt_ids": s.prompt_ids,
+                "completion_ids": s.completion_ids,
+                "completion_mask": s.completion_mask,
+                "completion_logprobs": s.completion_logprobs,
+                "reward": s.reward,
+                "advantage": s.advantage,
+                "reason": s.reason,
+                "policy_versions": list(s.policy_versions),
+            }
+
+
+def export_samples(
+    run_dir: Path,
+    out: Path | None = None,
+    *,
+    format: str = "jsonl",
+    scale: bool = False,
+) -> Export:
+    """Write the samples of ``run_dir`` to ``out`` (default ``run_dir/samples.<format>``).
+    Raises ``ConfigError`` for an unknown format, a missing run, or Parquet without
+    ``pyarrow``. Synchronous (file I/O): from trio, call it in ``trio.to_thread``."""
+    if format not in FORMATS:
+        raise ConfigError(f"--format {format!r}: choose one of {', '.join(FORMATS)}")
+    groups = run_groups(run_dir, scale=scale)
+    target = Path(out) if out is not None else Path(run_dir) / f"samples.{format}"
+    rows = list(sample_rows(groups))
+    if format == "jsonl":
+        with target.open("wb") as f:
+            for row in rows:
+                f.write(orjson.dumps(row) + b"\n")
+    else:
+        _write_parquet(rows, target)
+    episodes = sum(len(g.episodes) for g in groups)
+    failed = sum(g.failed for g in groups)
+    return Export(target, len(rows), len(groups), episodes, failed)
+
+
+def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError(
+            "--format parquet needs pyarrow: pip install 'taketurns[train]' (or use jsonl)"
+        ) from None
+    columns = {name: [row[name] for row in rows] for name in ROW_COLUMNS}
+    schema = pa.schema(
+        [
+            ("env", pa.string()),
+            ("episode_id", pa.string()),
+            ("agent", pa.string()),
+            ("task_idx", pa.int64()),
+            ("task_name", pa.string()),
+            ("rollout", pa.int64()),
+            ("turns", pa.list_(pa.int64())),
+            ("prompt_ids", pa.list_(pa.int64())),
+            ("completion_ids", pa.list_(pa.int64())),
+            ("completion_mask", pa.list_(pa.int8())),
+            ("completion_logprobs", pa.list_(pa.float64())),
+            ("reward", pa.float64()),
+            ("advantage", pa.float64()),
+            ("reason", pa.string()),
+            ("policy_versions", pa.list_(pa.string())),
+        ]
+    )
+    pq.write_table(pa.table(columns, schema=schema), target)

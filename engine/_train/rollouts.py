@@ -1,0 +1,355 @@
+"""Streaming rollouts for a trainer's own trio loop: ``open_rollouts``.
+
+::
+
+    async with taketurns.open_rollouts(env, config) as source:
+        async for group in source.groups(tasks, per_task=8):
+            batch = group.samples()          # token-level, advantages filled in
+            ...                              # a policy-gradient step
+            source.policy_version += 1       # optional: tag the new weights
+
+Structure (DESIGN.md "who owns what")::
+
+    open_rollouts (env.setup ... env.finalize, shielded; the plan's clients closed)
+     └─ services nursery: interception server (if a harness needs one), asyncio host
+        └─ episodes nursery: one feeder task per ``groups()`` stream, and the episodes
+           it admits, each holding a slot of the episode limiter (``concurrency``)
+
+Backpressure: a stream's feeder admits episodes task by task, each taking a slot of
+the episode limiter (at most ``config.concurrency`` episodes in flight), and pauses
+while ``max_waiting`` finished groups wait for the consumer; the episodes already in
+flight still finish, so a stalled consumer holds at most ``max_waiting`` groups plus
+those the in-flight episodes complete. Leaving the ``async with`` (normally, by an
+exception, or cancelled) cancels every episode in flight: each is closed and scored
+as ``cancelled`` (DESIGN.md "Guaranteed close and scoring") and kept in
+``source.cut_off``; nothing is lost.
+
+From asyncio: run the trainer's trio side in a thread (``trio.run`` in
+``loop.run_in_executor``), handing groups over a queue, or host asyncio inside trio
+with ``trio_asyncio``; see README "For RL trainers".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from taketurns._config.options import AgentConfig, EvalConfig, Sampling
+from taketurns._errors import SessionError, sole_error
+from taketurns._eval.aio import open_asyncio_host
+from taketurns._eval.env import Env
+from taketurns._eval.episode import Episode, episode_id, run_episode
+from taketurns._eval.plan import Plan, preflight
+from taketurns._exchange.agent import Agent
+from taketurns._exchange.task import Task
+from taketurns._exchange.trace import EpisodeInfo, Trace
+from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
+from taketurns._output.records import episode_line
+from taketurns._output.rundir import RunDir
+from taketurns._train.groups import Group, make_group
+
+__all__ = ["GroupStream", "RolloutSource", "open_rollouts"]
+
+
+class SourceState(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class _Tagged(ModelClient):
+    """The episode's client, stamping each response with the source's version tag
+    (when the trainer set one) as the turn's ``policy_version``."""
+
+    def __init__(self, inner: ModelClient, source: RolloutSource) -> None:
+        self.inner, self.source = inner, source
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        response = await self.inner.complete(request)
+        tag = self.source.policy_version
+        return response if tag is None else attrs.evolve(response, policy_version=str(tag))
+
+
+class RolloutSource:
+    """What ``open_rollouts`` yields. Only the task that opened it may use it.
+
+    ``policy_version``: an integer tag the trainer sets between steps (None: untagged);
+    every turn records it (else the model name the server answered with), every group
+    the oldest tag its episodes started under. With ``max_staleness`` N, a group whose tag
+    is more than N behind the source's tag when it would be handed over is dropped
+    into ``stale``. When the source closes, ``cut_off`` receives the episodes of every
+    group not yet complete (those in flight cancelled, closed and scored) and
+    ``undelivered`` the complete groups nobody took."""
+
+    def __init__(
+        self,
+        env: Env,
+        plan: Plan,
+        nursery: trio.Nursery,
+        *,
+        concurrency: int,
+        episode_timeout: float | None,
+        max_waiting: int,
+        scale: bool,
+        max_staleness: int | None,
+        run_dir: RunDir | None = None,
+    ) -> None:
+        self.env, self.plan, self._nursery = env, plan, nursery
+        self.run_dir = run_dir
+        self.limiter = trio.CapacityLimiter(concurrency)
+        self.episode_timeout = episode_timeout
+        self.max_waiting = max_waiting
+        self.scale = scale
+        self.max_staleness = max_staleness
+        self.policy_version: int | None = None
+        self.stale: list[Group] = []
+        self.cut_off: list[Episode] = []
+        self.undelivered: list[Group] = []
+        self.started = 0  # episodes admitted so far
+        self.state = SourceState.OPEN
+        self._serial = 0
+        self._groups = 0
+        self._streams: list[GroupStream] = []
+        self._rank = {role: i for i, role in enumerate(plan.roles)}
+
+    @property
+    def in_flight(self) -> int:
+        """Episodes admitted and not yet finished."""
+        return int(self.limiter.borrowed_tokens)
+
+    def groups(self, tasks: Sequence[Task], *, per_task: int) -> GroupStream:
+        """Play ``per_task`` episodes of each task; iterate the returned stream for
+        each task's complete ``Group`` as soon as its last episode ends (completion
+        order, not task order). Not a checkpoint; raises ``SessionError`` once the
+        source is closed and ``ValueError`` for ``per_task`` < 1."""
+        if self.state is SourceState.CLOSED:
+            raise SessionError("this rollout source is closed; open a new one")
+        if per_task < 1:
+            raise ValueError(f"per_task = {per_task!r}; expected an integer >= 1")
+        stream = GroupStream(self, list(tasks), per_task, self._serial)
+        self._serial += 1
+        self._streams.append(stream)
+        self._nursery.start_soon(self._feed, stream)
+        return stream
+
+    def _closed(self) -> None:
+        """After the episodes nursery: what the streams still hold."""
+        for stream in self._streams:
+            for partial in stream.partial_groups():
+                self.cut_off += partial
+            self.undelivered += stream.ready
+            stream.ready.clear()
+
+    def stale_now(self, group: Group) -> bool:
+        if self.max_staleness is None or self.policy_version is None:
+            return False
+        if group.policy_version is None:
+            return False
+        return self.policy_version - group.policy_version > self.max_staleness
+
+    async def _feed(self, stream: GroupStream) -> None:
+        for slot, task in enumerate(stream.tasks):
+            number = self._groups  # the group's number in this source: unique ids
+            self._groups += 1
+            stream.numbers[slot] = number
+            for rollout in range(stream.per_task):
+                await stream.wait_room()
+                token = (stream.serial, slot, rollout)
+                await self.limiter.acquire_on_behalf_of(token)
+                self.started += 1
+                version = self.policy_version
+                self._nursery.start_soon(self._play, stream, task, token, version)
+
+    def _make_agent(
+        self, role: str, config: AgentConfig, info: EpisodeInfo, on_close: Callable[[Trace], None]
+    ) -> Agent:
+        agent = self.plan.make_agent(role, config, info, on_close)
+        agent.client = _Tagged(agent.client, self)  # this episode's copy only
+        return agent
+
+    async def _play(
+        self, stream: GroupStream, task: Task, token: tuple[int, int, int], version: int | None
+    ) -> None:
+        _, slot, rollout = token
+        name = f"{episode_id(self.env.id, task.idx, rollout)}/g{stream.numbers[slot]}"
+        episode = Episode(name, self.env.id, task, rollout)
+        episode.info["policy_version"] = version
+        episode.info["group"] = stream.numbers[slot]
+        try:
+            await run_episode(self.env, episode, self._make_agent, timeout=self.episode_timeout)
+        finally:
+            episode.traces.sort(key=lambda t: self._rank.get(t.agent.name, len(self._rank)))
+            self.limiter.release_on_behalf_of(token)
+            if self.run_dir is not None:
+                self.run_dir.append_lines([episode_line(episode)])
+            stream.finished(slot, episode, version)
+
+
+@attrs.define(eq=False)
+class _Partial:
+    episodes: list[Episode] = attrs.field(factory=list)
+    version: int | None = None
+
+
+class GroupStream:
+    """An async iterator of ``Group``; ``__anext__`` is a checkpoint."""
+
+    def __init__(self, source: RolloutSource, tasks: list[Task], per_task: int, serial: int):
+        self.source, self.tasks, self.per_task, self.serial = source, tasks, per_task, serial
+        self.ready: deque[Group] = deque()
+        self.numbers: dict[int, int] = {}  # slot -> the group's number in the source
+        self._partial: dict[int, _Partial] = {}
+        self._owed = len(tasks)
+        self._event = trio.Event()
+
+    def changed(self) -> None:
+        self._event.set()
+        self._event = trio.Event()
+
+    async def wait_room(self) -> None:
+        """Until fewer than ``max_waiting`` groups wait. A checkpoint."""
+        await trio.lowlevel.checkpoint()
+        while len(self.ready) >= self.source.max_waiting:
+            await self._event.wait()
+
+    def finished(self, slot: int, episode: Episode, version: int | None) -> None:
+        partial = self._partial.setdefault(slot, _Partial(version=version))
+        partial.episodes.append(episode)
+        if version is not None and (partial.version is None or version < partial.version):
+            partial.version = version  # the group's oldest tag
+        if len(partial.episodes) == self.per_task:
+            del self._partial[slot]
+            source = self.source
+            group = make_group(
+                episode.task, partial.episodes, scale=source.scale, policy_version=partial.version
+            )
+            self.ready.append(group)
+            self.changed()
+
+    def partial_groups(self) -> list[list[Episode]]:
+        return [p.episodes for p in self._partial.values()]
+
+    def __aiter__(self) -> GroupStream:
+        return self
+
+    async def __anext__(self) -> Group:
+        await trio.lowlevel.checkpoint()
+        while True:
+            while self.ready:
+                group = self.ready.popleft()
+                self._owed -= 1
+                self.changed()
+                if not self.source.stale_now(group):
+                    return group
+                self.source.stale.append(group)
+            if self._owed == 0 or self.source.state is SourceState.CLOSED:
+                raise StopAsyncIteration
+            await self._event.wait()
+
+
+def _asking_for_tokens(config: EvalConfig) -> EvalConfig:
+    """``config`` asking every call for token ids and logprobs (vLLM's
+    ``return_token_ids`` and ``logprobs``; the built-in model's toy tokens)."""
+    sampling = config.sampling
+    extra = {"return_token_ids": True, **sampling.extra}
+    asked = Sampling(logprobs=True if sampling.logprobs is None else sampling.logprobs)
+    return attrs.evolve(config, sampling=attrs.evolve(sampling.over(asked), extra=extra))
+
+
+@contextlib.asynccontextmanager
+async def open_rollouts(
+    env: Env,
+    config: EvalConfig,
+    *,
+    max_waiting: int = 2,
+    scale: bool = False,
+    max_staleness: int | None = None,
+    tokens: bool = True,
+    check_endpoints: bool = True,
+    run_dir: RunDir | None = None,
+) -> AsyncIterator[RolloutSource]:
+    """A ``RolloutSource`` running ``env``'s episodes in this trio loop (module
+    docstring). ``config`` gives concurrency, endpoints, sampling and timeouts (its
+    ``env_id``, ``num_tasks`` and ``rollouts`` are not used: ``groups`` takes tasks).
+    ``scale``: advantages divided by the group's reward std. ``tokens``: ask every
+    call for token ids and logprobs (turn off for endpoints refusing vLLM's
+    ``return_token_ids``). ``check_endpoints``: call each endpoint once first (the
+    CLI's preflight), so a wrong URL, key or model raises ``ConfigError`` before any
+    episode starts, as a bad config does. ``run_dir`` (prepared by the caller): every
+    episode is appended to its ``episodes.jsonl`` as it finishes, cut-off ones too,
+    as ``taketurns eval`` writes them (``taketurns export`` reads them back, one group
+    per streamed group). An exception of the body leaves as itself (not in an
+    exception group)."""
+    if max_waiting < 1:
+        raise ValueError(f"max_waiting = {max_waiting!r}; expected an integer >= 1")
+    if tokens:
+        config = _asking_for_tokens(config)
+    plan = Plan(config, env)
+    try:
+        if check_endpoints:
+            await preflight(config, env)
+        if run_dir is not None:
+            run_dir.open()
+        await env.setup()
+        with _unwrapped():
+            async with trio.open_nursery() as services, open_asyncio_host():
+                await _start_services(config, plan, services)
+                sources: list[RolloutSource] = []
+                try:
+                    async with trio.open_nursery() as episodes:
+                        source = RolloutSource(
+                            env,
+                            plan,
+                            episodes,
+                            concurrency=config.concurrency,
+                            episode_timeout=config.episode_timeout_s,
+                            max_waiting=max_waiting,
+                            scale=scale,
+                            max_staleness=max_staleness,
+                            run_dir=run_dir,
+                        )
+                        sources.append(source)
+                        try:
+                            yield source
+                        finally:
+                            source.state = SourceState.CLOSED
+                            episodes.cancel_scope.cancel()
+                finally:
+                    for source in sources:
+                        source._closed()
+                services.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await env.finalize()
+        await plan.aclose()
+        if run_dir is not None:
+            run_dir.close()
+
+
+async def _start_services(config: EvalConfig, plan: Plan, services: trio.Nursery) -> None:
+    if plan.needs_interception:
+        from taketurns._http.interception import InterceptionServer
+
+        server = InterceptionServer(
+            host=config.interception_host,
+            port=config.interception_port,
+            public_url=config.interception_public_url,
+        )
+        plan.services["interception"] = await services.start(server.run)
+
+
+@contextlib.contextmanager
+def _unwrapped() -> Any:
+    """The body's own exception leaves the source's nurseries as itself."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        sole = sole_error(group)
+        if not isinstance(sole, BaseExceptionGroup) and not isinstance(sole, trio.Cancelled):
+            raise sole from None
+        raise

@@ -1,0 +1,179 @@
+"""Token-level training samples from traces.
+
+Each recorded turn with token data (the server returned ``prompt_token_ids`` and the
+completion's ``token_ids``; see ``taketurns._models.openai`` for the request options)
+is one ``TurnTokens``. A trace's turns are merged into one ``Sample`` — one sequence,
+``prompt_ids`` then ``completion_ids``, with ``completion_mask`` 1 over the model's own
+tokens and 0 over what the conversation inserted between its turns (user messages,
+tool results, template tokens) — as long as each turn's prompt extends the previous
+turn's prompt + completion token for token. Where one does not (a harness rewrote the
+history, a template re-rendered an earlier turn differently, a turn came back without
+token ids) the sample ends there and a new one starts, its ``reason`` saying why.
+
+Self-play: every seat's trace is its own agent's samples; ``episode_samples`` keeps the
+traces of trainable agents only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from taketurns._eval.episode import Episode
+from taketurns._exchange.trace import Trace, Turn
+
+__all__ = ["Sample", "TurnTokens", "episode_samples", "trace_samples", "turn_tokens"]
+
+
+@attrs.frozen
+class TurnTokens:
+    """One turn's token data: ``completion_logprobs`` is None when the server sent
+    none (or not one per completion token)."""
+
+    turn: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_logprobs: list[float] | None
+    policy_version: str | None = None
+
+
+@attrs.frozen
+class Sample:
+    """One training sequence of one agent's trace.
+
+    ``prompt_ids + completion_ids`` is the whole sequence; ``completion_mask[i]`` is 1
+    where ``completion_ids[i]`` is a token the model produced, 0 where the conversation
+    inserted it; ``completion_logprobs`` holds the model's logprob at each masked-in
+    position (0.0 elsewhere), or is None when a merged turn came without logprobs.
+    ``turns`` are the trace's turn indices merged here. ``reason`` is None for a sample
+    starting at the trace's first turn, else why the previous sample ended. ``reward``
+    is the trace's; ``advantage`` is filled in by ``taketurns.group_advantages``."""
+
+    episode_id: str
+    agent: str
+    task_idx: int
+    rollout: int
+    turns: tuple[int, ...]
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_mask: list[int]
+    completion_logprobs: list[float] | None
+    reason: str | None = None
+    reward: float = 0.0
+    advantage: float | None = None
+    policy_versions: tuple[str, ...] = ()
+
+    @property
+    def input_ids(self) -> list[int]:
+        """The whole sequence: ``prompt_ids + completion_ids``."""
+        return self.prompt_ids + self.completion_ids
+
+
+def turn_tokens(turn: Turn) -> TurnTokens | None:
+    """The turn's token data, or None when it has no response or no token ids."""
+    if turn.response is None or turn.token_ids is None or turn.prompt_token_ids is None:
+        return None
+    logprobs = turn.logprobs
+    if logprobs is not None and len(logprobs) != len(turn.token_ids):
+        logprobs = None
+    return TurnTokens(
+        turn.index, turn.prompt_token_ids, turn.token_ids, logprobs, turn.policy_version
+    )
+
+
+@attrs.define
+class _Builder:
+    """A sample being merged (mutable while its turns are appended)."""
+
+    first: TurnTokens
+    reason: str | None
+    turns: list[int] = attrs.field(factory=list)
+    completion: list[int] = attrs.field(factory=list)
+    mask: list[int] = attrs.field(factory=list)
+    logprobs: list[float] | None = attrs.field(factory=list)
+    versions: list[str] = attrs.field(factory=list)
+
+    def add(self, tokens: TurnTokens, inserted: Sequence[int]) -> None:
+        self.turns.append(tokens.turn)
+        self.completion += inserted
+        self.completion += tokens.completion_ids
+        self.mask += [0] * len(inserted) + [1] * len(tokens.completion_ids)
+        if self.logprobs is not None and tokens.completion_logprobs is not None:
+            self.logprobs += [0.0] * len(inserted) + tokens.completion_logprobs
+        else:
+            self.logprobs = None
+        version = tokens.policy_version
+        if version is not None and version not in self.versions:
+            self.versions.append(version)
+
+    def sequence_length(self) -> int:
+        return len(self.first.prompt_ids) + len(self.completion)
+
+    def extends(self, prompt: Sequence[int]) -> int | None:
+        """None when ``prompt`` starts with this sequence, else the first index where
+        it differs."""
+        seq = self.first.prompt_ids + self.completion
+        for i, (a, b) in enumerate(zip(seq, prompt, strict=False)):
+            if a != b:
+                return i
+        return None if len(prompt) >= len(seq) else len(prompt)
+
+    def build(self, trace: Trace) -> Sample:
+        info = trace.episode
+        return Sample(
+            info.id,
+            trace.agent.name,
+            info.task_idx,
+            info.rollout,
+            tuple(self.turns),
+            list(self.first.prompt_ids),
+            self.completion,
+            self.mask,
+            self.logprobs,
+            self.reason,
+            trace.reward,
+            None,
+            tuple(self.versions),
+        )
+
+
+def trace_samples(trace: Trace) -> list[Sample]:
+    """``trace``'s turns merged into samples, split where a prompt does not extend the
+    sequence so far or a turn lacks token data (see the module docstring). A trace
+    with no token data at all gives no sample."""
+    samples: list[Sample] = []
+    current: _Builder | None = None
+    reason: str | None = None
+    previous = -1
+    for turn in trace.turns:
+        tokens = turn_tokens(turn)
+        if tokens is None:
+            if current is not None:
+                samples.append(current.build(trace))
+                current = None
+            what = "failed" if turn.response is None else "came without token ids"
+            reason = f"turn {turn.index} {what}"
+            continue
+        if current is not None:
+            differs = current.extends(tokens.prompt_ids)
+            if differs is None:
+                current.add(tokens, tokens.prompt_ids[current.sequence_length() :])
+                previous = tokens.turn
+                continue
+            samples.append(current.build(trace))
+            reason = (
+                f"turn {tokens.turn}'s prompt does not extend turn {previous}'s prompt + "
+                f"completion (they differ at token {differs})"
+            )
+        current = _Builder(tokens, reason)
+        current.add(tokens, ())
+        previous = tokens.turn
+    if current is not None:
+        samples.append(current.build(trace))
+    return samples
+
+
+def episode_samples(episode: Episode) -> list[Sample]:
+    """The samples of every trainable agent's trace of ``episode``, in trace order."""
+    return [s for t in episode.traces if t.agent.trainable for s in trace_samples(t)]
