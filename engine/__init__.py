@@ -39,6 +39,7 @@ from taketurns._errors import (
     ConfigError,
     HarnessError,
     ModelEndpointError,
+    OutputError,
     RolloutStopped,
     ScoringError,
     SessionClosed,
@@ -61,6 +62,7 @@ from taketurns._eval.taskset import (
 from taketurns._exchange.agent import Agent, Agents
 from taketurns._exchange.harness import Harness, Prompt, Rollout, can_chat
 from taketurns._exchange.null import NullHarness
+from taketurns._exchange.outcome import CAUSES, is_failure
 from taketurns._exchange.rubric import Rubric, metric, reward, stop
 from taketurns._exchange.session import ChatSession, Reply, SessionState
 from taketurns._exchange.task import Task
@@ -122,6 +124,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "CAUSES",
     "Agent",
     "AgentConfig",
     "AgentStamp",
@@ -153,6 +156,7 @@ __all__ = [
     "NullHarness",
     "OpenAIClient",
     "OptionError",
+    "OutputError",
     "Prompt",
     "Reply",
     "Resources",
@@ -190,6 +194,7 @@ __all__ = [
     "from_wire",
     "harness_registry",
     "int_between",
+    "is_failure",
     "load_eval_config",
     "messages_from_wire",
     "messages_to_wire",

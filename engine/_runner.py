@@ -10,7 +10,7 @@ Structure::
 Each finished episode is appended to ``episodes.jsonl`` at once (also a failed,
 timed-out or cancelled one); a worker backend hands over each batch it receives,
 lines and digests as its workers made them (``_backends.shards.OnLines``).
-With ``handle_signals=True`` (the CLI), SIGINT/SIGTERM cancel the running episodes,
+With ``handle_signals=True`` (the CLI), SIGINT/SIGTERM/SIGHUP cancel the running episodes,
 which are closed, scored and written as cancelled (also by worker processes; on Ray:
 not written, ``--resume`` reruns them); a second signal exits at once.
 
@@ -33,7 +33,7 @@ import trio
 from taketurns._backends.processes import run_on_processes
 from taketurns._backends.ray import run_on_ray
 from taketurns._config.options import EvalConfig
-from taketurns._errors import TaketurnsError, sole_error
+from taketurns._errors import OutputError, TaketurnsError, sole_error
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
 from taketurns._eval.plan import Plan, make_env
@@ -41,14 +41,18 @@ from taketurns._eval.play import play_pairs
 from taketurns._exchange.task import Task
 from taketurns._output.progress import EvalProgress
 from taketurns._output.records import episode_line
-from taketurns._output.rundir import RunDir
+from taketurns._output.rundir import RunDir, Tidied
 from taketurns._output.summary import digest, summarize
 
 __all__ = ["EvalRun", "Interrupted", "run_eval"]
 
 
 class Interrupted(Exception):
-    """The eval was stopped by SIGINT/SIGTERM; finished episodes are on disk."""
+    """The eval was stopped by SIGINT/SIGTERM/SIGHUP; finished episodes are on disk."""
+
+
+# the signals that stop an eval (SIGHUP: the terminal closed)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @attrs.define
@@ -58,10 +62,11 @@ class EvalRun:
     summary: dict[str, Any]
     run_dir: RunDir
     written: int
+    tidied: Tidied = attrs.field(factory=Tidied)
 
 
 async def _watch_signals(cancel: trio.CancelScope, task_status: Any) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         task_status.started()
         async for _ in signals:
             if cancel.cancel_called:
@@ -79,52 +84,109 @@ async def run_eval(
     progress: bool = True,
     report: bool = True,
     handle_signals: bool = False,
+    notify: Callable[[str], None] | None = None,
 ) -> EvalRun:
     """Run every (task, rollout) pair not yet in ``run_dir`` and write the summary.
-    Raises ``ConfigError`` before any episode starts; ``Interrupted`` after a signal
-    (with every finished and cancelled episode written)."""
+
+    Holds the run directory's lock for the whole run (taking it unless ``prepare``
+    did; released at the end). Before playing, ``run_dir.tidy()`` sets aside damaged
+    lines and cancelled or failed episodes, so their pairs run again; ``notify`` gets
+    its one-line note. Raises ``ConfigError`` before any episode starts (also when
+    another process holds the directory); ``Interrupted`` after a signal (with every
+    finished and cancelled episode written); ``OutputError`` when the directory cannot
+    be written (the run stops; what was written is kept)."""
     env = env if env is not None else make_env(config)
     plan = plan if plan is not None else Plan(config, env)
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
-    finished = run_dir.finished()
+    run_dir.lock()
+    try:
+        tidied = run_dir.tidy()
+    except BaseException:
+        run_dir.unlock()
+        raise
+    if notify is not None and tidied.note():
+        notify(str(tidied.note()))
+    finished = tidied.kept
     todo = _owed(tasks, config.rollouts, finished)
     start = time.monotonic()
     written = 0
     interrupted = True  # until the episodes' loop ends on its own
-    run_dir.open()
+    failure: list[OutputError] = []  # the first write that failed stops the run
+    summary: dict[str, Any] = {}
     try:
+        run_dir.open()
         planned = len(tasks) * config.rollouts
-        with EvalProgress(planned, done=planned - len(todo), enabled=progress) as bar:
+        with (
+            EvalProgress(planned, done=planned - len(todo), enabled=progress) as bar,
+            trio.CancelScope() as cancel,
+        ):
 
             def record_lines(batch: list[tuple[bytes, dict[str, Any]]]) -> None:
                 nonlocal written
-                run_dir.append_lines(line for line, _ in batch)
+                if failure:
+                    return  # the run is stopping: later episodes run again on resume
+                try:
+                    run_dir.append_lines(line for line, _ in batch)
+                except OutputError as exc:
+                    failure.append(exc)
+                    cancel.cancel()
+                    return
                 for _, digested in batch:
                     finished.append(digested)
                     bar.add(digested)
                 written += len(batch)
 
-            with trio.CancelScope() as cancel, _unwrapped():
+            with _unwrapped():
                 async with trio.open_nursery() as nursery:
                     if handle_signals:
                         await nursery.start(_watch_signals, cancel)
                     await _on_backend(config, env, plan, todo, record_lines)
                     nursery.cancel_scope.cancel()
-            interrupted = cancel.cancelled_caught
+        interrupted = cancel.cancelled_caught and not failure
     finally:
         run_dir.close()
-        await plan.aclose()
-        # also when the run is cancelled from outside: what was written is summed up
-        summary = summarize(finished, rollouts=config.rollouts, wall_s=time.monotonic() - start)
-        summary["interrupted"] = interrupted
-        run_dir.write_summary(summary)
-        if report:
-            from taketurns._report.page import write_report
-
-            write_report(run_dir.path)
+        try:
+            await plan.aclose()
+            wall_s = time.monotonic() - start
+            summary = _finish(run_dir, finished, config, wall_s, interrupted, failure)
+            if report and not failure:
+                _write_report(run_dir, failure)
+        finally:
+            run_dir.unlock()
+    if failure:
+        raise failure[0]
     if interrupted:
         raise Interrupted(f"interrupted; {written} episodes written this run to {run_dir.path}")
-    return EvalRun(summary, run_dir, written)
+    return EvalRun(summary, run_dir, written, tidied)
+
+
+def _finish(
+    run_dir: RunDir,
+    finished: Sequence[Mapping[str, Any]],
+    config: EvalConfig,
+    wall_s: float,
+    interrupted: bool,
+    failure: list[OutputError],
+) -> dict[str, Any]:
+    """Sum up what was written (also when the run is cancelled from outside) and
+    write the summary. A write failure is added to ``failure`` (the run's first
+    error is the one that counts), never raised over another error."""
+    summary = summarize(finished, rollouts=config.rollouts, wall_s=wall_s)
+    summary["interrupted"] = interrupted
+    try:
+        run_dir.write_summary(summary)
+    except OutputError as exc:
+        failure.append(exc)
+    return summary
+
+
+def _write_report(run_dir: RunDir, failure: list[OutputError]) -> None:
+    from taketurns._report.page import write_report
+
+    try:
+        write_report(run_dir.path)
+    except OutputError as exc:
+        failure.append(exc)
 
 
 async def _on_backend(

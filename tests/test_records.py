@@ -7,7 +7,7 @@ import orjson
 
 from taketurns import Agent, AgentConfig, ImagePart, Task, TextPart, Trace, UserMessage
 from taketurns._eval.episode import Episode, EpisodeTiming
-from taketurns._output.records import dumps_episode, loads_episode, record
+from taketurns._output.records import FORMAT, dumps_episode, loads_episode, record
 
 
 async def _episode() -> Episode:
@@ -30,7 +30,8 @@ async def test_trace_record_has_every_persisted_field_in_order() -> None:
 async def test_episode_record_has_every_field_in_order() -> None:
     episode = await _episode()
     out = record.unstructure(episode)
-    assert list(out) == [f.name for f in attrs.fields(Episode)]
+    assert out["format"] == FORMAT == 2  # the record's format version, then every field
+    assert [k for k in out if k != "format"] == [f.name for f in attrs.fields(Episode)]
     assert list(out["timing"]) == [f.name for f in attrs.fields(EpisodeTiming)]
 
 

@@ -5,8 +5,11 @@
 [--backend local|ray|processes] [--workers N] [--ray-address ADDR]``
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
-underscores are interchangeable. Exit codes: 0 done, 2 bad config or usage, 130
-interrupted (finished episodes are on disk; ``--resume`` continues).
+underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
+failure, ``_exchange.outcome``; everything is written and ``--resume`` reruns them) or
+the run directory could not be written (a full disk), 2 bad config or usage (also a
+run directory another process is writing), 130 interrupted (finished episodes are on
+disk; ``--resume`` continues).
 """
 
 from __future__ import annotations
@@ -16,19 +19,23 @@ import signal
 import sys
 import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import attrs
 import trio
 from rich.console import Console
+from rich.markup import escape
 
 from taketurns._backends.processes import WorkerError
 from taketurns._backends.shards import WorkerLost
 from taketurns._config.options import EvalConfig
 from taketurns._config.registry import envs, tasksets
 from taketurns._config.settings import dump_toml, load_eval_config, read_toml
-from taketurns._errors import ConfigError
+from taketurns._errors import ConfigError, OutputError
 from taketurns._eval.plan import Plan, make_env, preflight
+from taketurns._exchange.outcome import describe_cause
 from taketurns._gc import tuned_gc
 from taketurns._output.rundir import RunDir
 from taketurns._output.summary import render
@@ -46,13 +53,23 @@ _FLAGS = {
     "base_url": "base_url",
     "api_key_var": "api_key_var",
     "episode_timeout": "episode_timeout_s",
+    "episode_retries": "episode_retries",
+    "retry_causes": "retry_causes",
     "max_concurrent_calls": "max_concurrent_calls",
     "backend": "backend",
     "workers": "workers",
     "ray_address": "ray_address",
 }
-# how a run executes, not what it computes: --resume may change them
-_EXECUTION = ("backend", "workers", "ray_address")
+# how a run executes, not what it computes: --resume may change them (output_dir: a
+# run directory may be moved; older config.toml files named it)
+_EXECUTION = (
+    "backend",
+    "workers",
+    "ray_address",
+    "output_dir",
+    "episode_retries",
+    "retry_causes",
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,7 +85,9 @@ def _parser() -> argparse.ArgumentParser:
             "Any other option is a dotted config override: --env.<field>=V, "
             "--env.<role>.model=M, --sampling.temperature=0.7 (see `taketurns envs`). "
             "Without --base-url every role runs on the built-in model (builtin/bracket). "
-            "Exit codes: 0 done, 2 refused config, 130 interrupted (--resume continues)."
+            "Exit codes: 0 done, 1 episodes failed or the run directory could not be "
+            "written (--resume continues), 2 refused config, 130 interrupted (--resume "
+            "continues)."
         ),
     )
     ev.add_argument("env", nargs="?", help="env id (see `taketurns envs`)")
@@ -80,6 +99,14 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--api-key-var", help="environment variable holding the API key")
     ev.add_argument("--episode-timeout", type=float, help="seconds per episode")
     ev.add_argument("--max-concurrent-calls", type=int, help="cap on model calls at once")
+    ev.add_argument(
+        "--episode-retries",
+        help="play an episode that failed by infrastructure up to N more times "
+        "(causes: --retry-causes=model,harness)",
+    )
+    ev.add_argument(
+        "--retry-causes", help="failure causes an episode retry reruns (model,harness,env,scoring)"
+    )
     ev.add_argument(
         "--backend", help="where episodes run: local (default), ray, or processes (on this machine)"
     )
@@ -156,23 +183,54 @@ def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalCo
 
 
 def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> RunDir:
-    """The run directory, prepared: a fresh one gets config.toml; a resumed one must
-    hold the same config and has its cancelled episodes set aside."""
+    """The run directory, prepared and locked: a fresh one gets config.toml; a resumed
+    one must hold the same config. The stored config never names the directory, so
+    a run directory can be moved or copied and resumed where it is."""
     out = args.output_dir or config.output_dir or _default_dir(name, config.model)
     config.output_dir = str(out)
     run_dir = RunDir(out)
     run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
-    text = dump_toml(config)
-    if args.resume and run_dir.config_path.exists():
-        if _semantic(read_toml(run_dir.config_path)) != _semantic(tomllib.loads(text)):
-            raise ConfigError(
-                f"--resume: the config differs from {run_dir.config_path}; resume with the "
-                "same options (or none: the stored config is reused)"
-            )
-        run_dir.set_aside_cancelled()
-    else:
-        run_dir.write_config(text)
+    try:
+        text = dump_toml(attrs.evolve(config, output_dir=None))
+        if args.resume and run_dir.config_path.exists():
+            changed = _differences(read_toml(run_dir.config_path), tomllib.loads(text))
+            if changed:
+                raise ConfigError(
+                    [
+                        f"--resume: the config differs from {run_dir.config_path}; resume "
+                        "with the same options (or none: the stored config is reused):",
+                        *changed,
+                    ]
+                )
+        else:
+            run_dir.write_config(text)
+    except BaseException:
+        run_dir.unlock()
+        raise
     return run_dir
+
+
+def _differences(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """One line per option whose value differs: its dotted path and both values."""
+    old, new = _flat(_semantic(stored)), _flat(_semantic(given))
+    return [
+        f"{key}: {old.get(key, '(unset)')!r} in the stored config, {new.get(key, '(unset)')!r} now"
+        for key in sorted(old.keys() | new.keys())
+        if old.get(key, _UNSET) != new.get(key, _UNSET)
+    ]
+
+
+_UNSET = object()
+
+
+def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
@@ -186,6 +244,10 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
     trio.run(preflight, config, env)
     run_dir = _open_run_dir(args, config, name)
+
+    def note(text: str) -> None:
+        console.print(f"[yellow]{escape(text)}", highlight=False, soft_wrap=True)
+
     try:
         with tuned_gc():  # this process is the CLI's own
             result = trio.run(
@@ -197,6 +259,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
                     tasks=tasks,
                     progress=not args.no_progress,
                     handle_signals=True,
+                    notify=note,
                 )
             )
     except Interrupted as exc:
@@ -208,7 +271,22 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
         f"[green]wrote {run_dir.path}[/] ({result.written} new episodes, "
         f"{s.get('episodes_per_s', 0):.1f} episodes/s)"
     )
+    if s.get("failed"):
+        line = escape(_failed_line(s, run_dir.path))
+        console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
+        return 1
     return 0
+
+
+def _failed_line(summary: Mapping[str, Any], path: Path) -> str:
+    """``3 of 50 episodes failed, mostly because the model endpoint failed (3); ...``"""
+    causes = summary.get("failed_by_cause") or {}
+    main_cause, count = max(causes.items(), key=lambda kv: kv[1], default=("?", 0))
+    return (
+        f"{summary['failed']} of {summary['episodes']} episodes failed, mostly because "
+        f"{describe_cause(main_cause)} ({count}); their rewards are left out of the means. "
+        f"Rerun them with --resume -o {path}"
+    )
 
 
 def _report(run_dir: Path, console: Console) -> int:
@@ -216,11 +294,15 @@ def _report(run_dir: Path, console: Console) -> int:
 
     if not (run_dir / "episodes.jsonl").exists():
         raise ConfigError(f"report: {run_dir} holds no episodes.jsonl")
-    console.print(f"wrote {write_report(run_dir)}")
+
+    def note(text: str) -> None:
+        console.print(f"[yellow]{escape(text)}", highlight=False, soft_wrap=True)
+
+    console.print(f"wrote {write_report(run_dir, notify=note)}")
     return 0
 
 
-def _semantic(data: dict[str, object]) -> dict[str, object]:
+def _semantic(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in _EXECUTION}
 
 
@@ -277,8 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # one line per problem at any width (soft_wrap: never wrapped or cut)
             console.print(f"  - {problem}", highlight=False, markup=False, soft_wrap=True)
         return 2
-    except (WorkerLost, WorkerError) as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False)
+    except (WorkerLost, WorkerError, OutputError) as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 1
 
 

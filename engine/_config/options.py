@@ -97,6 +97,17 @@ _positive = at_least(0, exclusive=True)
 _non_negative = at_least(0)
 
 
+def _causes(inst: object, attribute: attrs.Attribute[Any], value: list[str]) -> None:
+    """An attrs validator: failure causes (``_exchange.outcome.CAUSES``) that a retry
+    may cure (not ``cancelled``)."""
+    from taketurns._exchange.outcome import CAUSES
+
+    allowed = [c for c in CAUSES if c != "cancelled"]
+    for cause in value:
+        if cause not in allowed:
+            raise OptionError(attribute.name, value, f"a list of {', '.join(allowed)}")
+
+
 @attrs.define
 class Sampling:
     """Request fields sent with every model call; None means "the endpoint's default".
@@ -184,6 +195,10 @@ class EvalConfig:
     sampling: Sampling = attrs.field(factory=Sampling)
     max_concurrent_calls: int | None = attrs.field(default=None, validator=_positive)
     episode_timeout_s: float | None = attrs.field(default=None, validator=_positive)
+    # an episode that failed by one of ``retry_causes`` (``_exchange.outcome``) is
+    # played again, up to ``episode_retries`` more times, before it is recorded failed
+    episode_retries: int = attrs.field(default=0, validator=_non_negative)
+    retry_causes: list[str] = attrs.field(factory=lambda: ["model", "harness"], validator=_causes)
     request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
     # where the interception server listens (loopback unless configured otherwise) and
     # the URL programs on other machines should use to reach it

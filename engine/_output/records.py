@@ -3,7 +3,8 @@
 ``record`` is the private cattrs converter for this format; messages are written in
 OpenAI wire shape so a trainer can feed them straight back to a tokenizer's chat
 template. ``dumps_episode`` / ``loads_episode`` are the two calls the rest of the
-engine makes; ``read_episodes`` tolerates a torn last line (a crash mid-write).
+engine makes; ``read_episodes`` streams a file back, skipping damaged lines (a torn
+last line from a crash mid-write, or anything else that is not a record).
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from taketurns._exchange.trace import Trace, Turn, Usage
 from taketurns._models.messages import Message
 from taketurns._models.wire import from_wire, register_messages, to_wire
 
-__all__ = ["dumps_episode", "loads_episode", "read_episodes", "record"]
+__all__ = ["FORMAT", "dumps_episode", "loads_episode", "parse_record", "read_episodes", "record"]
+
+# The record's format version, on every line as ``format``. 1 (no ``format`` key):
+# ``ok`` was False for timeouts too and a seat's failure could be a game result; no
+# ``cause`` or ``attempts``. 2: ``ok``/``cause``/``attempts`` as ``_exchange.outcome``
+# defines them. Readers accept both (``outcome.record_cause`` works a cause out of a
+# format-1 record).
+FORMAT = 2
 
 record = cattrs.Converter(omit_if_default=False)
 register_messages(record)
@@ -151,7 +159,10 @@ def _episode_out(episode: Episode) -> dict[str, Any]:
         "env": episode.env,
         "task": _task_out(episode.task),
         "rollout": episode.rollout,
+        "format": FORMAT,
         "ok": episode.ok,
+        "cause": episode.cause,
+        "attempts": episode.attempts,
         "stop": episode.stop,
         "errors": [{"kind": e.kind, "message": e.message, "type": e.type} for e in episode.errors],
         "traces": [_trace_out(t) for t in episode.traces],
@@ -195,16 +206,36 @@ def loads_episode(line: str) -> Episode:
     return record.structure(json.loads(line), Episode)
 
 
-def read_episodes(path: Path) -> Iterator[dict[str, Any]]:
-    """The raw episode objects in ``path``, skipping a torn (unparseable) last line."""
-    with path.open(encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            yield json.loads(line)
-        except json.JSONDecodeError:
-            if i >= len(lines) - 2:  # the last line, possibly followed by ""
-                return
-            raise
+def parse_record(raw: bytes) -> dict[str, Any] | None:
+    """One ``episodes.jsonl`` line as its record, or None when it is damaged (not
+    JSON, not an object, or without an integer ``task.idx`` and ``rollout``)."""
+    try:
+        found = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    task = found.get("task")
+    idx = task.get("idx") if isinstance(task, dict) else None
+    if type(idx) is not int or type(found.get("rollout")) is not int:
+        return None
+    return found
+
+
+def read_episodes(
+    path: str | Path, *, damaged: list[int] | None = None
+) -> Iterator[dict[str, Any]]:
+    """The raw episode objects in ``path`` (an ``episodes.jsonl``), streamed one line
+    at a time, in either record format (``FORMAT``). Damaged lines (not a JSON
+    object with ``task.idx`` and ``rollout``; a torn last line) are skipped; pass a
+    list as ``damaged`` to collect their line numbers."""
+    with Path(path).open("rb") as f:
+        for number, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            found = parse_record(raw)
+            if found is None:
+                if damaged is not None:
+                    damaged.append(number)
+                continue
+            yield found

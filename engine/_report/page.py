@@ -10,15 +10,18 @@ stops the page from running or fetching anything else even if an escape were mis
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import math
 import time
 import tomllib
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
-from taketurns._errors import ConfigError
+from taketurns._errors import ConfigError, OutputError
+from taketurns._exchange.outcome import describe_cause, record_cause
 from taketurns._output.records import read_episodes
 from taketurns._output.summary import summarize
 from taketurns._report.charts import Series, bar_chart, histogram
@@ -43,17 +46,29 @@ MAX_TRANSCRIPTS = 500
 KUHN_CARDS = ("J", "Q", "K")
 
 
-def write_report(run_dir: Path, *, max_transcripts: int = MAX_TRANSCRIPTS) -> Path:
+def write_report(
+    run_dir: Path,
+    *,
+    max_transcripts: int = MAX_TRANSCRIPTS,
+    notify: Callable[[str], None] | None = None,
+) -> Path:
     """Write ``run_dir/report.html`` from the run's ``episodes.jsonl``, ``summary.json``
-    (recomputed if missing) and ``config.toml``; returns the report's path. At most
-    ``max_transcripts`` episodes get a transcript (every episode counts in the plots)."""
+    (recomputed if missing) and ``config.toml``; returns the report's path. Every
+    failed episode gets a transcript, and up to ``max_transcripts`` others (every
+    episode counts in the plots, failed ones apart). Damaged lines of
+    ``episodes.jsonl`` are skipped: the page and ``notify`` get a one-line note.
+    Raises ``OutputError`` when the page cannot be written (no temp file is left)."""
     run_dir = Path(run_dir)
     episodes_path = run_dir / "episodes.jsonl"
     if not episodes_path.is_file():
         raise ConfigError(
             f"report {run_dir}: no episodes.jsonl there; pass the -o directory of an eval"
         )
-    episodes = [e for e in read_episodes(episodes_path) if isinstance(e, dict)]
+    damaged: list[int] = []
+    episodes = list(read_episodes(episodes_path, damaged=damaged))
+    note = _damaged_note(damaged)
+    if note and notify is not None:
+        notify(note)
     config_path = run_dir / "config.toml"
     config_text = config_path.read_text(encoding="utf-8") if config_path.is_file() else ""
     try:
@@ -68,12 +83,28 @@ def write_report(run_dir: Path, *, max_transcripts: int = MAX_TRANSCRIPTS) -> Pa
         if not isinstance(rollouts, int):
             rollouts = 1 + max((as_int(e.get("rollout")) for e in episodes), default=0)
         summary = summarize(episodes, rollouts=rollouts)
-    page = _page(run_dir, episodes, summary, config, config_text, max_transcripts)
+    page = _page(run_dir, episodes, summary, config, config_text, max_transcripts, note)
     out = run_dir / REPORT
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise OutputError(str(out), str(run_dir), exc) from None
     return out
+
+
+def _damaged_note(lines: list[int]) -> str:
+    if not lines:
+        return ""
+    shown = ", ".join(str(n) for n in lines[:5]) + (" ..." if len(lines) > 5 else "")
+    return (
+        f"episodes.jsonl: skipped {len(lines)} damaged line{'s' if len(lines) > 1 else ''} "
+        f"(line {shown}); `taketurns eval --resume -o DIR` sets them aside and reruns "
+        "their pairs"
+    )
 
 
 # --- small helpers -----------------------------------------------------------------
@@ -93,6 +124,7 @@ def _page(
     config: Json,
     config_text: str,
     max_transcripts: int,
+    note: str = "",
 ) -> str:
     env_id = str(config.get("env_id") or next((e.get("env") for e in episodes), "?"))
     csp = (
@@ -102,6 +134,7 @@ def _page(
     body = "\n".join(
         [
             _header(run_dir, env_id, episodes, summary, config),
+            f'<p class="warn" id="damaged">{esc(note)}</p>' if note else "",
             _tables(episodes, summary),
             _plots(env_id, episodes, summary),
             transcripts(episodes, max_transcripts),
@@ -139,7 +172,7 @@ def _header(run_dir: Path, env_id: str, episodes: list[Json], summary: Json, con
         ("model", _models(episodes, config)),
         ("episodes", f"{summary.get('episodes', len(episodes))}"),
         ("ok", f"{summary.get('ok', '?')}"),
-        ("failed", f"{summary.get('failed', '?')}"),
+        ("failed", _failed_fact(summary)),
         ("traces", f"{traces}"),
     ]
     wall = as_float(summary.get("wall_s"))
@@ -162,6 +195,15 @@ def _header(run_dir: Path, env_id: str, episodes: list[Json], summary: Json, con
         f'<div class="facts">{items}</div>{warn}'
         f'<p class="muted">{esc(run_dir.resolve())} · generated {esc(stamp)}</p></header>'
     )
+
+
+def _failed_fact(summary: Json) -> str:
+    """``3 (the model endpoint failed 2, the env raised 1)``."""
+    causes = as_dict(summary.get("failed_by_cause"))
+    text = f"{summary.get('failed', '?')}"
+    if causes:
+        text += " (" + ", ".join(f"{describe_cause(k)} {v}" for k, v in causes.items()) + ")"
+    return text
 
 
 # --- summary tables ----------------------------------------------------------------
@@ -248,6 +290,8 @@ def _tables(episodes: list[Json], summary: Json) -> str:
     stops = as_dict(summary.get("episode_stops"))
     ep_rows = [("episodes", summary.get("episodes")), ("ok", summary.get("ok"))]
     ep_rows += [("failed", summary.get("failed"))]
+    causes = as_dict(summary.get("failed_by_cause"))
+    ep_rows += [(f"failed: {describe_cause(k)}", v) for k, v in causes.items()]
     ep_rows += [(f"episode stop: {k}", v) for k, v in sorted(stops.items())]
     ep_body = "".join(
         f'<tr><th scope="row">{esc(k)}</th><td data-stat="{esc(k)}" data-value="{esc(v)}">'
@@ -274,6 +318,8 @@ def _plots(env_id: str, episodes: list[Json], summary: Json) -> str:
     rewards: dict[str, list[float]] = defaultdict(list)
     turns: dict[str, list[float]] = defaultdict(list)
     for e in episodes:
+        if record_cause(e) is not None:
+            continue  # a failed episode's rewards are not the model's: left out
         for t in traces_of(e):
             rewards[agent_of(t)].append(as_float(t.get("reward")) or 0.0)
             turns[agent_of(t)].append(float(len(as_list(t.get("turns")))))
@@ -325,6 +371,8 @@ def _kuhn_payoff(episodes: list[Json]) -> str:
     payoffs: dict[tuple[int, str], list[float]] = defaultdict(list)
     seat_names: dict[int, str] = {}
     for e in episodes:
+        if record_cause(e) is not None:
+            continue
         for t in traces_of(e):
             info = as_dict(t.get("info"))
             payoff = as_float(as_dict(t.get("rewards")).get("payoff"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from taketurns._exchange.outcome import describe_cause, record_cause
 from taketurns._report.markup import (
     Json,
     agent_of,
@@ -30,13 +31,21 @@ def episode_key(e: Json) -> tuple[int, int, str]:
 
 
 def transcripts(episodes: list[Json], cap: int) -> str:
-    shown = sorted(episodes, key=episode_key)[: max(cap, 0)]
+    """Every failed episode's transcript, and the first ``cap`` of the others (by
+    task and rollout), in that order."""
+    failed = [e for e in episodes if record_cause(e) is not None]
+    others = [e for e in episodes if record_cause(e) is None]
+    shown = sorted(failed, key=episode_key) + sorted(others, key=episode_key)[: max(cap, 0)]
     note = ""
     if len(episodes) > len(shown):
+        which = f"the first {len(shown) - len(failed)} of {len(others)} episodes"
+        if failed:
+            which = f"all {len(failed)} failed episodes and {which.replace(' of ', ' of the ')}"
+            which += " that did not fail"
         note = (
-            f'<p class="warn" id="transcripts-capped">Showing the first {len(shown)} of '
-            f"{len(episodes)} episodes (by task and rollout); every episode is in "
-            "episodes.jsonl and counts in the tables and plots.</p>"
+            f'<p class="warn" id="transcripts-capped">Showing {which} (by task and '
+            "rollout); every episode is in episodes.jsonl and counts in the tables and "
+            "plots.</p>"
         )
     controls = (
         '<div id="transcript-filter" hidden><input id="filter-text" type="search" '
@@ -54,7 +63,8 @@ def transcripts(episodes: list[Json], cap: int) -> str:
 
 def _episode(i: int, e: Json) -> str:
     traces = traces_of(e)
-    bad = not e.get("ok") or bool(e.get("errors")) or any(t.get("errors") for t in traces)
+    cause = record_cause(e)
+    bad = cause is not None or bool(e.get("errors")) or any(t.get("errors") for t in traces)
     rewards = " · ".join(f"{agent_of(t)} {num(as_float(t.get('reward')) or 0.0)}" for t in traces)
     search = " ".join(
         [str(e.get("id")), str(e.get("stop"))]
@@ -62,8 +72,8 @@ def _episode(i: int, e: Json) -> str:
     ).lower()
     ok = (
         '<span class="badge ok">ok</span>'
-        if e.get("ok")
-        else '<span class="badge bad">failed</span>'
+        if cause is None
+        else f'<span class="badge bad">failed: {esc(describe_cause(cause))}</span>'
     )
     wall = as_float(as_dict(e.get("timing")).get("wall_s"))
     facts = f"stop {esc(e.get('stop'))}" + (f" · {wall:.3f} s" if wall is not None else "")
