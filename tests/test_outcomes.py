@@ -77,7 +77,8 @@ def test_the_line_between_failures_and_outcomes(
 
 
 def test_is_failure_names_only_infrastructure_stops() -> None:
-    assert is_failure("model_error") and is_failure("harness_error")
+    assert is_failure("model_error")
+    assert is_failure("harness_error")
     for stop in ("max_turns", "user_closed", "segment_timeout", "episode_timeout", None):
         assert not is_failure(stop)
 
@@ -91,8 +92,13 @@ def test_failed_episodes_are_left_out_of_the_means_and_counted_by_cause() -> Non
         }
 
     summary = summarize(
-        [episode(1.0, None), episode(0.0, None), episode(-5.0, "model"), episode(-7.0, "model")]
-        + [episode(-1.0, "scoring")]
+        [
+            episode(1.0, None),
+            episode(0.0, None),
+            episode(-5.0, "model"),
+            episode(-7.0, "model"),
+            episode(-1.0, "scoring"),
+        ]
     )
     assert (summary["episodes"], summary["ok"], summary["failed"]) == (5, 2, 3)
     assert summary["failed_by_cause"] == {"model": 2, "scoring": 1}
