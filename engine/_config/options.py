@@ -205,6 +205,9 @@ class EvalConfig:
     interception_host: str = "127.0.0.1"
     interception_port: int = attrs.field(default=0, validator=_non_negative)
     interception_public_url: str | None = None
+    # the largest request body the interception server accepts (413 beyond it, an
+    # OpenAI-style error); generous: an agent CLI's request with a few images fits
+    interception_max_body_bytes: int = attrs.field(default=32 * 1024 * 1024, validator=_positive)
     output_dir: str | None = None
     # where episodes run: this process, Ray workers (taketurns._backends.ray) or worker
     # processes on this machine (taketurns._backends.processes); how many workers (None: one

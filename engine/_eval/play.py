@@ -88,6 +88,7 @@ async def _serve_pairs(
                 host=config.interception_host,
                 port=config.interception_port,
                 public_url=config.interception_public_url,
+                max_body_bytes=config.interception_max_body_bytes,
             )
             plan.services["interception"] = await services.start(server.run)
         async with trio.open_nursery() as episodes:
