@@ -9,7 +9,6 @@ last line from a crash mid-write, or anything else that is not a record).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,14 +23,24 @@ from taketurns._exchange.trace import Trace, Turn, Usage
 from taketurns._models.messages import Message
 from taketurns._models.wire import from_wire, register_messages, to_wire
 
-__all__ = ["FORMAT", "dumps_episode", "loads_episode", "parse_record", "read_episodes", "record"]
+__all__ = [
+    "FORMAT",
+    "dumps_episode",
+    "expand_turns",
+    "loads_episode",
+    "parse_record",
+    "read_episodes",
+    "record",
+]
 
 # The record's format version, on every line as ``format``. 1 (no ``format`` key):
 # ``ok`` was False for timeouts too and a seat's failure could be a game result; no
-# ``cause`` or ``attempts``. 2: ``ok``/``cause``/``attempts`` as ``_exchange.outcome``
-# defines them. Readers accept both (``outcome.record_cause`` works a cause out of a
-# format-1 record).
-FORMAT = 2
+# ``cause`` or ``attempts``; each turn's ``request`` in full. 2: ``ok``/``cause``/
+# ``attempts`` as ``_exchange.outcome`` defines them. 3: a turn stores only what is
+# new since the turn before (``request_prefix`` + ``request``: linear in the
+# conversation). Readers accept every format (``parse_record`` rebuilds requests,
+# ``outcome.record_cause`` works a cause out of a format-1 record).
+FORMAT = 3
 
 record = cattrs.Converter(omit_if_default=False)
 register_messages(record)
@@ -110,7 +119,7 @@ def _trace_out(trace: Trace) -> dict[str, Any]:
         },
         "task": _task_out(trace.task),
         "masked": trace.masked,
-        "turns": [_turn_out(turn, wire) for turn in trace.turns],
+        "turns": _turns_out(trace.turns, wire),
         "messages": [wire(m) for m in trace.messages],
         "rewards": trace.rewards,
         "reward": trace.reward,
@@ -128,10 +137,60 @@ def _trace_out(trace: Trace) -> dict[str, Any]:
     }
 
 
-def _turn_out(turn: Turn, wire: Any) -> dict[str, Any]:
+def _turns_out(turns: list[Turn], wire: Any) -> list[dict[str, Any]]:
+    """Each turn's request as what is new since the turn before: ``request_prefix``
+    messages are the previous turn's request followed by its response (when it has
+    one), ``request`` the rest. A conversation of n turns is stored in O(n) messages,
+    not O(n^2); ``expand_turns`` rebuilds every request exactly."""
+    out = []
+    before: tuple[Message, ...] = ()
+    answer: Message | None = None
+    for turn in turns:
+        shared = _shared(before, answer, turn.request)
+        out.append(_turn_out(turn, wire, shared))
+        before, answer = turn.request, turn.response
+    return out
+
+
+def _shared(
+    before: tuple[Message, ...], answer: Message | None, request: tuple[Message, ...]
+) -> int:
+    """How many leading messages ``request`` shares with ``before + (answer,)``
+    (identical objects, the common case, or equal ones)."""
+    n = 0
+    for a, b in zip(before, request, strict=False):
+        if a is not b and a != b:
+            return n
+        n += 1
+    if n == len(before) and answer is not None and n < len(request):
+        m = request[n]
+        if m is answer or m == answer:
+            n += 1
+    return n
+
+
+def expand_turns(turns: list[dict[str, Any]]) -> bool:
+    """Rebuild, in place, each turn's full ``request`` of a format-3 trace record
+    (``request_prefix`` + what is new); format 1-2 turns are left as they are. False
+    when a prefix points past what the turn before holds (a damaged record)."""
+    before: list[Any] = []
+    for turn in turns:
+        shared = turn.pop("request_prefix", None)
+        if shared is not None:
+            if type(shared) is not int or not 0 <= shared <= len(before):
+                return False
+            turn["request"] = before[:shared] + list(turn.get("request") or [])
+        before = list(turn.get("request") or [])
+        if turn.get("response") is not None:
+            before.append(turn["response"])
+    return True
+
+
+def _turn_out(turn: Turn, wire: Any, shared: int = 0) -> dict[str, Any]:
     return {
         "index": turn.index,
-        "request": [wire(m) for m in turn.request],
+        "request_prefix": shared,
+        "request": [wire(m) for m in turn.request[shared:]],
         "response": None if turn.response is None else wire(turn.response),
         "usage": _usage_out(turn.usage),
         "finish_reason": turn.finish_reason,
@@ -202,8 +261,12 @@ def _str_keys(value: Any) -> Any:
     return value
 
 
-def loads_episode(line: str) -> Episode:
-    return record.structure(json.loads(line), Episode)
+def loads_episode(line: str | bytes) -> Episode:
+    """An ``Episode`` from one JSONL line (any format; requests rebuilt in full)."""
+    raw = parse_record(line.encode() if isinstance(line, str) else line)
+    if raw is None:
+        raise ValueError("not an episode record (damaged line)")
+    return record.structure(raw, Episode)
 
 
 def parse_record(raw: bytes) -> dict[str, Any] | None:
@@ -219,6 +282,10 @@ def parse_record(raw: bytes) -> dict[str, Any] | None:
     idx = task.get("idx") if isinstance(task, dict) else None
     if type(idx) is not int or type(found.get("rollout")) is not int:
         return None
+    for trace in found.get("traces") or ():
+        turns = trace.get("turns") if isinstance(trace, dict) else None
+        if isinstance(turns, list) and not expand_turns(turns):
+            return None
     return found
 
 
