@@ -24,7 +24,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -42,7 +42,7 @@ from taketurns._exchange.task import Task
 from taketurns._output.progress import EvalProgress
 from taketurns._output.records import episode_line
 from taketurns._output.rundir import RunDir, Tidied
-from taketurns._output.summary import digest, summarize
+from taketurns._output.summary import Summarizer, digest
 
 __all__ = ["EvalRun", "Interrupted", "run_eval"]
 
@@ -99,15 +99,15 @@ async def run_eval(
     plan = plan if plan is not None else Plan(config, env)
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
     run_dir.lock()
+    finished = Summarizer(rollouts=config.rollouts)  # streamed: no records kept
     try:
-        tidied = run_dir.tidy()
+        tidied = run_dir.tidy(on_kept=finished.add)
     except BaseException:
         run_dir.unlock()
         raise
     if notify is not None and tidied.note():
         notify(str(tidied.note()))
-    finished = tidied.kept
-    todo = _owed(tasks, config.rollouts, finished)
+    todo = _owed(tasks, config.rollouts, tidied.pairs)
     start = time.monotonic()
     written = 0
     interrupted = True  # until the episodes' loop ends on its own
@@ -132,7 +132,7 @@ async def run_eval(
                     cancel.cancel()
                     return
                 for _, digested in batch:
-                    finished.append(digested)
+                    finished.add(digested)
                     bar.add(digested)
                 written += len(batch)
 
@@ -162,7 +162,7 @@ async def run_eval(
 
 def _finish(
     run_dir: RunDir,
-    finished: Sequence[Mapping[str, Any]],
+    finished: Summarizer,
     config: EvalConfig,
     wall_s: float,
     interrupted: bool,
@@ -171,7 +171,7 @@ def _finish(
     """Sum up what was written (also when the run is cancelled from outside) and
     write the summary. A write failure is added to ``failure`` (the run's first
     error is the one that counts), never raised over another error."""
-    summary = summarize(finished, rollouts=config.rollouts, wall_s=wall_s)
+    summary = finished.result(wall_s=wall_s)
     summary["interrupted"] = interrupted
     try:
         run_dir.write_summary(summary)
@@ -211,10 +211,9 @@ async def _on_backend(
 
 
 def _owed(
-    tasks: Sequence[Task], rollouts: int, finished: Sequence[Mapping[str, Any]]
+    tasks: Sequence[Task], rollouts: int, done: set[tuple[int, int]]
 ) -> list[tuple[Task, int]]:
     """The (task, rollout) pairs not yet on disk, in task order."""
-    done = {(e["task"]["idx"], e["rollout"]) for e in finished}
     return [(t, r) for t in tasks for r in range(rollouts) if (t.idx, r) not in done]
 
 

@@ -25,7 +25,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +51,10 @@ _SIDE = {"cancelled": CANCELLED, "failed": FAILED, "duplicate": DUPLICATES}
 
 @attrs.define
 class Tidied:
-    """What ``RunDir.tidy`` found: the records kept (compact: what the summary
-    reads), and the line numbers it set aside by kind."""
+    """What ``RunDir.tidy`` found: the (task idx, rollout) pairs kept, and the line
+    numbers it set aside by kind."""
 
-    kept: list[dict[str, Any]] = attrs.field(factory=list)
+    pairs: set[tuple[int, int]] = attrs.field(factory=set)
     damaged: list[int] = attrs.field(factory=list)
     cancelled: list[int] = attrs.field(factory=list)
     failed: list[int] = attrs.field(factory=list)
@@ -210,14 +210,15 @@ class RunDir:
                     continue
                 yield number, raw, parse_record(raw)
 
-    def tidy(self) -> Tidied:
+    def tidy(self, on_kept: Callable[[dict[str, Any]], None] | None = None) -> Tidied:
         """Set aside every line that must not stay in ``episodes.jsonl`` (see the
-        module docstring); the writer calls it holding the lock. Raises
+        module docstring); the writer calls it holding the lock. Each record kept goes
+        to ``on_kept`` (compact: what the summary reads), streamed. Raises
         ``OutputError`` if the side files or the new main file cannot be written (the
         main file is then left as it was)."""
         found = Tidied()
         aside: dict[int, str] = {}
-        seen: set[tuple[int, int]] = set()
+        seen = found.pairs
         unterminated = False  # a last record without its newline: rewritten with one
         for number, raw, record in self._scan():
             unterminated = not raw.endswith(b"\n")
@@ -232,7 +233,8 @@ class RunDir:
                 aside[number] = "duplicate"
             else:
                 seen.add(pair)
-                found.kept.append(compact(record))
+                if on_kept is not None:
+                    on_kept(compact(record))
         for number, kind in aside.items():
             getattr(found, kind).append(number)
         if aside or unterminated:

@@ -15,7 +15,7 @@ from taketurns._exchange.outcome import record_cause
 if TYPE_CHECKING:
     from taketurns._eval.episode import Episode
 
-__all__ = ["digest", "pass_at_k", "render", "summarize"]
+__all__ = ["Summarizer", "digest", "pass_at_k", "render", "summarize"]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -133,6 +133,56 @@ class _AgentStats:
         return stats
 
 
+class Summarizer:
+    """``summarize`` one episode at a time: ``add`` each record or digest as it comes,
+    ``result`` whenever the summary is wanted. Memory grows with the number of agents,
+    metric names and tasks (for pass@k), never with the number of episodes."""
+
+    def __init__(self, *, rollouts: int = 1) -> None:
+        self.rollouts = rollouts
+        self.total = 0
+        self.agents: dict[str, _AgentStats] = defaultdict(_AgentStats)
+        self.failed_agents: dict[str, _Means] = defaultdict(_Means)
+        self.causes: Counter[str] = Counter()
+        self.stops: Counter[str] = Counter()
+
+    def add(self, e: Mapping[str, Any]) -> None:
+        self.total += 1
+        self.stops[str(e.get("stop"))] += 1
+        cause = record_cause(e)
+        if cause is not None:
+            self.causes[cause] += 1
+        for t in e.get("traces") or []:
+            name = (t.get("agent") or {}).get("name", "?")
+            if cause is None:
+                self.agents[name].add(t)
+            else:
+                self.failed_agents[name].add({"reward": t.get("reward", 0.0)})
+
+    def result(self, *, wall_s: float | None = None) -> dict[str, Any]:
+        """The ``summary.json`` object (see ``summarize``)."""
+        failed = sum(self.causes.values())
+        summary: dict[str, Any] = {
+            "episodes": self.total,
+            "ok": self.total - failed,
+            "failed": failed,
+            "failed_by_cause": dict(self.causes.most_common()),
+            "episode_stops": dict(self.stops),
+            "agents": {},
+        }
+        for name in sorted(self.agents.keys() | self.failed_agents.keys()):
+            stats = (self.agents.get(name) or _AgentStats()).stats(self.rollouts)
+            apart = self.failed_agents.get(name)
+            stats["failed_traces"] = apart.n["reward"] if apart else 0
+            if apart:
+                stats["failed_reward_mean"] = apart.means()["reward"]
+            summary["agents"][name] = stats
+        if wall_s is not None:
+            summary["wall_s"] = wall_s
+            summary["episodes_per_s"] = self.total / wall_s if wall_s > 0 else 0.0
+        return summary
+
+
 def summarize(
     episodes: Iterable[Mapping[str, Any]], *, rollouts: int = 1, wall_s: float | None = None
 ) -> dict[str, Any]:
@@ -141,43 +191,10 @@ def summarize(
     Failed episodes (``_exchange.outcome``) are counted by cause (``failed_by_cause``)
     and their traces are left out of every agent statistic; each agent's failed
     traces are shown apart (``failed_traces``, ``failed_reward_mean``)."""
-    agents: dict[str, _AgentStats] = defaultdict(_AgentStats)
-    failed_agents: dict[str, _Means] = defaultdict(_Means)
-    causes: Counter[str] = Counter()
-    stops: Counter[str] = Counter()
-    total = 0
+    summarizer = Summarizer(rollouts=rollouts)
     for e in episodes:
-        total += 1
-        stops[str(e.get("stop"))] += 1
-        cause = record_cause(e)
-        if cause is not None:
-            causes[cause] += 1
-        for t in e.get("traces") or []:
-            name = (t.get("agent") or {}).get("name", "?")
-            if cause is None:
-                agents[name].add(t)
-            else:
-                failed_agents[name].add({"reward": t.get("reward", 0.0)})
-    failed = sum(causes.values())
-    summary: dict[str, Any] = {
-        "episodes": total,
-        "ok": total - failed,
-        "failed": failed,
-        "failed_by_cause": dict(causes.most_common()),
-        "episode_stops": dict(stops),
-        "agents": {},
-    }
-    for name in sorted(agents.keys() | failed_agents.keys()):
-        stats = agents[name].stats(rollouts)
-        apart = failed_agents.get(name)
-        stats["failed_traces"] = apart.n["reward"] if apart else 0
-        if apart:
-            stats["failed_reward_mean"] = apart.means()["reward"]
-        summary["agents"][name] = stats
-    if wall_s is not None:
-        summary["wall_s"] = wall_s
-        summary["episodes_per_s"] = total / wall_s if wall_s > 0 else 0.0
-    return summary
+        summarizer.add(e)
+    return summarizer.result(wall_s=wall_s)
 
 
 def render(summary: Mapping[str, Any]) -> Any:
