@@ -16,28 +16,23 @@ import json
 import math
 import time
 import tomllib
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 from taketurns._errors import ConfigError, OutputError
-from taketurns._exchange.outcome import describe_cause, record_cause
+from taketurns._exchange.outcome import describe_cause
 from taketurns._output.records import read_episodes
-from taketurns._output.summary import summarize
 from taketurns._report.charts import Series, bar_chart, histogram
 from taketurns._report.markup import (
     Json,
-    agent_of,
     as_dict,
     as_float,
-    as_int,
-    as_list,
     esc,
     num,
     shown,
-    traces_of,
 )
-from taketurns._report.transcript import transcripts
+from taketurns._report.scan import Scan
+from taketurns._report.transcript import render_transcripts
 
 __all__ = ["write_report"]
 
@@ -65,7 +60,7 @@ def write_report(
             f"report {run_dir}: no episodes.jsonl there; pass the -o directory of an eval"
         )
     damaged: list[int] = []
-    episodes = list(read_episodes(episodes_path, damaged=damaged))
+    scan = Scan(max_transcripts).add_all(read_episodes(episodes_path, damaged=damaged))
     note = _damaged_note(damaged)
     if note and notify is not None:
         notify(note)
@@ -80,10 +75,9 @@ def write_report(
         summary: Json = json.loads(summary_path.read_text(encoding="utf-8"))
     else:
         rollouts = config.get("rollouts")
-        if not isinstance(rollouts, int):
-            rollouts = 1 + max((as_int(e.get("rollout")) for e in episodes), default=0)
-        summary = summarize(episodes, rollouts=rollouts)
-    page = _page(run_dir, episodes, summary, config, config_text, max_transcripts, note)
+        scan.summary.rollouts = rollouts if isinstance(rollouts, int) else 1 + scan.max_rollout
+        summary = scan.summary.result()
+    page = _page(run_dir, scan, summary, config, config_text, note)
     out = run_dir / REPORT
     tmp = out.with_suffix(".tmp")
     try:
@@ -118,26 +112,20 @@ def _hash(text: str) -> str:
 
 
 def _page(
-    run_dir: Path,
-    episodes: list[Json],
-    summary: Json,
-    config: Json,
-    config_text: str,
-    max_transcripts: int,
-    note: str = "",
+    run_dir: Path, scan: Scan, summary: Json, config: Json, config_text: str, note: str = ""
 ) -> str:
-    env_id = str(config.get("env_id") or next((e.get("env") for e in episodes), "?"))
+    env_id = str(config.get("env_id") or scan.env or "?")
     csp = (
         f"default-src 'none'; img-src data:; style-src '{_hash(_CSS)}'; "
         f"script-src '{_hash(_JS)}'; base-uri 'none'; form-action 'none'"
     )
     body = "\n".join(
         [
-            _header(run_dir, env_id, episodes, summary, config),
+            _header(run_dir, env_id, scan, summary, config),
             f'<p class="warn" id="damaged">{esc(note)}</p>' if note else "",
-            _tables(episodes, summary),
-            _plots(env_id, episodes, summary),
-            transcripts(episodes, max_transcripts),
+            _tables(scan, summary),
+            _plots(env_id, scan, summary),
+            render_transcripts(scan.failed, scan.shown, scan.others),
             '<section id="config"><details><summary><h2>config.toml</h2></summary>'
             f"<pre>{esc(config_text or '(no config.toml in the run directory)')}</pre>"
             "</details></section>",
@@ -153,24 +141,21 @@ def _page(
     )
 
 
-def _models(episodes: list[Json], config: Json) -> str:
-    by_agent: dict[str, set[str]] = defaultdict(set)
-    for e in episodes:
-        for t in traces_of(e):
-            by_agent[agent_of(t)].add(str(as_dict(t.get("agent")).get("model", "?")))
+def _models(scan: Scan, config: Json) -> str:
+    by_agent = scan.models
     every = set().union(*by_agent.values()) if by_agent else set()
     if len(every) <= 1:
         return next(iter(every), str(config.get("model", "?")))
     return ", ".join(f"{a}: {' / '.join(sorted(m))}" for a, m in sorted(by_agent.items()))
 
 
-def _header(run_dir: Path, env_id: str, episodes: list[Json], summary: Json, config: Json) -> str:
-    traces = sum(len(traces_of(e)) for e in episodes)
+def _header(run_dir: Path, env_id: str, scan: Scan, summary: Json, config: Json) -> str:
+    traces = scan.traces
     taskset = as_dict(config.get("env")).get("taskset")
     facts = [
         ("env", env_id + (f" (taskset {taskset})" if isinstance(taskset, str) else "")),
-        ("model", _models(episodes, config)),
-        ("episodes", f"{summary.get('episodes', len(episodes))}"),
+        ("model", _models(scan, config)),
+        ("episodes", f"{summary.get('episodes', scan.episodes)}"),
         ("ok", f"{summary.get('ok', '?')}"),
         ("failed", _failed_fact(summary)),
         ("traces", f"{traces}"),
@@ -270,13 +255,9 @@ def _agent_rows(agents: Json) -> list[tuple[str, str, list[str]]]:
     return rows
 
 
-def _tables(episodes: list[Json], summary: Json) -> str:
+def _tables(scan: Scan, summary: Json) -> str:
     agents = list(as_dict(summary.get("agents")))
-    ident: dict[str, tuple[str, str]] = {}
-    for e in episodes:
-        for t in traces_of(e):
-            stamp = as_dict(t.get("agent"))
-            ident.setdefault(agent_of(t), (str(stamp.get("model")), str(stamp.get("harness"))))
+    ident = scan.ident
     head = "".join(f'<th scope="col">{esc(a)}</th>' for a in agents)
     who = "".join(
         f'<td class="who">{esc(ident.get(a, ("?", "?"))[0])}<br>'
@@ -314,15 +295,8 @@ def _figure(title: str, svg: str, note: str = "") -> str:
     return f"<figure><figcaption>{esc(title)}</figcaption>{svg}{note_html}</figure>"
 
 
-def _plots(env_id: str, episodes: list[Json], summary: Json) -> str:
-    rewards: dict[str, list[float]] = defaultdict(list)
-    turns: dict[str, list[float]] = defaultdict(list)
-    for e in episodes:
-        if record_cause(e) is not None:
-            continue  # a failed episode's rewards are not the model's: left out
-        for t in traces_of(e):
-            rewards[agent_of(t)].append(as_float(t.get("reward")) or 0.0)
-            turns[agent_of(t)].append(float(len(as_list(t.get("turns")))))
+def _plots(env_id: str, scan: Scan, summary: Json) -> str:
+    rewards, turns = scan.rewards, scan.turns  # failed episodes left out
     order = sorted(rewards)
     cats, series = histogram({a: rewards[a] for a in order}, integer=False)
     figures = [
@@ -360,39 +334,25 @@ def _plots(env_id: str, episodes: list[Json], summary: Json) -> str:
         )
     )
     if env_id == "kuhn-poker":
-        figures.append(_kuhn_payoff(episodes))
+        figures.append(_kuhn_payoff(scan))
     return (
         f'<section id="plots"><h2>Plots</h2><div class="plots">{"".join(figures)}</div></section>'
     )
 
 
-def _kuhn_payoff(episodes: list[Json]) -> str:
+def _kuhn_payoff(scan: Scan) -> str:
     """Mean payoff by the card held, one bar per seat (from trace.info card/seat)."""
-    payoffs: dict[tuple[int, str], list[float]] = defaultdict(list)
-    seat_names: dict[int, str] = {}
-    for e in episodes:
-        if record_cause(e) is not None:
-            continue
-        for t in traces_of(e):
-            info = as_dict(t.get("info"))
-            payoff = as_float(as_dict(t.get("rewards")).get("payoff"))
-            if payoff is None:
-                payoff = as_float(info.get("payoff"))
-            seat, card = info.get("seat"), info.get("card")
-            if payoff is None or not isinstance(seat, int) or card is None:
-                continue
-            payoffs[(seat, str(card))].append(payoff)
-            seat_names.setdefault(seat, agent_of(t))
+    payoffs, seat_names = scan.payoffs, scan.seat_names
     cards = [c for c in KUHN_CARDS if any(k[1] == c for k in payoffs)]
     cards += sorted({k[1] for k in payoffs} - set(KUHN_CARDS))
     series = []
     for seat in sorted(seat_names):
         values, tips = [], []
         for card in cards:
-            got = payoffs.get((seat, card), [])
-            values.append(sum(got) / len(got) if got else math.nan)
+            total, hands = payoffs.get((seat, card), (0.0, 0))
+            values.append(total / hands if hands else math.nan)
             tips.append(
-                f"seat {seat} · {card}: mean payoff {num(values[-1])} over {len(got)} hands"
+                f"seat {seat} · {card}: mean payoff {num(values[-1])} over {hands:.0f} hands"
             )
         series.append(Series(f"seat {seat} ({seat_names[seat]})", tuple(values), tuple(tips)))
     svg = bar_chart(

@@ -21,7 +21,7 @@ from taketurns._report.markup import (
     traces_of,
 )
 
-__all__ = ["episode_key", "transcripts"]
+__all__ = ["episode_key", "render_transcripts", "transcripts"]
 
 MAX_IMAGE_URL = 2_000_000  # a data: URL longer than this is not inlined
 
@@ -34,11 +34,17 @@ def transcripts(episodes: list[Json], cap: int) -> str:
     """Every failed episode's transcript, and the first ``cap`` of the others (by
     task and rollout), in that order."""
     failed = [e for e in episodes if record_cause(e) is not None]
-    others = [e for e in episodes if record_cause(e) is None]
-    shown = sorted(failed, key=episode_key) + sorted(others, key=episode_key)[: max(cap, 0)]
+    others = sorted((e for e in episodes if record_cause(e) is None), key=episode_key)
+    return render_transcripts(failed, others[: max(cap, 0)], len(others))
+
+
+def render_transcripts(failed: list[Json], others: list[Json], others_total: int) -> str:
+    """The transcripts section: every failed episode, then ``others`` (a selection of
+    the ``others_total`` episodes that did not fail), each group by task and rollout."""
+    shown = sorted(failed, key=episode_key) + sorted(others, key=episode_key)
     note = ""
-    if len(episodes) > len(shown):
-        which = f"the first {len(shown) - len(failed)} of {len(others)} episodes"
+    if others_total > len(others):
+        which = f"the first {len(others)} of {others_total} episodes"
         if failed:
             which = f"all {len(failed)} failed episodes and {which.replace(' of ', ' of the ')}"
             which += " that did not fail"
