@@ -139,7 +139,11 @@ async def test_older_formats_are_still_read(tmp_path: Path) -> None:
     first, second = read_episodes(path)
     assert first["traces"][0]["turns"] == second["traces"][0]["turns"]
     assert record_cause(first) is None
-    assert loads_episode(orjson.dumps(old)).traces[0].turns == trace.turns
+    again = loads_episode(orjson.dumps(old))
+    assert again.traces[0].turns == trace.turns
+    assert (again.ok, again.cause, again.attempts) == (True, None, 1)
+    old["ok"], old["stop"] = False, "episode_timeout"  # format 1 called a timeout not ok
+    assert loads_episode(orjson.dumps(old)).ok  # the rule: a timeout is an outcome
 
 
 def test_a_prefix_pointing_past_the_turn_before_is_a_damaged_line() -> None:

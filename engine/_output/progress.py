@@ -58,8 +58,9 @@ class EvalProgress:
         self.episodes += 1
         self.failed += not digested["ok"]
         for trace in digested["traces"]:
-            self.reward_sum += trace["reward"]
-            self.rewarded += 1
+            if digested["ok"]:  # a failed episode's rewards are not the model's
+                self.reward_sum += trace["reward"]
+                self.rewarded += 1
             self.tokens += trace["usage"]["total_tokens"]
         self._pending += 1
         if not self.enabled:

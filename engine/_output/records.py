@@ -18,6 +18,7 @@ import orjson
 from cattrs.gen import make_dict_structure_fn, override
 
 from taketurns._eval.episode import Episode
+from taketurns._exchange.outcome import record_cause
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import Trace, Turn, Usage
 from taketurns._models.messages import Message
@@ -175,6 +176,8 @@ def expand_turns(turns: list[dict[str, Any]]) -> bool:
     when a prefix points past what the turn before holds (a damaged record)."""
     before: list[Any] = []
     for turn in turns:
+        if not isinstance(turn, dict):
+            return False
         shared = turn.pop("request_prefix", None)
         if shared is not None:
             if type(shared) is not int or not 0 <= shared <= len(before):
@@ -266,7 +269,11 @@ def loads_episode(line: str | bytes) -> Episode:
     raw = parse_record(line.encode() if isinstance(line, str) else line)
     if raw is None:
         raise ValueError("not an episode record (damaged line)")
-    return record.structure(raw, Episode)
+    episode = record.structure(raw, Episode)
+    if "cause" not in raw:  # format 1: ``ok`` meant something else; the rule decides
+        episode.cause = record_cause(raw)
+        episode.ok = episode.cause is None
+    return episode
 
 
 def parse_record(raw: bytes) -> dict[str, Any] | None:
