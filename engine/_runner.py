@@ -98,72 +98,93 @@ async def run_eval(
     env = env if env is not None else make_env(config)
     plan = plan if plan is not None else Plan(config, env)
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
-    run_dir.lock()
-    finished = Summarizer(rollouts=config.rollouts)  # streamed: no records kept
-    try:
-        tidied = run_dir.tidy(on_kept=finished.add)
-    except BaseException:
-        run_dir.unlock()
-        raise
-    if notify is not None and tidied.note():
-        notify(str(tidied.note()))
+    writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
+    tidied = _tidy(run_dir, writer.finished, notify)
     todo = _owed(tasks, config.rollouts, tidied.pairs)
     start = time.monotonic()
-    written = 0
     interrupted = True  # until the episodes' loop ends on its own
-    failure: list[OutputError] = []  # the first write that failed stops the run
     summary: dict[str, Any] = {}
     try:
         run_dir.open()
         planned = len(tasks) * config.rollouts
         with (
-            EvalProgress(planned, done=planned - len(todo), enabled=progress) as bar,
-            trio.CancelScope() as cancel,
+            EvalProgress(planned, done=planned - len(todo), enabled=progress) as writer.bar,
+            trio.CancelScope() as writer.cancel,
+            _unwrapped(),
         ):
-
-            def record_lines(batch: list[tuple[bytes, dict[str, Any]]]) -> None:
-                nonlocal written
-                if failure:
-                    return  # the run is stopping: later episodes run again on resume
-                try:
-                    run_dir.append_lines(line for line, _ in batch)
-                except OutputError as exc:
-                    failure.append(exc)
-                    cancel.cancel()
-                    return
-                for _, digested in batch:
-                    finished.add(digested)
-                    bar.add(digested)
-                written += len(batch)
-
-            with _unwrapped():
-                async with trio.open_nursery() as nursery:
-                    if handle_signals:
-                        await nursery.start(_watch_signals, cancel)
-                    await _on_backend(config, env, plan, todo, record_lines)
-                    nursery.cancel_scope.cancel()
-        interrupted = cancel.cancelled_caught and not failure
+            async with trio.open_nursery() as nursery:
+                if handle_signals:
+                    await nursery.start(_watch_signals, writer.cancel)
+                await _on_backend(config, env, plan, todo, writer.record_lines)
+                nursery.cancel_scope.cancel()
+        interrupted = writer.cancel.cancelled_caught and not writer.failure
     finally:
         run_dir.close()
         try:
             await plan.aclose()
             wall_s = time.monotonic() - start
-            summary = _finish(run_dir, finished, config, wall_s, interrupted, failure)
-            if report and not failure:
-                _write_report(run_dir, failure)
+            summary = _finish(run_dir, writer.finished, wall_s, interrupted, writer.failure)
+            if report and not writer.failure:
+                _write_report(run_dir, writer.failure)
         finally:
             run_dir.unlock()
-    if failure:
-        raise failure[0]
+    if writer.failure:
+        raise writer.failure[0]
     if interrupted:
-        raise Interrupted(f"interrupted; {written} episodes written this run to {run_dir.path}")
-    return EvalRun(summary, run_dir, written, tidied)
+        raise Interrupted(
+            f"interrupted; {writer.written} episodes written this run to {run_dir.path}"
+        )
+    return EvalRun(summary, run_dir, writer.written, tidied)
+
+
+def _tidy(run_dir: RunDir, finished: Summarizer, notify: Callable[[str], None] | None) -> Tidied:
+    """Lock ``run_dir`` and tidy it (``RunDir.tidy``), its kept records summed into
+    ``finished``; on an error the lock is released again."""
+    run_dir.lock()
+    try:
+        tidied = run_dir.tidy(on_kept=finished.add)
+    except BaseException:
+        run_dir.unlock()
+        raise
+    note = tidied.note()
+    if notify is not None and note:
+        notify(note)
+    return tidied
+
+
+class _Writer:
+    """Where finished episodes go: appended to ``episodes.jsonl``, summed, counted on
+    the progress bar. The first write that fails (a full disk) is kept in
+    ``failure`` and cancels the run; later batches are dropped (their pairs run
+    again on resume)."""
+
+    def __init__(self, run_dir: RunDir, finished: Summarizer) -> None:
+        self.run_dir = run_dir
+        self.finished = finished
+        self.written = 0
+        self.failure: list[OutputError] = []
+        self.bar: EvalProgress | None = None
+        self.cancel = trio.CancelScope()
+
+    def record_lines(self, batch: list[tuple[bytes, dict[str, Any]]]) -> None:
+        if self.failure:
+            return
+        try:
+            self.run_dir.append_lines(line for line, _ in batch)
+        except OutputError as exc:
+            self.failure.append(exc)
+            self.cancel.cancel()
+            return
+        for _, digested in batch:
+            self.finished.add(digested)
+            if self.bar is not None:
+                self.bar.add(digested)
+        self.written += len(batch)
 
 
 def _finish(
     run_dir: RunDir,
     finished: Summarizer,
-    config: EvalConfig,
     wall_s: float,
     interrupted: bool,
     failure: list[OutputError],
