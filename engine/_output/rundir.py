@@ -196,7 +196,8 @@ class RunDir:
             raise
 
     def finished(self) -> list[dict[str, Any]]:
-        """The records in ``episodes.jsonl`` that ``tidy`` would keep (read only)."""
+        """Every record in ``episodes.jsonl`` that parses, damaged lines skipped (read
+        only: ``tidy`` is what sets lines aside)."""
         return [r for _, _, r in self._scan() if r is not None]
 
     def _scan(self) -> Iterator[tuple[int, bytes, dict[str, Any] | None]]:

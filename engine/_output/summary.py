@@ -81,7 +81,8 @@ class _AgentStats:
 
     The reward's mean and variance use Welford's update (numerically stable)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, per_task: bool = True) -> None:
+        self.per_task = per_task  # pass@k needs rollouts per task; -r 1 does not
         self.traces = 0
         self.mean = 0.0
         self.m2 = 0.0
@@ -105,9 +106,10 @@ class _AgentStats:
         self.errors += 1 if _count(t.get("errors")) else 0
         self.turns += _count(t.get("turns"))
         self.tokens += int((t.get("usage") or {}).get("total_tokens", 0))
-        task = self.by_task[(t.get("episode") or {}).get("task_idx")]
-        task[0] += 1
-        task[1] += reward > 0
+        if self.per_task:
+            task = self.by_task[(t.get("episode") or {}).get("task_idx")]
+            task[0] += 1
+            task[1] += reward > 0
 
     def stats(self, rollouts: int) -> dict[str, Any]:
         n = self.traces
@@ -138,10 +140,13 @@ class Summarizer:
     ``result`` whenever the summary is wanted. Memory grows with the number of agents,
     metric names and tasks (for pass@k), never with the number of episodes."""
 
-    def __init__(self, *, rollouts: int = 1) -> None:
+    def __init__(self, *, rollouts: int | None = 1) -> None:
+        """``rollouts`` None: not known yet (set it before ``result``; pass@k data
+        is kept meanwhile)."""
         self.rollouts = rollouts
         self.total = 0
-        self.agents: dict[str, _AgentStats] = defaultdict(_AgentStats)
+        per_task = rollouts is None or rollouts > 1
+        self.agents: dict[str, _AgentStats] = defaultdict(lambda: _AgentStats(per_task=per_task))
         self.failed_agents: dict[str, _Means] = defaultdict(_Means)
         self.causes: Counter[str] = Counter()
         self.stops: Counter[str] = Counter()
@@ -171,7 +176,7 @@ class Summarizer:
             "agents": {},
         }
         for name in sorted(self.agents.keys() | self.failed_agents.keys()):
-            stats = (self.agents.get(name) or _AgentStats()).stats(self.rollouts)
+            stats = (self.agents.get(name) or _AgentStats()).stats(self.rollouts or 1)
             apart = self.failed_agents.get(name)
             stats["failed_traces"] = apart.n["reward"] if apart else 0
             if apart:

@@ -59,23 +59,25 @@ def write_report(
         raise ConfigError(
             f"report {run_dir}: no episodes.jsonl there; pass the -o directory of an eval"
         )
-    damaged: list[int] = []
-    scan = Scan(max_transcripts).add_all(read_episodes(episodes_path, damaged=damaged))
-    note = _damaged_note(damaged)
-    if note and notify is not None:
-        notify(note)
     config_path = run_dir / "config.toml"
     config_text = config_path.read_text(encoding="utf-8") if config_path.is_file() else ""
     try:
         config: Json = tomllib.loads(config_text)
     except tomllib.TOMLDecodeError:
         config = {}
+    damaged: list[int] = []
+    rollouts = config.get("rollouts")
+    scan = Scan(max_transcripts, rollouts=rollouts if isinstance(rollouts, int) else None)
+    scan.add_all(read_episodes(episodes_path, damaged=damaged))
+    note = _damaged_note(damaged)
+    if note and notify is not None:
+        notify(note)
     summary_path = run_dir / "summary.json"
     if summary_path.is_file():
         summary: Json = json.loads(summary_path.read_text(encoding="utf-8"))
     else:
-        rollouts = config.get("rollouts")
-        scan.summary.rollouts = rollouts if isinstance(rollouts, int) else 1 + scan.max_rollout
+        if scan.summary.rollouts is None:
+            scan.summary.rollouts = 1 + scan.max_rollout
         summary = scan.summary.result()
     page = _page(run_dir, scan, summary, config, config_text, note)
     out = run_dir / REPORT

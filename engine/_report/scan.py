@@ -24,7 +24,7 @@ __all__ = ["Scan"]
 class Scan:
     """Feed each episode record to ``add``; then read the fields."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, *, rollouts: int | None = None) -> None:
         self.cap = max(cap, 0)
         self.episodes = 0
         self.traces = 0
@@ -36,7 +36,7 @@ class Scan:
         self.turns: dict[str, Counter[float]] = defaultdict(Counter)
         self.payoffs: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.seat_names: dict[int, str] = {}
-        self.summary = Summarizer()
+        self.summary = Summarizer(rollouts=rollouts)
         self.failed: list[Json] = []
         self.others = 0
         self._shown: list[tuple[tuple[int, int, str], int, Json]] = []
