@@ -13,10 +13,12 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tomli_w
 from rundirs import pairs, records
 
 from taketurns import read_episodes
@@ -245,7 +247,11 @@ def test_an_old_config_naming_its_directory_still_resumes(tmp_path: Path) -> Non
     out = tmp_path / "run"
     assert main(kuhn(out, 2)) == 0
     config = out / "config.toml"
-    config.write_text('output_dir = "/somewhere/else"\n' + config.read_text())
+    # as an older version wrote it: the directory named, no options added since
+    data = tomllib.loads(config.read_text())
+    for newer in ("episode_retries", "retry_causes", "interception_max_body_bytes"):
+        del data[newer]
+    config.write_text(tomli_w.dumps({"output_dir": "/somewhere/else", **data}))
     path = out / "episodes.jsonl"
     path.write_bytes(path.read_bytes().splitlines(keepends=True)[0])  # one pair owed
     assert main(["eval", "-o", str(out), "--resume", "--no-progress"]) == 0

@@ -193,7 +193,8 @@ def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> Ru
     try:
         text = dump_toml(attrs.evolve(config, output_dir=None))
         if args.resume and run_dir.config_path.exists():
-            changed = _differences(read_toml(run_dir.config_path), tomllib.loads(text))
+            stored = _normalised(read_toml(run_dir.config_path), config)
+            changed = _differences(stored, tomllib.loads(text))
             if changed:
                 raise ConfigError(
                     [
@@ -210,17 +211,32 @@ def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> Ru
     return run_dir
 
 
+def _normalised(stored: dict[str, Any], config: EvalConfig) -> dict[str, Any]:
+    """A stored config as this version writes it (options added since then take
+    their defaults); as it is when it no longer loads (the comparison then names
+    what differs)."""
+    try:
+        again = load_eval_config(type(config.env), file_data=stored)
+    except ConfigError:
+        return stored
+    return tomllib.loads(dump_toml(attrs.evolve(again, output_dir=None)))
+
+
 def _differences(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
     """One line per option whose value differs: its dotted path and both values."""
     old, new = _flat(_semantic(stored)), _flat(_semantic(given))
     return [
-        f"{key}: {old.get(key, '(unset)')!r} in the stored config, {new.get(key, '(unset)')!r} now"
+        f"{key}: {_shown(old, key)} in the stored config, {_shown(new, key)} now"
         for key in sorted(old.keys() | new.keys())
         if old.get(key, _UNSET) != new.get(key, _UNSET)
     ]
 
 
 _UNSET = object()
+
+
+def _shown(values: Mapping[str, Any], key: str) -> str:
+    return repr(values[key]) if key in values else "unset"
 
 
 def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
