@@ -62,7 +62,7 @@ from taketurns._eval.taskset import (
 from taketurns._exchange.agent import Agent, Agents
 from taketurns._exchange.harness import Harness, Prompt, Rollout, can_chat
 from taketurns._exchange.null import NullHarness
-from taketurns._exchange.outcome import CAUSES, is_failure
+from taketurns._exchange.outcome import is_failure
 from taketurns._exchange.rubric import Rubric, metric, reward, stop
 from taketurns._exchange.session import ChatSession, Reply, SessionState
 from taketurns._exchange.task import Task
@@ -124,7 +124,6 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "CAUSES",
     "Agent",
     "AgentConfig",
     "AgentStamp",

@@ -18,7 +18,6 @@ from pairenv import PairConfig, PairEnv
 from rundirs import eval_cli, pairs, records
 
 from taketurns import (
-    CAUSES,
     AgentConfig,
     Agents,
     Env,
@@ -33,7 +32,7 @@ from taketurns import (
     reward,
     run_eval,
 )
-from taketurns._exchange.outcome import cause_of, record_cause
+from taketurns._exchange.outcome import CAUSES, cause_of, record_cause
 from taketurns._output.summary import summarize
 from taketurns._report.page import write_report
 
