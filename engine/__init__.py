@@ -41,6 +41,7 @@ from taketurns._errors import (
     ConfigError,
     HarnessError,
     ModelEndpointError,
+    OutputError,
     RolloutStopped,
     ScoringError,
     SessionClosed,
@@ -65,6 +66,7 @@ from taketurns._exchange.harness import Harness, Prompt, Rollout, can_chat
 from taketurns._exchange.judge import Judge, JudgeConfig, parse_verdict
 from taketurns._exchange.mcp_servers import McpConnection, McpServer, McpTool, open_mcp_servers
 from taketurns._exchange.null import NullHarness
+from taketurns._exchange.outcome import is_failure
 from taketurns._exchange.rubric import Rubric, metric, reward, stop
 from taketurns._exchange.session import ChatSession, Reply, SessionState
 from taketurns._exchange.task import Task
@@ -185,6 +187,7 @@ __all__ = [
     "NullHarness",
     "OpenAIClient",
     "OptionError",
+    "OutputError",
     "Prompt",
     "Reply",
     "Resources",
@@ -229,6 +232,7 @@ __all__ = [
     "group_advantages",
     "harness_registry",
     "int_between",
+    "is_failure",
     "load_eval_config",
     "make_group",
     "messages_from_wire",

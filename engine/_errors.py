@@ -9,6 +9,7 @@
     ├── HarnessError             a harness failed or cannot do what was asked
     ├── ModelEndpointError       a model endpoint answered badly or not at all
     ├── ScoringError             a reward, metric or stop hook failed
+    ├── OutputError              writing the run directory failed (a full disk, ...)
     ├── RolloutStopped           control flow: the boundary refused a model call
     ├── WorkerLost               workers kept dying on the same pairs (taketurns._backends.shards)
     └── WorkerError              a worker process's own code failed, not re-raisable
@@ -26,6 +27,7 @@ __all__ = [
     "ConfigError",
     "HarnessError",
     "ModelEndpointError",
+    "OutputError",
     "RolloutStopped",
     "ScoringError",
     "SessionClosed",
@@ -103,6 +105,22 @@ class ModelEndpointError(TaketurnsError):
 
 class ScoringError(TaketurnsError):
     """A reward, metric or stop hook raised or timed out."""
+
+
+class OutputError(TaketurnsError):
+    """Writing the run directory failed (a full disk, a read-only file system, ...).
+    ``path`` is the file being written, ``run_dir`` its run directory. What was
+    already written stays as it was; the message says what to do next."""
+
+    def __init__(self, path: str, run_dir: str, exc: OSError) -> None:
+        self.path = path
+        self.run_dir = run_dir
+        self.errno = exc.errno
+        reason = exc.strerror or str(exc)
+        super().__init__(
+            f"cannot write {path} ({reason}); what was already written is kept: free "
+            f"some space (or fix the file system), then continue with --resume -o {run_dir}"
+        )
 
 
 class RolloutStopped(TaketurnsError):

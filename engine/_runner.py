@@ -10,7 +10,7 @@ Structure::
 Each finished episode is appended to ``episodes.jsonl`` at once (also a failed,
 timed-out or cancelled one); a worker backend hands over each batch it receives,
 lines and digests as its workers made them (``_backends.shards.OnLines``).
-With ``handle_signals=True`` (the CLI), SIGINT/SIGTERM cancel the running episodes,
+With ``handle_signals=True`` (the CLI), SIGINT/SIGTERM/SIGHUP cancel the running episodes,
 which are closed, scored and written as cancelled (also by worker processes; on Ray:
 not written, ``--resume`` reruns them); a second signal exits at once.
 
@@ -24,7 +24,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -33,7 +33,7 @@ import trio
 from taketurns._backends.processes import run_on_processes
 from taketurns._backends.ray import run_on_ray
 from taketurns._config.options import EvalConfig
-from taketurns._errors import TaketurnsError, sole_error
+from taketurns._errors import OutputError, TaketurnsError, sole_error
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
 from taketurns._eval.plan import Plan, make_env
@@ -41,14 +41,18 @@ from taketurns._eval.play import play_pairs
 from taketurns._exchange.task import Task
 from taketurns._output.progress import EvalProgress
 from taketurns._output.records import episode_line
-from taketurns._output.rundir import RunDir
-from taketurns._output.summary import digest, summarize
+from taketurns._output.rundir import RunDir, Tidied
+from taketurns._output.summary import Summarizer, digest
 
 __all__ = ["EvalRun", "Interrupted", "run_eval"]
 
 
 class Interrupted(Exception):
-    """The eval was stopped by SIGINT/SIGTERM; finished episodes are on disk."""
+    """The eval was stopped by SIGINT/SIGTERM/SIGHUP; finished episodes are on disk."""
+
+
+# the signals that stop an eval (SIGHUP: the terminal closed)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @attrs.define
@@ -58,10 +62,11 @@ class EvalRun:
     summary: dict[str, Any]
     run_dir: RunDir
     written: int
+    tidied: Tidied = attrs.field(factory=Tidied)
 
 
 async def _watch_signals(cancel: trio.CancelScope, task_status: Any) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         task_status.started()
         async for _ in signals:
             if cancel.cancel_called:
@@ -79,59 +84,134 @@ async def run_eval(
     progress: bool = True,
     report: bool = True,
     handle_signals: bool = False,
+    notify: Callable[[str], None] | None = None,
 ) -> EvalRun:
     """Run every (task, rollout) pair not yet in ``run_dir`` and write the summary.
-    Raises ``ConfigError`` before any episode starts; ``Interrupted`` after a signal
-    (with every finished and cancelled episode written)."""
+
+    Holds the run directory's lock for the whole run (taking it unless ``prepare``
+    did; released at the end). Before playing, ``run_dir.tidy()`` sets aside damaged
+    lines and cancelled or failed episodes, so their pairs run again; ``notify`` gets
+    its one-line note. Raises ``ConfigError`` before any episode starts (also when
+    another process holds the directory); ``Interrupted`` after a signal (with every
+    finished and cancelled episode written); ``OutputError`` when the directory cannot
+    be written (the run stops; what was written is kept)."""
     env = env if env is not None else make_env(config)
     plan = plan if plan is not None else Plan(config, env)
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
-    finished = run_dir.finished()
-    todo = _owed(tasks, config.rollouts, finished)
+    writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
+    tidied = _tidy(run_dir, writer.finished, notify)
+    todo = _owed(tasks, config.rollouts, tidied.pairs)
     start = time.monotonic()
-    written = 0
     interrupted = True  # until the episodes' loop ends on its own
+    summary: dict[str, Any] = {}
     planned = len(tasks) * config.rollouts
-    bar = EvalProgress(planned, done=planned - len(todo), enabled=progress)
-
-    def record_lines(batch: list[tuple[bytes, dict[str, Any]]]) -> None:
-        nonlocal written
-        run_dir.append_lines(line for line, _ in batch)
-        for _, digested in batch:
-            finished.append(digested)
-            bar.add(digested)
-        written += len(batch)
-
-    run_dir.open()
-    with bar:
-        try:
-            with trio.CancelScope() as cancel, _unwrapped():
-                async with trio.open_nursery() as nursery:
-                    if handle_signals:
-                        await nursery.start(_watch_signals, cancel)
-                    await _on_backend(
-                        config, env, plan, todo, record_lines, lambda: bar.phase("eval")
-                    )
-                    nursery.cancel_scope.cancel()
-            interrupted = cancel.cancelled_caught
-        finally:
-            run_dir.close()
-            bar.phase("closing")
-            await plan.aclose()
-            # also when the run is cancelled from outside: what was written is summed up
-            wall = time.monotonic() - start
-            bar.phase("writing summary and report" if report else "writing summary")
-            summary = summarize(finished, rollouts=config.rollouts, wall_s=wall)
-            summary["interrupted"] = interrupted
-            run_dir.write_summary(summary)
-            if report:
-                from taketurns._report.page import write_report
-
-                write_report(run_dir.path)
-            bar.phase("done")
+    bar = writer.bar = EvalProgress(planned, done=planned - len(todo), enabled=progress)
+    try:
+        run_dir.open()
+        with bar:
+            try:
+                with writer.cancel, _unwrapped():
+                    async with trio.open_nursery() as nursery:
+                        if handle_signals:
+                            await nursery.start(_watch_signals, writer.cancel)
+                        await _on_backend(
+                            config, env, plan, todo, writer.record_lines, lambda: bar.phase("eval")
+                        )
+                        nursery.cancel_scope.cancel()
+                interrupted = writer.cancel.cancelled_caught and not writer.failure
+            finally:
+                run_dir.close()
+                bar.phase("closing")
+                await plan.aclose()
+                # also when the run is cancelled from outside: what was written is summed
+                wall_s = time.monotonic() - start
+                bar.phase("writing summary and report" if report else "writing summary")
+                summary = _finish(run_dir, writer.finished, wall_s, interrupted, writer.failure)
+                if report and not writer.failure:
+                    _write_report(run_dir, writer.failure)
+                bar.phase("done")
+    finally:
+        run_dir.unlock()
+    if writer.failure:
+        raise writer.failure[0]
     if interrupted:
-        raise Interrupted(f"interrupted; {written} episodes written this run to {run_dir.path}")
-    return EvalRun(summary, run_dir, written)
+        raise Interrupted(
+            f"interrupted; {writer.written} episodes written this run to {run_dir.path}"
+        )
+    return EvalRun(summary, run_dir, writer.written, tidied)
+
+
+def _tidy(run_dir: RunDir, finished: Summarizer, notify: Callable[[str], None] | None) -> Tidied:
+    """Lock ``run_dir`` and tidy it (``RunDir.tidy``), its kept records summed into
+    ``finished``; on an error the lock is released again."""
+    run_dir.lock()
+    try:
+        tidied = run_dir.tidy(on_kept=finished.add)
+    except BaseException:
+        run_dir.unlock()
+        raise
+    note = tidied.note()
+    if notify is not None and note:
+        notify(note)
+    return tidied
+
+
+class _Writer:
+    """Where finished episodes go: appended to ``episodes.jsonl``, summed, counted on
+    the progress bar. The first write that fails (a full disk) is kept in
+    ``failure`` and cancels the run; later batches are dropped (their pairs run
+    again on resume)."""
+
+    def __init__(self, run_dir: RunDir, finished: Summarizer) -> None:
+        self.run_dir = run_dir
+        self.finished = finished
+        self.written = 0
+        self.failure: list[OutputError] = []
+        self.bar: EvalProgress | None = None
+        self.cancel = trio.CancelScope()
+
+    def record_lines(self, batch: list[tuple[bytes, dict[str, Any]]]) -> None:
+        if self.failure:
+            return
+        try:
+            self.run_dir.append_lines(line for line, _ in batch)
+        except OutputError as exc:
+            self.failure.append(exc)
+            self.cancel.cancel()
+            return
+        for _, digested in batch:
+            self.finished.add(digested)
+            if self.bar is not None:
+                self.bar.add(digested)
+        self.written += len(batch)
+
+
+def _finish(
+    run_dir: RunDir,
+    finished: Summarizer,
+    wall_s: float,
+    interrupted: bool,
+    failure: list[OutputError],
+) -> dict[str, Any]:
+    """Sum up what was written (also when the run is cancelled from outside) and
+    write the summary. A write failure is added to ``failure`` (the run's first
+    error is the one that counts), never raised over another error."""
+    summary = finished.result(wall_s=wall_s)
+    summary["interrupted"] = interrupted
+    try:
+        run_dir.write_summary(summary)
+    except OutputError as exc:
+        failure.append(exc)
+    return summary
+
+
+def _write_report(run_dir: RunDir, failure: list[OutputError]) -> None:
+    from taketurns._report.page import write_report
+
+    try:
+        write_report(run_dir.path)
+    except OutputError as exc:
+        failure.append(exc)
 
 
 async def _on_backend(
@@ -158,10 +238,9 @@ async def _on_backend(
 
 
 def _owed(
-    tasks: Sequence[Task], rollouts: int, finished: Sequence[Mapping[str, Any]]
+    tasks: Sequence[Task], rollouts: int, done: set[tuple[int, int]]
 ) -> list[tuple[Task, int]]:
     """The (task, rollout) pairs not yet on disk, in task order."""
-    done = {(e["task"]["idx"], e["rollout"]) for e in finished}
     return [(t, r) for t in tasks for r in range(rollouts) if (t.idx, r) not in done]
 
 

@@ -4,7 +4,9 @@ The self-play reference. Each seat is a live chat session told the rules and onl
 own card (in its system prompt). The host asks the seat to act with the betting so
 far and the legal actions as bracketed options; a reply counts when it names exactly
 one legal bracketed action. A seat that keeps answering badly (more than
-``invalid_retries`` re-prompts) or whose run stops instead of answering forfeits.
+``invalid_retries`` re-prompts) or whose run stops instead of answering (a limit, a
+timeout) forfeits. A seat whose model endpoint or harness failed does not forfeit:
+the hand ends without a result and the episode is recorded failed.
 The payoff is written on both traces before the sessions close, so the ``payoff``
 reward scores it. Rules live in ``taketurns.envs.kuhn_rules``.
 """
@@ -24,6 +26,7 @@ from taketurns import (
     Task,
     Trace,
     int_between,
+    is_failure,
     metric,
     reward,
 )
@@ -88,6 +91,9 @@ def _feedback(problem: str, history: Sequence[str], left: int) -> str:
     return f"That answer does not count: {problem} ({tries}). {ask_text(history)}"
 
 
+_FAILED = "<failed>"  # _ask's answer for a seat the infrastructure failed
+
+
 class KuhnPoker(Env):
     id = "kuhn-poker"
     config_class = KuhnConfig
@@ -130,6 +136,8 @@ class KuhnPoker(Env):
             while not rules.is_over(history):
                 seat = rules.to_act(history)
                 action = await self._ask(seats[seat], history)
+                if action is _FAILED:
+                    return  # no game result: the episode failed (taketurns.is_failure)
                 if action is None:
                     forfeiter = seat
                     break
@@ -144,15 +152,16 @@ class KuhnPoker(Env):
                 session.trace.info.update(forfeited=seat == forfeiter, payoff=payoff[seat])
 
     async def _ask(self, session: ChatSession, history: Sequence[str]) -> str | None:
-        """The seat's action, or None when it forfeits (it stopped, or used up its
-        re-prompts)."""
+        """The seat's action; None when it forfeits (it stopped, or used up its
+        re-prompts); ``_FAILED`` when its run was ended by the infrastructure (the
+        model endpoint or the harness failing): that is no move of the model's."""
         legal = rules.legal_actions(history)
         left = self.config.invalid_retries
         message = ask_text(history)
         while True:
             reply = await session.turn(message)
             if reply.stopped:
-                return None
+                return _FAILED if is_failure(reply.stop_condition) else None
             try:
                 return rules.parse_action(reply.text, legal)
             except rules.InvalidAnswer as exc:

@@ -118,6 +118,20 @@ class PairEnv(Env):
 PLANNED_STOPS = {"completed", "env_error", "episode_timeout", "cancelled"}
 
 
+def expected_cause(e: dict[str, Any]) -> str | None:
+    """The outcome rule (DESIGN.md "Outcomes"), written out independently of the
+    engine's: the episode's own failure first, then each trace's in order."""
+    if e["stop"] in ("env_error", "cancelled"):
+        return "env" if e["stop"] == "env_error" else "cancelled"
+    for t in e["traces"]:
+        if t["stop_condition"] in ("model_error", "harness_error"):
+            return t["stop_condition"].split("_")[0]
+        for error in t["errors"]:
+            if error["kind"] in ("harness", "scoring"):
+                return str(error["kind"])
+    return None
+
+
 def episodes_on_disk(run_dir: Path) -> list[dict[str, Any]]:
     return list(read_episodes(run_dir / "episodes.jsonl"))
 
@@ -140,9 +154,10 @@ def check_run(
         assert on_disk == sorted(pairs), "an episode was lost or written twice"
     for e in episodes:
         assert e["stop"] in PLANNED_STOPS
-        assert e["ok"] == (e["stop"] == "completed"), e["stop"]
-        if not e["ok"]:
-            assert e["errors"], f"{e['id']} failed without an error"
+        assert e["ok"] == (e["cause"] is None), e["stop"]
+        assert e["cause"] == expected_cause(e), e["id"]
+        if e["stop"] != "completed":
+            assert e["errors"], f"{e['id']} stopped without an error"
         for trace in e["traces"]:
             assert trace["stop_condition"], f"{e['id']}/{trace['agent']['name']} not closed"
             assert trace["agent"]["name"] in roles

@@ -287,7 +287,8 @@ def test_an_existing_run_is_left_exactly_as_it_was(
     episodes.write_bytes(episodes.read_bytes()[:-40])
     before = snapshot(run)
     assert before is not None
-    assert set(before) == {"config.toml", "episodes.jsonl", "summary.json", "report.html"}
+    names = {"config.toml", "episodes.jsonl", "summary.json", "report.html", ".lock"}
+    assert set(before) == names  # .lock: the writers' lock file (stays, holds a pid)
     os.utime(run, (0, 0))
 
     refused(["eval", "kuhn-poker", "-n", "3", "-o", "run"], capsys, "not empty", "--resume")

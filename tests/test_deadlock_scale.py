@@ -308,7 +308,9 @@ def check(plan: EpisodePlan, env: ProgramEnv, episode: Episode, opened: list[Cha
     if plan.cancel_at is not None:
         allowed.add("cancelled")
     assert episode.stop in allowed, (episode.stop, episode.errors)
-    assert episode.ok == (episode.stop == "completed")
+    # a timeout is an outcome; raising, cancellation and a failed model call are not
+    failed_call = any(t.stop_condition == "model_error" for t in episode.traces)
+    assert episode.ok == (episode.stop in ("completed", "episode_timeout") and not failed_call)
     assert (episode.stop == "completed") == (episode.errors == [])
     # every session the program opened: closed, on the episode once, scored once
     assert all(s.state is SessionState.CLOSED for s in opened)

@@ -127,7 +127,7 @@ async def test_env_error_fails_the_episode_and_closes_every_session() -> None:
             raise ValueError("the referee crashed")
 
     env, episode, _ = await play(broken)
-    assert (episode.ok, episode.stop) == (False, "env_error")
+    assert (episode.ok, episode.cause, episode.stop) == (False, "env", "env_error")
     assert episode.errors == [ErrorInfo("env", "the referee crashed", "ValueError")]
     traces = by_role(episode)
     assert set(traces) == {"host", "guest"}
@@ -184,7 +184,8 @@ async def test_episode_timeout_stops_the_env_and_closes_every_session(autojump_c
             await trio.sleep(100)
 
     env, episode, _ = await play(slow, limit=5)
-    assert (episode.ok, episode.stop) == (False, "episode_timeout")
+    # a timeout is an outcome, not an infrastructure failure (_exchange.outcome)
+    assert (episode.ok, episode.cause, episode.stop) == (True, None, "episode_timeout")
     assert episode.errors == [
         ErrorInfo("timeout", "the episode took longer than 5s", "TooSlowError")
     ]
@@ -215,7 +216,7 @@ async def test_a_cancelled_episode_records_why_and_closes_every_session(autojump
     with trio.move_on_after(1.005) as scope:
         await run_episode(env, episode, factory(env))
     assert scope.cancelled_caught  # run_episode re-raised the cancellation
-    assert (episode.ok, episode.stop) == (False, "cancelled")
+    assert (episode.ok, episode.cause, episode.stop) == (False, "cancelled", "cancelled")
     assert episode.errors == [ErrorInfo("cancelled", "the episode was cancelled", "Cancelled")]
     assert [t.stop_condition for t in episode.traces] == ["cancelled", "cancelled"]
     assert env.scored == {"host": 1, "guest": 1}

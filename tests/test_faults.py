@@ -144,10 +144,14 @@ async def test_endpoint_faults_lose_nothing(kind: str, tmp_path: Path) -> None:
     episodes = check_run(out, pairs(4, 2), ledger)
     assert endpoint.injected.get(fault.kind, 0) >= (8 if kind in RETRYABLE else 2)
     print(f"FIGURES faults={endpoint.faults} episodes={len(episodes)}")
-    assert all(e["ok"] for e in episodes)  # the env copes with a stopped seat
     for e in episodes:
         seats = traces_by_role(e)
+        # a seat the endpoint failed fails its episode (not a result of the model's)
+        ended_by_endpoint = any(t["stop_condition"] == "model_error" for t in seats.values())
+        assert e["ok"] == (not ended_by_endpoint)
+        assert e["ok"] == (e["task"]["idx"] != 0) or kind not in RETRYABLE
         if e["task"]["idx"] == 0:
+            assert e["cause"] == "model"
             a = seats["a"]
             assert a["stop_condition"] == "model_error"
             assert len(a["turns"]) == 1  # one recorded turn: the client's retries inside it
@@ -197,7 +201,13 @@ async def test_refusing_connections_mid_run(tmp_path: Path) -> None:
     assert "user_closed" in stops
     refused = [err["message"] for e in episodes for t in e["traces"] for err in t["errors"]]
     assert any("could not reach" in m for m in refused)
-    assert summary_of(out)["episodes"] == 16
+    summary = summary_of(out)
+    assert summary["episodes"] == 16
+    failed = [e for e in episodes if not e["ok"]]
+    assert failed
+    assert {e["cause"] for e in failed} == {"model"}
+    assert summary["failed"] == len(failed)
+    assert summary["failed_by_cause"] == {"model": len(failed)}
     failed_calls = sum(
         1 for e in episodes for t in e["traces"] for turn in t["turns"] if turn["error"]
     )
@@ -226,7 +236,7 @@ def test_status_faults_through_the_cli(tmp_path: Path) -> None:
             "eval", "faults-pair", "-n", "6", "-r", "2", "-c", "3", "--model", "faulty",
             "--base-url", endpoint.base_url, "-o", str(out), "--no-progress",
         ]  # fmt: skip
-        assert main(argv) == 0
+        assert main(argv) == 1  # task 2's episodes failed: everything written, then exit 1
     episodes = check_run(out, pairs(6, 2), ledger)
     print(f"FIGURES faults={endpoint.faults} episodes={len(episodes)}")
     for e in episodes:
@@ -237,7 +247,9 @@ def test_status_faults_through_the_cli(tmp_path: Path) -> None:
         else:
             assert a["errors"] == []
     assert (out / "report.html").exists()
-    assert summary_of(out)["episodes"] == 12
+    summary = summary_of(out)
+    assert summary["episodes"] == 12
+    assert (summary["failed"], summary["failed_by_cause"]) == (2, {"model": 2})
 
 
 # -- the harness program misbehaving --------------------------------------------------------
@@ -341,7 +353,8 @@ async def test_env_and_reward_failures(tmp_path: Path) -> None:
             assert {t["stop_condition"] for t in seats.values()} == {"env_error"}
             assert len(seats["b"]["turns"]) == 0  # its call was cancelled in flight
             continue
-        assert e["ok"]
+        # a reward that broke means the rewards were not measured: a failure
+        assert (e["ok"], e["cause"]) == ((True, None) if mode == "ok" else (False, "scoring"))
         for trace in seats.values():
             assert trace["stop_condition"] == "user_closed"
             if mode == "ok":
@@ -378,7 +391,8 @@ async def test_episode_timeout_cancels_mid_turn(tmp_path: Path) -> None:
     episodes = check_run(out, pairs(6), ledger)
     for e in episodes:
         if e["task"]["idx"] % 2:
-            assert (e["ok"], e["stop"]) == (False, "episode_timeout")
+            # a timeout is an outcome, not a failure
+            assert (e["ok"], e["cause"], e["stop"]) == (True, None, "episode_timeout")
             assert [err["kind"] for err in e["errors"]] == ["timeout"]
             a, b = traces_by_role(e)["a"], traces_by_role(e)["b"]
             assert a["stop_condition"] == b["stop_condition"] == "episode_timeout"

@@ -1094,12 +1094,14 @@ def test_a_failing_seat_program_from_harness_options(tmp_path: Path, scratch_roo
     )
     out = tmp_path / "run"
     argv = ["eval", "kuhn-poker", "-C", str(config), "-n", "2", "-o", str(out), "--no-progress"]
-    assert main(argv) == 0
+    assert main(argv) == 1  # the seat's harness crashed: the episodes failed
     for episode in read_episodes(out / "episodes.jsonl"):
+        assert (episode["ok"], episode["cause"]) == (False, "harness")
         seat0, seat1 = episode["traces"]
         assert seat0["stop_condition"] == "harness_error"
         assert [e["kind"] for e in seat0["errors"]] == ["harness"]
         assert "status 1" in seat0["errors"][0]["message"]
-        assert (seat0["rewards"]["payoff"], seat1["rewards"]["payoff"]) == (-1.0, 1.0)
+        # a crashed harness is no forfeit: the hand has no result
+        assert (seat0["rewards"]["payoff"], seat1["rewards"]["payoff"]) == (0.0, 0.0)
         assert seat1["errors"] == []
     assert leftovers(scratch_root) == []

@@ -309,14 +309,23 @@ async def test_stopped_reply_forfeits() -> None:
     assert (t0.metrics, t1.metrics) == ({"forfeit": 1.0}, {"forfeit": 0.0})
 
 
-async def test_model_error_forfeits_without_a_retry() -> None:
+async def test_model_error_is_no_forfeit_and_fails_the_episode() -> None:
+    """A seat whose endpoint failed did not lose: the hand ends without a result (no
+    payoff, no forfeit, no re-prompt) and the episode is recorded failed."""
     env = KuhnPoker(KuhnConfig(invalid_retries=3))
-    t0, t1 = await play(
-        env, task_for(env, ("J", "Q")), p0=Scripted(ModelEndpointError("down", status=503))
-    )
+    task = task_for(env, ("J", "Q"))
+    t0, t1 = await play(env, task, p0=Scripted(ModelEndpointError("down", status=503)))
     assert t0.stop_condition == "model_error"
     assert len(t0.turns) == 1
-    assert (t0.reward, t1.reward) == (-1.0, 1.0)
+    assert "payoff" not in t0.info
+    assert "payoff" not in t1.info
+    assert (t0.info["forfeited"], t1.info["forfeited"]) == (False, False)
+    assert (t0.metrics, t1.metrics) == ({"forfeit": 0.0}, {"forfeit": 0.0})
+    assert (t0.reward, t1.reward) == (0.0, 0.0)
+    episode = Episode("kuhn-poker/0/0", "kuhn-poker", task)
+    episode.traces += [t0, t1]
+    episode.settle()
+    assert (episode.ok, episode.cause) == (False, "model")
 
 
 # --- deals --------------------------------------------------------------------------

@@ -186,6 +186,7 @@ def _crash_run(tmp_path: Path, **options: Any) -> tuple[EvalConfig, CrashOnce, R
     )
     run_dir = RunDir(tmp_path / "run")
     run_dir.prepare(resume=False, overwrite=False)
+    run_dir.unlock()  # run_eval takes the directory's lock itself (and releases it)
     return config, CrashOnce(env_config), run_dir
 
 

@@ -533,7 +533,7 @@ def test_secrets_never_reach_logs_traces_jsonl_or_report(
         "--env.player1.harness=stateful",
     ]  # fmt: skip
     with all_logs() as logs:
-        assert main(argv) == 0
+        assert main(argv) == 1  # hands 1 and 2: the seat's harness failed (exit 1)
     printed = capsys.readouterr()
     secrets = [e.secret for e in endpoints]
     assert len(secrets) == 6  # both seats of hands 0 and 3; seat 0 alone of 1 and 2

@@ -354,7 +354,7 @@ async def test_assistant_model_error_ends_the_conversation(qa: str) -> None:
     a, u, episode = await play(
         env, env.tasks(1)[0], user=ScriptedModel("hi", "hello?"), assistant=assistant
     )
-    assert episode.ok
+    assert (episode.ok, episode.cause) == (False, "model")  # not the model's behaviour
     assert a.stop_condition == "model_error"
     assert u.info["ended_by"] == "assistant_stopped"
     assert len(u.turns) == 1
@@ -365,7 +365,7 @@ async def test_user_failing_at_once_leaves_an_empty_scored_assistant_trace(qa: s
     user = ScriptedModel(ModelEndpointError("down"))
     assistant = ScriptedModel()
     a, u, episode = await play(env, env.tasks(1)[0], user=user, assistant=assistant)
-    assert episode.ok
+    assert (episode.ok, episode.cause) == (False, "model")  # the user's endpoint failed
     assert u.stop_condition == "model_error"
     assert assistant.requests == []
     assert a.turns == []

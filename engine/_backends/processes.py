@@ -26,7 +26,7 @@ W = min(``--workers``, ``-c``, pairs). Contracts:
   which is recorded) fails the eval: a ``TaketurnsError`` is re-raised in the driver as
   itself when it pickles, anything else as ``WorkerError`` carrying the worker's
   traceback. The other workers are stopped as below.
-- **Stopping** (SIGINT/SIGTERM to the driver, cancellation, another shard failing):
+- **Stopping** (SIGINT/SIGTERM/SIGHUP to the driver, cancellation, another shard failing):
   the driver closes each worker's stdin; the worker cancels its episodes, which are
   closed, scored and sent as cancelled, exactly as the local backend writes them. The
   driver keeps receiving for ``STOP_S`` (shielded), then kills the worker's process
@@ -332,7 +332,8 @@ async def _stop_on_eof(stop: trio.CancelScope) -> None:
 async def _stop_on_signal(
     stop: trio.CancelScope, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    # SIGHUP too: a closed terminal stops a worker the way SIGTERM does
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         task_status.started()
         async for _ in signals:
             stop.cancel()

@@ -6,8 +6,11 @@
 ``taketurns export DIR [--format jsonl|parquet] [-o FILE] [--scale]``
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
-underscores are interchangeable. Exit codes: 0 done, 2 bad config or usage, 130
-interrupted (finished episodes are on disk; ``--resume`` continues).
+underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
+failure, ``_exchange.outcome``; everything is written and ``--resume`` reruns them) or
+the run directory could not be written (a full disk), 2 bad config or usage (also a
+run directory another process is writing), 130 interrupted (finished episodes are on
+disk; ``--resume`` continues).
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ import signal
 import sys
 import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
 from rich.console import Console
+from rich.markup import escape
 
 from taketurns._backends.processes import WorkerError
 from taketurns._backends.shards import WorkerLost
@@ -33,9 +38,10 @@ from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
 from taketurns._config.registry import envs, tasksets
 from taketurns._config.settings import dump_toml, load_eval_config, read_toml
-from taketurns._errors import ConfigError
+from taketurns._errors import ConfigError, OutputError
 from taketurns._eval.plan import Plan, env_class, make_env, preflight
 from taketurns._eval.taskset import Taskset
+from taketurns._exchange.outcome import describe_cause
 from taketurns._gc import tuned_gc
 from taketurns._output.rundir import RunDir
 from taketurns._output.summary import render
@@ -133,25 +139,70 @@ def _is_taskset(env_id: str) -> bool:
 
 
 def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> RunDir:
-    """The run directory, prepared: a fresh one gets config.toml; a resumed one must
-    hold the same config and has its cancelled episodes set aside."""
+    """The run directory, prepared and locked: a fresh one gets config.toml; a resumed
+    one must hold the same config. The stored config never names the directory, so
+    a run directory can be moved or copied and resumed where it is."""
     out = args.output_dir or config.output_dir or _default_dir(name, config.model)
     config.output_dir = str(out)
     run_dir = RunDir(out)
     run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
-    # the directory's own location is not part of the config: `-C DIR/config.toml`
-    # reruns into a new directory, and a moved run directory still resumes
-    text = dump_toml(attrs.evolve(config, output_dir=None))
-    if args.resume and run_dir.config_path.exists():
-        if _stored(run_dir.config_path, config) != _semantic(tomllib.loads(text)):
-            raise ConfigError(
-                f"--resume: the config differs from {run_dir.config_path}; resume with the "
-                "same options (or none: the stored config is reused)"
-            )
-        run_dir.set_aside_cancelled()
-    else:
-        run_dir.write_config(text)
+    try:
+        text = dump_toml(attrs.evolve(config, output_dir=None))
+        if args.resume and run_dir.config_path.exists():
+            stored = _normalised(read_toml(run_dir.config_path), config)
+            changed = _differences(stored, tomllib.loads(text))
+            if changed:
+                raise ConfigError(
+                    [
+                        f"--resume: the config differs from {run_dir.config_path}; resume "
+                        "with the same options (or none: the stored config is reused):",
+                        *changed,
+                    ]
+                )
+        else:
+            run_dir.write_config(text)
+    except BaseException:
+        run_dir.unlock()
+        raise
     return run_dir
+
+
+def _normalised(stored: dict[str, Any], config: EvalConfig) -> dict[str, Any]:
+    """A stored config as this version writes it (options added since then take
+    their defaults); as it is when it no longer loads (the comparison then names
+    what differs)."""
+    try:
+        again = load_eval_config(type(config.env), file_data=stored)
+    except ConfigError:
+        return stored
+    return tomllib.loads(dump_toml(attrs.evolve(again, output_dir=None)))
+
+
+def _differences(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """One line per option whose value differs: its dotted path and both values."""
+    old, new = _flat(_semantic(stored)), _flat(_semantic(given))
+    return [
+        f"{key}: {_shown(old, key)} in the stored config, {_shown(new, key)} now"
+        for key in sorted(old.keys() | new.keys())
+        if old.get(key, _UNSET) != new.get(key, _UNSET)
+    ]
+
+
+_UNSET = object()
+
+
+def _shown(values: Mapping[str, Any], key: str) -> str:
+    return repr(values[key]) if key in values else "unset"
+
+
+def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
@@ -172,6 +223,10 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
         highlight=False,
         soft_wrap=True,
     )
+
+    def note(text: str) -> None:
+        console.print(f"[yellow]{escape(text)}", highlight=False, soft_wrap=True)
+
     try:
         with tuned_gc():  # this process is the CLI's own
             result = trio.run(
@@ -183,6 +238,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
                     tasks=tasks,
                     progress=not args.no_progress,
                     handle_signals=True,
+                    notify=note,
                 )
             )
     except Interrupted as exc:
@@ -196,7 +252,22 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     else:
         done = "nothing to do: every (task, rollout) pair was already written"
     console.print(f"[green]wrote {run_dir.path}[/] ({done})", highlight=False, soft_wrap=True)
+    if s.get("failed"):
+        line = escape(_failed_line(s, run_dir.path))
+        console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
+        return 1
     return 0
+
+
+def _failed_line(summary: Mapping[str, Any], path: Path) -> str:
+    """``3 of 50 episodes failed, mostly because the model endpoint failed (3); ...``"""
+    causes = summary.get("failed_by_cause") or {}
+    main_cause, count = max(causes.items(), key=lambda kv: kv[1], default=("?", 0))
+    return (
+        f"{summary['failed']} of {summary['episodes']} episodes failed, mostly because "
+        f"{describe_cause(main_cause)} ({count}); their rewards are left out of the means. "
+        f"Rerun them with --resume -o {path}"
+    )
 
 
 def _report(run_dir: Path, console: Console) -> int:
@@ -204,23 +275,15 @@ def _report(run_dir: Path, console: Console) -> int:
 
     if not (run_dir / "episodes.jsonl").exists():
         raise ConfigError(f"report: {run_dir} holds no episodes.jsonl")
-    console.print(f"wrote {write_report(run_dir)}")
+
+    def note(text: str) -> None:
+        console.print(f"[yellow]{escape(text)}", highlight=False, soft_wrap=True)
+
+    console.print(f"wrote {write_report(run_dir, notify=note)}")
     return 0
 
 
-def _stored(path: Path, config: EvalConfig) -> dict[str, object]:
-    """A run directory's stored config as this version writes it (options added since
-    take their defaults), for comparison."""
-    try:
-        stored = load_eval_config(type(config.env), file_data=read_toml(path))
-    except ConfigError as exc:
-        raise ConfigError(
-            [f"--resume: {path} no longer loads; rerun into a new directory", *exc.problems]
-        ) from None
-    return _semantic(tomllib.loads(dump_toml(attrs.evolve(stored, output_dir=None))))
-
-
-def _semantic(data: dict[str, object]) -> dict[str, object]:
+def _semantic(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in (*EXECUTION, "output_dir")}
 
 
@@ -283,8 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # one line per problem at any width (soft_wrap: never wrapped or cut)
             console.print(f"  - {problem}", highlight=False, markup=False, soft_wrap=True)
         return 2
-    except (WorkerLost, WorkerError) as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False)
+    except (WorkerLost, WorkerError, OutputError) as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 1
 
 

@@ -27,6 +27,8 @@ FLAGS = {
     "base_url": "base_url",
     "api_key_var": "api_key_var",
     "episode_timeout": "episode_timeout_s",
+    "episode_retries": "episode_retries",
+    "retry_causes": "retry_causes",
     "request_timeout": "request_timeout_s",
     "request_retries": "request_retries",
     "request_backoff": "request_backoff_s",
@@ -36,8 +38,9 @@ FLAGS = {
     "workers": "workers",
     "ray_address": "ray_address",
 }
-# how a run executes, not what it computes: --resume may change them
-EXECUTION = ("backend", "workers", "ray_address")
+# how a run executes, not what it computes: --resume may change them (output_dir: a
+# run directory may be moved; older config.toml files named it)
+EXECUTION = ("backend", "workers", "ray_address", "output_dir", "episode_retries", "retry_causes")
 
 _EVAL_HELP = {
     "num_tasks": ("N", "tasks to run"),
@@ -47,6 +50,8 @@ _EVAL_HELP = {
     "base_url": ("URL", "OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
     "api_key_var": ("VAR", "environment variable holding the API key"),
     "episode_timeout": ("S", "seconds an episode may take"),
+    "episode_retries": ("N", "play an episode that failed by infrastructure up to N more times"),
+    "retry_causes": ("C,C", "failure causes a retry reruns (model, harness, env, scoring)"),
     "request_timeout": ("S", "seconds each model request's network step may wait"),
     "request_retries": ("N", "retries of a failed model call (429, 5xx, timeouts)"),
     "request_backoff": ("S", "first wait before a retry, doubled each retry (max 30)"),
@@ -77,7 +82,10 @@ _TYPED: dict[str, Callable[[str], Any]] = {
 
 
 def _default(field: str) -> Any:
-    return next(f.default for f in attrs.fields(EvalConfig) if f.name == field)
+    default = next(f.default for f in attrs.fields(EvalConfig) if f.name == field)
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        default = default.factory()
+    return ",".join(default) if isinstance(default, list) else default
 
 
 def _add_eval_flags(ev: argparse.ArgumentParser) -> None:
@@ -114,7 +122,9 @@ def parser() -> argparse.ArgumentParser:
         epilog=(
             "Any other option is a dotted config override: --env.<field>=V, "
             "--env.<role>.model=M, --sampling.temperature=0.7 (see `taketurns envs`). "
-            "Exit codes: 0 done, 2 refused config, 130 interrupted (--resume continues)."
+            "Exit codes: 0 done, 1 episodes failed or the run directory could not be "
+            "written (--resume continues), 2 refused config, 130 interrupted (--resume "
+            "continues)."
         ),
     )
     ev.add_argument(

@@ -97,6 +97,17 @@ _positive = at_least(0, exclusive=True)
 _non_negative = at_least(0)
 
 
+def _causes(inst: object, attribute: attrs.Attribute[Any], value: list[str]) -> None:
+    """An attrs validator: failure causes (``_exchange.outcome.CAUSES``) that a retry
+    may cure (not ``cancelled``)."""
+    from taketurns._exchange.outcome import CAUSES
+
+    allowed = [c for c in CAUSES if c != "cancelled"]
+    for cause in value:
+        if cause not in allowed:
+            raise OptionError(attribute.name, value, f"a list of {', '.join(allowed)}")
+
+
 @attrs.define
 class Sampling:
     """Request fields sent with every model call; None means "the endpoint's default".
@@ -184,6 +195,10 @@ class EvalConfig:
     sampling: Sampling = attrs.field(factory=Sampling)
     max_concurrent_calls: int | None = attrs.field(default=None, validator=_positive)
     episode_timeout_s: float | None = attrs.field(default=None, validator=_positive)
+    # an episode that failed by one of ``retry_causes`` (``_exchange.outcome``) is
+    # played again, up to ``episode_retries`` more times, before it is recorded failed
+    episode_retries: int = attrs.field(default=0, validator=_non_negative)
+    retry_causes: list[str] = attrs.field(factory=lambda: ["model", "harness"], validator=_causes)
     # the model client's: seconds each network operation may take, retries of a failed
     # call (429, 408, 5xx, connection errors, timeouts) and the first backoff (doubled
     # each retry, with jitter, capped at 30 s; a server's Retry-After wins)
@@ -197,6 +212,9 @@ class EvalConfig:
     interception_host: str = "127.0.0.1"
     interception_port: int = attrs.field(default=0, validator=_non_negative)
     interception_public_url: str | None = None
+    # the largest request body the interception server accepts (413 beyond it, an
+    # OpenAI-style error); generous: an agent CLI's request with a few images fits
+    interception_max_body_bytes: int = attrs.field(default=32 * 1024 * 1024, validator=_positive)
     output_dir: str | None = None
     # where episodes run: this process, Ray workers (taketurns._backends.ray) or worker
     # processes on this machine (taketurns._backends.processes); how many workers (None: one

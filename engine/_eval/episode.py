@@ -3,7 +3,9 @@
 An episode is one trio nursery holding its chat sessions. However ``env.run`` ends
 (returning, raising, timing out, cancelled) every session it opened is closed and
 scored exactly once and its trace joins ``episode.traces``; the outcome is recorded
-on the episode (``ok``, ``errors``, ``stop``), never lost.
+on the episode (``ok``, ``cause``, ``errors``, ``stop``), never lost. Whether it is ok
+is decided by ``taketurns._exchange.outcome`` (the one place that draws the line
+between a failure and an outcome).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from taketurns._config.options import AgentConfig
 from taketurns._errors import sole_error
 from taketurns._eval.env import Env
 from taketurns._exchange.agent import Agent, Agents
+from taketurns._exchange.outcome import cause_of
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import EpisodeInfo, ErrorInfo, Trace
 
@@ -37,13 +40,23 @@ class EpisodeTiming:
 
 @attrs.define(eq=False)
 class Episode:
-    """``stop`` is ``completed``, ``env_error``, ``episode_timeout`` or ``cancelled``."""
+    """One env run on one task.
+
+    ``stop`` is ``completed``, ``env_error``, ``episode_timeout`` or ``cancelled``.
+    ``ok`` is False when the result is not the model's behaviour: an infrastructure
+    failure or a cancellation, named by ``cause`` (``env``, ``model``, ``harness``,
+    ``scoring``, ``cancelled``; None when ok). The rule is ``_exchange.outcome``'s and
+    is applied once, when the episode ends (``settle``). ``attempts`` counts the times
+    the episode was played (episode retries rerun a failed one; earlier attempts are
+    summarised in ``info["retried"]``, never scored into this record)."""
 
     id: str
     env: str
     task: Task
     rollout: int = 0
     ok: bool = True
+    cause: str | None = None
+    attempts: int = 1
     stop: str = "completed"
     errors: list[ErrorInfo] = attrs.field(factory=list)
     traces: list[Trace] = attrs.field(factory=list)
@@ -53,6 +66,13 @@ class Episode:
     @property
     def info_stamp(self) -> EpisodeInfo:
         return EpisodeInfo(self.id, self.env, self.task.idx, self.rollout)
+
+    def settle(self) -> None:
+        """Set ``ok`` and ``cause`` from how the episode and its traces ended."""
+        self.cause = cause_of(
+            self.stop, ((t.stop_condition, [e.kind for e in t.errors]) for t in self.traces)
+        )
+        self.ok = self.cause is None
 
 
 def episode_id(env: str, task_idx: int, rollout: int) -> str:
@@ -93,16 +113,16 @@ async def run_episode(
             scope = nursery.cancel_scope
             scope.deadline = deadline
             await env.run(episode.task, agents)
-        if scope.cancelled_caught:
-            episode.ok, episode.stop, reason = False, "episode_timeout", "episode_timeout"
+        if scope.cancelled_caught:  # a timeout is an outcome, not a failure
+            episode.stop, reason = "episode_timeout", "episode_timeout"
             episode.errors.append(
                 ErrorInfo("timeout", f"the episode took longer than {timeout}s", "TooSlowError")
             )
     except Exception as exc:
-        episode.ok, episode.stop, reason = False, "env_error", "env_error"
+        episode.stop, reason = "env_error", "env_error"
         episode.errors.append(ErrorInfo.of("env", sole_error(exc)))
     except BaseException:
-        episode.ok, episode.stop, reason = False, "cancelled", "cancelled"
+        episode.stop, reason = "cancelled", "cancelled"
         episode.errors.append(ErrorInfo("cancelled", "the episode was cancelled", "Cancelled"))
         raise
     finally:
@@ -113,4 +133,5 @@ async def run_episode(
                     await session.close(reason=reason)
         episode.timing.ended_at = time.time()
         episode.timing.wall_s = trio.current_time() - start
+        episode.settle()
     return episode

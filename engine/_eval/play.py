@@ -40,6 +40,9 @@ async def play_pairs(
 ) -> None:
     """Play each (task, rollout) pair as an episode, ``config.concurrency`` at once, and
     call ``on_episode`` as each finishes (also a failed, timed-out or cancelled one).
+    An episode that failed by a cause in ``config.retry_causes`` is played again, up
+    to ``config.episode_retries`` times (the whole episode: a session's turns cannot
+    be replayed); only its last attempt reaches ``on_episode``.
     Brackets the episodes with ``env.setup`` / ``env.finalize``; ``on_started`` is
     called once the setup is done and the services run, before the first episode. The
     per-episode loop of the local backend and of every worker (Ray or process)."""
@@ -47,10 +50,19 @@ async def play_pairs(
     rank = {role: i for i, role in enumerate(plan.roles)}
 
     async def play(task: Task, rollout: int) -> None:
-        episode = Episode(episode_id(env.id, task.idx, rollout), env.id, task, rollout)
+        id_ = episode_id(env.id, task.idx, rollout)
+        episode = Episode(id_, env.id, task, rollout)
+        retried: list[dict[str, Any]] = []
         try:
-            await run_episode(env, episode, plan.make_agent, timeout=config.episode_timeout_s)
+            while True:
+                await run_episode(env, episode, plan.make_agent, timeout=config.episode_timeout_s)
+                if not _retry(config, episode):
+                    break
+                retried.append(_attempt_note(episode))
+                episode = Episode(id_, env.id, task, rollout, attempts=episode.attempts + 1)
         finally:
+            if retried:
+                episode.info["retried"] = retried
             _order(episode, rank)
             on_episode(episode)
             limiter.release_on_behalf_of((task.idx, rollout))
@@ -81,6 +93,7 @@ async def _serve_pairs(
                 host=config.interception_host,
                 port=config.interception_port,
                 public_url=config.interception_public_url,
+                max_body_bytes=config.interception_max_body_bytes,
             )
             plan.services["interception"] = await services.start(server.run)
         if on_started is not None:
@@ -100,6 +113,24 @@ async def _serve_pairs(
                         await trio.lowlevel.checkpoint()
                 episodes.start_soon(play, task, rollout)
         services.cancel_scope.cancel()
+
+
+def _retry(config: EvalConfig, episode: Episode) -> bool:
+    """Episode retries: play a failed episode again when its cause is one the config
+    retries and attempts are left. The failed attempt is dropped (its traces were
+    scored once, at their close, and are never written or summed)."""
+    return (
+        episode.cause is not None
+        and episode.cause in config.retry_causes
+        and episode.attempts <= config.episode_retries
+    )
+
+
+def _attempt_note(episode: Episode) -> dict[str, Any]:
+    """What is kept of a retried attempt (on the final record's ``info["retried"]``)."""
+    errors = [e.message for e in episode.errors]
+    errors += [f"{t.agent.name}: {e.message}" for t in episode.traces for e in t.errors]
+    return {"attempt": episode.attempts, "cause": episode.cause, "errors": errors[:10]}
 
 
 def _order(episode: Episode, rank: dict[str, int]) -> None:

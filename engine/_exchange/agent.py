@@ -21,6 +21,7 @@ from taketurns._errors import ConfigError, HarnessError, TurnError
 from taketurns._exchange.boundary import ModelBoundary
 from taketurns._exchange.harness import Harness, Rollout, can_chat
 from taketurns._exchange.null import NullHarness as NullHarness  # registers "null"
+from taketurns._exchange.outcome import is_failure
 from taketurns._exchange.rubric import Rubric
 from taketurns._exchange.session import ChatSession
 from taketurns._exchange.task import Task
@@ -228,7 +229,7 @@ def _cancelled() -> str:
 
 
 def _failed(trace: Trace) -> bool:
-    return trace.stop_condition in ("harness_error", "model_error")
+    return is_failure(trace.stop_condition)
 
 
 class Agents(Mapping[str, Agent]):

@@ -119,8 +119,9 @@ class EvalProgress:
             stats = self.agents.get(agent["name"])
             if stats is None:
                 stats = self.agents[agent["name"]] = _Agent(agent.get("trainable", True))
-            stats.reward_sum += trace["reward"]
-            stats.traces += 1
+            if digested["ok"]:  # a failed episode's rewards are not the model's
+                stats.reward_sum += trace["reward"]
+                stats.traces += 1
             self.tokens += trace["usage"]["total_tokens"]
         if self._plain and self.enabled and time.monotonic() - self._logged >= LOG_EVERY_S:
             self._log()

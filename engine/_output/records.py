@@ -3,12 +3,12 @@
 ``record`` is the private cattrs converter for this format; messages are written in
 OpenAI wire shape so a trainer can feed them straight back to a tokenizer's chat
 template. ``dumps_episode`` / ``loads_episode`` are the two calls the rest of the
-engine makes; ``read_episodes`` tolerates a torn last line (a crash mid-write).
+engine makes; ``read_episodes`` streams a file back, skipping damaged lines (a torn
+last line from a crash mid-write, or anything else that is not a record).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +18,30 @@ import orjson
 from cattrs.gen import make_dict_structure_fn, override
 
 from taketurns._eval.episode import Episode
+from taketurns._exchange.outcome import record_cause
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import JudgeCall, Trace, Turn, Usage
 from taketurns._models.messages import Message
 from taketurns._models.wire import from_wire, register_messages, to_wire
 
-__all__ = ["dumps_episode", "loads_episode", "read_episodes", "record"]
+__all__ = [
+    "FORMAT",
+    "dumps_episode",
+    "expand_turns",
+    "loads_episode",
+    "parse_record",
+    "read_episodes",
+    "record",
+]
+
+# The record's format version, on every line as ``format``. 1 (no ``format`` key):
+# ``ok`` was False for timeouts too and a seat's failure could be a game result; no
+# ``cause`` or ``attempts``; each turn's ``request`` in full. 2: ``ok``/``cause``/
+# ``attempts`` as ``_exchange.outcome`` defines them. 3: a turn stores only what is
+# new since the turn before (``request_prefix`` + ``request``: linear in the
+# conversation). Readers accept every format (``parse_record`` rebuilds requests,
+# ``outcome.record_cause`` works a cause out of a format-1 record).
+FORMAT = 3
 
 record = cattrs.Converter(omit_if_default=False)
 register_messages(record)
@@ -102,7 +120,7 @@ def _trace_out(trace: Trace) -> dict[str, Any]:
         },
         "task": _task_out(trace.task),
         "masked": trace.masked,
-        "turns": [_turn_out(turn, wire) for turn in trace.turns],
+        "turns": _turns_out(trace.turns, wire),
         "messages": [wire(m) for m in trace.messages],
         "rewards": trace.rewards,
         "reward": trace.reward,
@@ -135,10 +153,62 @@ def _judge_out(call: JudgeCall, wire: Any) -> dict[str, Any]:
     }
 
 
-def _turn_out(turn: Turn, wire: Any) -> dict[str, Any]:
+def _turns_out(turns: list[Turn], wire: Any) -> list[dict[str, Any]]:
+    """Each turn's request as what is new since the turn before: ``request_prefix``
+    messages are the previous turn's request followed by its response (when it has
+    one), ``request`` the rest. A conversation of n turns is stored in O(n) messages,
+    not O(n^2); ``expand_turns`` rebuilds every request exactly."""
+    out = []
+    before: tuple[Message, ...] = ()
+    answer: Message | None = None
+    for turn in turns:
+        shared = _shared(before, answer, turn.request)
+        out.append(_turn_out(turn, wire, shared))
+        before, answer = turn.request, turn.response
+    return out
+
+
+def _shared(
+    before: tuple[Message, ...], answer: Message | None, request: tuple[Message, ...]
+) -> int:
+    """How many leading messages ``request`` shares with ``before + (answer,)``
+    (identical objects, the common case, or equal ones)."""
+    n = 0
+    for a, b in zip(before, request, strict=False):
+        if a is not b and a != b:
+            return n
+        n += 1
+    if n == len(before) and answer is not None and n < len(request):
+        m = request[n]
+        if m is answer or m == answer:
+            n += 1
+    return n
+
+
+def expand_turns(turns: list[dict[str, Any]]) -> bool:
+    """Rebuild, in place, each turn's full ``request`` of a format-3 trace record
+    (``request_prefix`` + what is new); format 1-2 turns are left as they are. False
+    when a prefix points past what the turn before holds (a damaged record)."""
+    before: list[Any] = []
+    for turn in turns:
+        if not isinstance(turn, dict):
+            return False
+        shared = turn.pop("request_prefix", None)
+        if shared is not None:
+            if type(shared) is not int or not 0 <= shared <= len(before):
+                return False
+            turn["request"] = before[:shared] + list(turn.get("request") or [])
+        before = list(turn.get("request") or [])
+        if turn.get("response") is not None:
+            before.append(turn["response"])
+    return True
+
+
+def _turn_out(turn: Turn, wire: Any, shared: int = 0) -> dict[str, Any]:
     return {
         "index": turn.index,
-        "request": [wire(m) for m in turn.request],
+        "request_prefix": shared,
+        "request": [wire(m) for m in turn.request[shared:]],
         "response": None if turn.response is None else wire(turn.response),
         "usage": _usage_out(turn.usage),
         "finish_reason": turn.finish_reason,
@@ -167,7 +237,10 @@ def _episode_out(episode: Episode) -> dict[str, Any]:
         "env": episode.env,
         "task": _task_out(episode.task),
         "rollout": episode.rollout,
+        "format": FORMAT,
         "ok": episode.ok,
+        "cause": episode.cause,
+        "attempts": episode.attempts,
         "stop": episode.stop,
         "errors": [{"kind": e.kind, "message": e.message, "type": e.type} for e in episode.errors],
         "traces": [_trace_out(t) for t in episode.traces],
@@ -207,20 +280,52 @@ def _str_keys(value: Any) -> Any:
     return value
 
 
-def loads_episode(line: str) -> Episode:
-    return record.structure(json.loads(line), Episode)
+def loads_episode(line: str | bytes) -> Episode:
+    """An ``Episode`` from one JSONL line (any format; requests rebuilt in full)."""
+    raw = parse_record(line.encode() if isinstance(line, str) else line)
+    if raw is None:
+        raise ValueError("not an episode record (damaged line)")
+    episode = record.structure(raw, Episode)
+    if "cause" not in raw:  # format 1: ``ok`` meant something else; the rule decides
+        episode.cause = record_cause(raw)
+        episode.ok = episode.cause is None
+    return episode
 
 
-def read_episodes(path: Path) -> Iterator[dict[str, Any]]:
-    """The raw episode objects in ``path``, skipping a torn (unparseable) last line."""
-    with path.open(encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            yield json.loads(line)
-        except json.JSONDecodeError:
-            if i >= len(lines) - 2:  # the last line, possibly followed by ""
-                return
-            raise
+def parse_record(raw: bytes) -> dict[str, Any] | None:
+    """One ``episodes.jsonl`` line as its record, or None when it is damaged (not
+    JSON, not an object, or without an integer ``task.idx`` and ``rollout``)."""
+    try:
+        found = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    task = found.get("task")
+    idx = task.get("idx") if isinstance(task, dict) else None
+    if type(idx) is not int or type(found.get("rollout")) is not int:
+        return None
+    for trace in found.get("traces") or ():
+        turns = trace.get("turns") if isinstance(trace, dict) else None
+        if isinstance(turns, list) and not expand_turns(turns):
+            return None
+    return found
+
+
+def read_episodes(
+    path: str | Path, *, damaged: list[int] | None = None
+) -> Iterator[dict[str, Any]]:
+    """The raw episode objects in ``path`` (an ``episodes.jsonl``), streamed one line
+    at a time, in either record format (``FORMAT``). Damaged lines (not a JSON
+    object with ``task.idx`` and ``rollout``; a torn last line) are skipped; pass a
+    list as ``damaged`` to collect their line numbers."""
+    with Path(path).open("rb") as f:
+        for number, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            found = parse_record(raw)
+            if found is None:
+                if damaged is not None:
+                    damaged.append(number)
+                continue
+            yield found

@@ -1,5 +1,7 @@
 """Results: per-agent statistics over episode records (the raw JSONL objects), so the
-same numbers come from a live run, a resumed one, or a directory on disk."""
+same numbers come from a live run, a resumed one, or a directory on disk. Streamed:
+memory does not grow with the number of episodes. Failed episodes (infrastructure
+failures, ``_exchange.outcome``) are counted by cause and kept out of the means."""
 
 from __future__ import annotations
 
@@ -8,22 +10,16 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from taketurns._exchange.outcome import record_cause
+
 if TYPE_CHECKING:
     from taketurns._eval.episode import Episode
 
-__all__ = ["digest", "pass_at_k", "render", "summarize"]
+__all__ = ["Summarizer", "digest", "pass_at_k", "render", "summarize"]
 
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
-
-
-def _stderr(values: Sequence[float]) -> float:
-    n = len(values)
-    if n < 2:
-        return 0.0
-    mean = _mean(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -38,6 +34,7 @@ def digest(episode: Episode) -> dict[str, Any]:
     need not read its own output back)."""
     return {
         "ok": episode.ok,
+        "cause": episode.cause,
         "stop": episode.stop,
         "traces": [
             {
@@ -60,60 +57,149 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) else len(value or [])
 
 
-def _agent_stats(traces: list[Mapping[str, Any]], rollouts: int) -> dict[str, Any]:
-    rewards = [float(t.get("reward", 0.0)) for t in traces]
-    named: dict[str, list[float]] = defaultdict(list)
-    metrics: dict[str, list[float]] = defaultdict(list)
-    for t in traces:
-        for k, v in (t.get("rewards") or {}).items():
-            named[k].append(float(v))
-        for k, v in (t.get("metrics") or {}).items():
-            metrics[k].append(float(v))
-    turns = [_count(t.get("turns")) for t in traces]
-    tokens = [int((t.get("usage") or {}).get("total_tokens", 0)) for t in traces]
-    stats: dict[str, Any] = {
-        "traces": len(traces),
-        "reward_mean": _mean(rewards),
-        "reward_stderr": _stderr(rewards),
-        "rewards": {k: _mean(v) for k, v in sorted(named.items())},
-        "metrics": {k: _mean(v) for k, v in sorted(metrics.items())},
-        "stop_conditions": dict(Counter(str(t.get("stop_condition")) for t in traces)),
-        "errors": sum(1 for t in traces if _count(t.get("errors"))),
-        "turns_mean": _mean(turns),
-        "tokens_mean": _mean(tokens),
-        "tokens_total": sum(tokens),
-    }
-    if rollouts > 1:
-        by_task: dict[Any, list[float]] = defaultdict(list)
-        for t in traces:
-            by_task[(t.get("episode") or {}).get("task_idx")].append(float(t.get("reward", 0)))
-        stats["pass_at_k"] = {
-            str(k): _mean([pass_at_k(len(v), sum(r > 0 for r in v), k) for v in by_task.values()])
-            for k in sorted({1, rollouts} | ({2} if rollouts > 2 else set()))
+class _Means:
+    """Running means by key: constant memory per key, whatever the number of values."""
+
+    __slots__ = ("n", "sums")
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.n: dict[str, int] = defaultdict(int)
+
+    def add(self, values: Mapping[str, Any]) -> None:
+        for k, v in values.items():
+            self.sums[k] += float(v)
+            self.n[k] += 1
+
+    def means(self) -> dict[str, float]:
+        return {k: self.sums[k] / self.n[k] for k in sorted(self.sums)}
+
+
+class _AgentStats:
+    """One agent's statistics, accumulated trace by trace (streaming: memory grows
+    with the number of tasks for pass@k, never with the number of traces).
+
+    The reward's mean and variance use Welford's update (numerically stable)."""
+
+    def __init__(self, *, per_task: bool = True) -> None:
+        self.per_task = per_task  # pass@k needs rollouts per task; -r 1 does not
+        self.traces = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+        self.rewards = _Means()
+        self.metrics = _Means()
+        self.stops: Counter[str] = Counter()
+        self.errors = 0
+        self.turns = 0
+        self.tokens = 0
+        self.by_task: dict[Any, list[int]] = defaultdict(lambda: [0, 0])  # [rollouts, passed]
+
+    def add(self, t: Mapping[str, Any]) -> None:
+        reward = float(t.get("reward", 0.0))
+        self.traces += 1
+        delta = reward - self.mean
+        self.mean += delta / self.traces
+        self.m2 += delta * (reward - self.mean)
+        self.rewards.add(t.get("rewards") or {})
+        self.metrics.add(t.get("metrics") or {})
+        self.stops[str(t.get("stop_condition"))] += 1
+        self.errors += 1 if _count(t.get("errors")) else 0
+        self.turns += _count(t.get("turns"))
+        self.tokens += int((t.get("usage") or {}).get("total_tokens", 0))
+        if self.per_task:
+            task = self.by_task[(t.get("episode") or {}).get("task_idx")]
+            task[0] += 1
+            task[1] += reward > 0
+
+    def stats(self, rollouts: int) -> dict[str, Any]:
+        n = self.traces
+        stderr = math.sqrt(self.m2 / (n - 1) / n) if n >= 2 else 0.0
+        stats: dict[str, Any] = {
+            "traces": n,
+            "reward_mean": self.mean,
+            "reward_stderr": stderr,
+            "rewards": self.rewards.means(),
+            "metrics": self.metrics.means(),
+            "stop_conditions": dict(self.stops),
+            "errors": self.errors,
+            "turns_mean": self.turns / n if n else 0.0,
+            "tokens_mean": self.tokens / n if n else 0.0,
+            "tokens_total": self.tokens,
         }
-    return stats
+        if rollouts > 1:
+            tasks = self.by_task.values()
+            stats["pass_at_k"] = {
+                str(k): _mean([pass_at_k(total, c, k) for total, c in tasks])
+                for k in sorted({1, rollouts} | ({2} if rollouts > 2 else set()))
+            }
+        return stats
+
+
+class Summarizer:
+    """``summarize`` one episode at a time: ``add`` each record or digest as it comes,
+    ``result`` whenever the summary is wanted. Memory grows with the number of agents,
+    metric names and tasks (for pass@k), never with the number of episodes."""
+
+    def __init__(self, *, rollouts: int | None = 1) -> None:
+        """``rollouts`` None: not known yet (set it before ``result``; pass@k data
+        is kept meanwhile)."""
+        self.rollouts = rollouts
+        self.total = 0
+        per_task = rollouts is None or rollouts > 1
+        self.agents: dict[str, _AgentStats] = defaultdict(lambda: _AgentStats(per_task=per_task))
+        self.failed_agents: dict[str, _Means] = defaultdict(_Means)
+        self.causes: Counter[str] = Counter()
+        self.stops: Counter[str] = Counter()
+
+    def add(self, e: Mapping[str, Any]) -> None:
+        self.total += 1
+        self.stops[str(e.get("stop"))] += 1
+        cause = record_cause(e)
+        if cause is not None:
+            self.causes[cause] += 1
+        for t in e.get("traces") or []:
+            name = (t.get("agent") or {}).get("name", "?")
+            if cause is None:
+                self.agents[name].add(t)
+            else:
+                self.failed_agents[name].add({"reward": t.get("reward", 0.0)})
+
+    def result(self, *, wall_s: float | None = None) -> dict[str, Any]:
+        """The ``summary.json`` object (see ``summarize``)."""
+        failed = sum(self.causes.values())
+        summary: dict[str, Any] = {
+            "episodes": self.total,
+            "ok": self.total - failed,
+            "failed": failed,
+            "failed_by_cause": dict(self.causes.most_common()),
+            "episode_stops": dict(self.stops),
+            "agents": {},
+        }
+        for name in sorted(self.agents.keys() | self.failed_agents.keys()):
+            stats = (self.agents.get(name) or _AgentStats()).stats(self.rollouts or 1)
+            apart = self.failed_agents.get(name)
+            stats["failed_traces"] = apart.n["reward"] if apart else 0
+            if apart:
+                stats["failed_reward_mean"] = apart.means()["reward"]
+            summary["agents"][name] = stats
+        if wall_s is not None:
+            summary["wall_s"] = wall_s
+            summary["episodes_per_s"] = self.total / wall_s if wall_s > 0 else 0.0
+        return summary
 
 
 def summarize(
     episodes: Iterable[Mapping[str, Any]], *, rollouts: int = 1, wall_s: float | None = None
 ) -> dict[str, Any]:
-    """The ``summary.json`` object."""
-    episodes = list(episodes)
-    by_agent: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    """The ``summary.json`` object, streamed over ``episodes`` (records or digests).
+
+    Failed episodes (``_exchange.outcome``) are counted by cause (``failed_by_cause``)
+    and their traces are left out of every agent statistic; each agent's failed
+    traces are shown apart (``failed_traces``, ``failed_reward_mean``)."""
+    summarizer = Summarizer(rollouts=rollouts)
     for e in episodes:
-        for t in e.get("traces") or []:
-            by_agent[(t.get("agent") or {}).get("name", "?")].append(t)
-    summary: dict[str, Any] = {
-        "episodes": len(episodes),
-        "ok": sum(1 for e in episodes if e.get("ok")),
-        "failed": sum(1 for e in episodes if not e.get("ok")),
-        "episode_stops": dict(Counter(str(e.get("stop")) for e in episodes)),
-        "agents": {name: _agent_stats(ts, rollouts) for name, ts in sorted(by_agent.items())},
-    }
-    if wall_s is not None:
-        summary["wall_s"] = wall_s
-        summary["episodes_per_s"] = len(episodes) / wall_s if wall_s > 0 else 0.0
-    return summary
+        summarizer.add(e)
+    return summarizer.result(wall_s=wall_s)
 
 
 def render(summary: Mapping[str, Any]) -> Any:

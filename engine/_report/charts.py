@@ -131,15 +131,20 @@ def svg(plot_id: str, parts: Iterable[str]) -> str:
 
 
 def histogram(
-    by_series: Mapping[str, Sequence[float]], *, integer: bool
+    by_series: Mapping[str, Sequence[float] | Mapping[float, int]], *, integer: bool
 ) -> tuple[list[str], list[Series]]:
     """Counts per bin for each series over shared bins: one bin per value when there
-    are few distinct values (game payoffs, pass/fail, turn counts), else 12 even bins."""
-    every = [v for vs in by_series.values() for v in vs]
-    if not every:
+    are few distinct values (game payoffs, pass/fail, turn counts), else 12 even bins.
+    A series is its values, or a mapping value -> how many times it occurred (what a
+    streaming reader keeps: memory by distinct value, not by value)."""
+    counted = {
+        name: values if isinstance(values, Mapping) else Counter(values)
+        for name, values in by_series.items()
+    }
+    distinct = sorted({v for counts in counted.values() for v in counts})
+    if not distinct:
         return [], []
-    lo, hi = min(every), max(every)
-    distinct = sorted(set(every))
+    lo, hi = distinct[0], distinct[-1]
     if integer and hi - lo <= 30:
         edges = [float(v) for v in range(int(lo), int(hi) + 1)]
         labels = [num(v) for v in edges]
@@ -150,7 +155,9 @@ def histogram(
         edges = [lo + i * width for i in range(12)]
         labels = [num(edge) for edge in edges]
     series = []
-    for name, values in by_series.items():
-        counts = Counter(max(i for i, edge in enumerate(edges) if v >= edge) for v in values)
-        series.append(Series(name, tuple(float(counts[i]) for i in range(len(edges)))))
+    for name, counts in counted.items():
+        bins: Counter[int] = Counter()
+        for v, n in counts.items():
+            bins[max(i for i, edge in enumerate(edges) if v >= edge)] += n
+        series.append(Series(name, tuple(float(bins[i]) for i in range(len(edges)))))
     return labels, series

@@ -10,31 +10,29 @@ stops the page from running or fetching anything else even if an escape were mis
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import math
 import time
 import tomllib
-from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
-from taketurns._errors import ConfigError
+from taketurns._errors import ConfigError, OutputError
+from taketurns._exchange.outcome import describe_cause
 from taketurns._output.records import read_episodes
-from taketurns._output.summary import summarize
 from taketurns._report.charts import Series, bar_chart, histogram
 from taketurns._report.markup import (
     Json,
-    agent_of,
     as_dict,
     as_float,
-    as_int,
-    as_list,
     esc,
     num,
     shown,
-    traces_of,
 )
-from taketurns._report.transcript import transcripts
+from taketurns._report.scan import Scan
+from taketurns._report.transcript import render_transcripts
 
 __all__ = ["write_report"]
 
@@ -43,37 +41,66 @@ MAX_TRANSCRIPTS = 500
 KUHN_CARDS = ("J", "Q", "K")
 
 
-def write_report(run_dir: Path, *, max_transcripts: int = MAX_TRANSCRIPTS) -> Path:
+def write_report(
+    run_dir: Path,
+    *,
+    max_transcripts: int = MAX_TRANSCRIPTS,
+    notify: Callable[[str], None] | None = None,
+) -> Path:
     """Write ``run_dir/report.html`` from the run's ``episodes.jsonl``, ``summary.json``
-    (recomputed if missing) and ``config.toml``; returns the report's path. At most
-    ``max_transcripts`` episodes get a transcript (every episode counts in the plots)."""
+    (recomputed if missing) and ``config.toml``; returns the report's path. Every
+    failed episode gets a transcript, and up to ``max_transcripts`` others (every
+    episode counts in the plots, failed ones apart). Damaged lines of
+    ``episodes.jsonl`` are skipped: the page and ``notify`` get a one-line note.
+    Raises ``OutputError`` when the page cannot be written (no temp file is left)."""
     run_dir = Path(run_dir)
     episodes_path = run_dir / "episodes.jsonl"
     if not episodes_path.is_file():
         raise ConfigError(
             f"report {run_dir}: no episodes.jsonl there; pass the -o directory of an eval"
         )
-    episodes = [e for e in read_episodes(episodes_path) if isinstance(e, dict)]
     config_path = run_dir / "config.toml"
     config_text = config_path.read_text(encoding="utf-8") if config_path.is_file() else ""
     try:
         config: Json = tomllib.loads(config_text)
     except tomllib.TOMLDecodeError:
         config = {}
+    damaged: list[int] = []
+    rollouts = config.get("rollouts")
+    scan = Scan(max_transcripts, rollouts=rollouts if isinstance(rollouts, int) else None)
+    scan.add_all(read_episodes(episodes_path, damaged=damaged))
+    note = _damaged_note(damaged)
+    if note and notify is not None:
+        notify(note)
     summary_path = run_dir / "summary.json"
     if summary_path.is_file():
         summary: Json = json.loads(summary_path.read_text(encoding="utf-8"))
     else:
-        rollouts = config.get("rollouts")
-        if not isinstance(rollouts, int):
-            rollouts = 1 + max((as_int(e.get("rollout")) for e in episodes), default=0)
-        summary = summarize(episodes, rollouts=rollouts)
-    page = _page(run_dir, episodes, summary, config, config_text, max_transcripts)
+        if scan.summary.rollouts is None:
+            scan.summary.rollouts = 1 + scan.max_rollout
+        summary = scan.summary.result()
+    page = _page(run_dir, scan, summary, config, config_text, note)
     out = run_dir / REPORT
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise OutputError(str(out), str(run_dir), exc) from None
     return out
+
+
+def _damaged_note(lines: list[int]) -> str:
+    if not lines:
+        return ""
+    shown = ", ".join(str(n) for n in lines[:5]) + (" ..." if len(lines) > 5 else "")
+    return (
+        f"episodes.jsonl: skipped {len(lines)} damaged line{'s' if len(lines) > 1 else ''} "
+        f"(line {shown}); `taketurns eval --resume -o DIR` sets them aside and reruns "
+        "their pairs"
+    )
 
 
 # --- small helpers -----------------------------------------------------------------
@@ -87,24 +114,20 @@ def _hash(text: str) -> str:
 
 
 def _page(
-    run_dir: Path,
-    episodes: list[Json],
-    summary: Json,
-    config: Json,
-    config_text: str,
-    max_transcripts: int,
+    run_dir: Path, scan: Scan, summary: Json, config: Json, config_text: str, note: str = ""
 ) -> str:
-    env_id = str(config.get("env_id") or next((e.get("env") for e in episodes), "?"))
+    env_id = str(config.get("env_id") or scan.env or "?")
     csp = (
         f"default-src 'none'; img-src data:; style-src '{_hash(_CSS)}'; "
         f"script-src '{_hash(_JS)}'; base-uri 'none'; form-action 'none'"
     )
     body = "\n".join(
         [
-            _header(run_dir, env_id, episodes, summary, config),
-            _tables(episodes, summary),
-            _plots(env_id, episodes, summary),
-            transcripts(episodes, max_transcripts),
+            _header(run_dir, env_id, scan, summary, config),
+            f'<p class="warn" id="damaged">{esc(note)}</p>' if note else "",
+            _tables(scan, summary),
+            _plots(env_id, scan, summary),
+            render_transcripts(scan.failed, scan.shown, scan.others),
             '<section id="config"><details><summary><h2>config.toml</h2></summary>'
             f"<pre>{esc(config_text or '(no config.toml in the run directory)')}</pre>"
             "</details></section>",
@@ -120,26 +143,23 @@ def _page(
     )
 
 
-def _models(episodes: list[Json], config: Json) -> str:
-    by_agent: dict[str, set[str]] = defaultdict(set)
-    for e in episodes:
-        for t in traces_of(e):
-            by_agent[agent_of(t)].add(str(as_dict(t.get("agent")).get("model", "?")))
+def _models(scan: Scan, config: Json) -> str:
+    by_agent = scan.models
     every = set().union(*by_agent.values()) if by_agent else set()
     if len(every) <= 1:
         return next(iter(every), str(config.get("model", "?")))
     return ", ".join(f"{a}: {' / '.join(sorted(m))}" for a, m in sorted(by_agent.items()))
 
 
-def _header(run_dir: Path, env_id: str, episodes: list[Json], summary: Json, config: Json) -> str:
-    traces = sum(len(traces_of(e)) for e in episodes)
+def _header(run_dir: Path, env_id: str, scan: Scan, summary: Json, config: Json) -> str:
+    traces = scan.traces
     taskset = as_dict(config.get("env")).get("taskset")
     facts = [
         ("env", env_id + (f" (taskset {taskset})" if isinstance(taskset, str) else "")),
-        ("model", _models(episodes, config)),
-        ("episodes", f"{summary.get('episodes', len(episodes))}"),
+        ("model", _models(scan, config)),
+        ("episodes", f"{summary.get('episodes', scan.episodes)}"),
         ("ok", f"{summary.get('ok', '?')}"),
-        ("failed", f"{summary.get('failed', '?')}"),
+        ("failed", _failed_fact(summary)),
         ("traces", f"{traces}"),
     ]
     wall = as_float(summary.get("wall_s"))
@@ -162,6 +182,15 @@ def _header(run_dir: Path, env_id: str, episodes: list[Json], summary: Json, con
         f'<div class="facts">{items}</div>{warn}'
         f'<p class="muted">{esc(run_dir.resolve())} · generated {esc(stamp)}</p></header>'
     )
+
+
+def _failed_fact(summary: Json) -> str:
+    """``3 (the model endpoint failed 2, the env raised 1)``."""
+    causes = as_dict(summary.get("failed_by_cause"))
+    text = f"{summary.get('failed', '?')}"
+    if causes:
+        text += " (" + ", ".join(f"{describe_cause(k)} {v}" for k, v in causes.items()) + ")"
+    return text
 
 
 # --- summary tables ----------------------------------------------------------------
@@ -228,13 +257,9 @@ def _agent_rows(agents: Json) -> list[tuple[str, str, list[str]]]:
     return rows
 
 
-def _tables(episodes: list[Json], summary: Json) -> str:
+def _tables(scan: Scan, summary: Json) -> str:
     agents = list(as_dict(summary.get("agents")))
-    ident: dict[str, tuple[str, str]] = {}
-    for e in episodes:
-        for t in traces_of(e):
-            stamp = as_dict(t.get("agent"))
-            ident.setdefault(agent_of(t), (str(stamp.get("model")), str(stamp.get("harness"))))
+    ident = scan.ident
     head = "".join(f'<th scope="col">{esc(a)}</th>' for a in agents)
     who = "".join(
         f'<td class="who">{esc(ident.get(a, ("?", "?"))[0])}<br>'
@@ -248,6 +273,8 @@ def _tables(episodes: list[Json], summary: Json) -> str:
     stops = as_dict(summary.get("episode_stops"))
     ep_rows = [("episodes", summary.get("episodes")), ("ok", summary.get("ok"))]
     ep_rows += [("failed", summary.get("failed"))]
+    causes = as_dict(summary.get("failed_by_cause"))
+    ep_rows += [(f"failed: {describe_cause(k)}", v) for k, v in causes.items()]
     ep_rows += [(f"episode stop: {k}", v) for k, v in sorted(stops.items())]
     ep_body = "".join(
         f'<tr><th scope="row">{esc(k)}</th><td data-stat="{esc(k)}" data-value="{esc(v)}">'
@@ -270,16 +297,9 @@ def _figure(title: str, svg: str, note: str = "") -> str:
     return f"<figure><figcaption>{esc(title)}</figcaption>{svg}{note_html}</figure>"
 
 
-def _plots(env_id: str, episodes: list[Json], summary: Json) -> str:
-    rewards: dict[str, list[float]] = defaultdict(list)
-    turns: dict[str, list[float]] = defaultdict(list)
-    scored: set[str] = set()  # agents with rewards (a modeled user has none)
-    for e in episodes:
-        for t in traces_of(e):
-            rewards[agent_of(t)].append(as_float(t.get("reward")) or 0.0)
-            turns[agent_of(t)].append(float(len(as_list(t.get("turns")))))
-            if as_dict(t.get("rewards")):
-                scored.add(agent_of(t))
+def _plots(env_id: str, scan: Scan, summary: Json) -> str:
+    rewards, turns = scan.rewards, scan.turns  # failed episodes left out
+    scored = scan.scored  # agents with rewards (a modeled user has none)
     order = sorted(rewards)
     cats, series = histogram({a: rewards[a] for a in order if a in scored}, integer=False)
     figures = [
@@ -317,37 +337,25 @@ def _plots(env_id: str, episodes: list[Json], summary: Json) -> str:
         )
     )
     if env_id == "kuhn-poker":
-        figures.append(_kuhn_payoff(episodes))
+        figures.append(_kuhn_payoff(scan))
     return (
         f'<section id="plots"><h2>Plots</h2><div class="plots">{"".join(figures)}</div></section>'
     )
 
 
-def _kuhn_payoff(episodes: list[Json]) -> str:
+def _kuhn_payoff(scan: Scan) -> str:
     """Mean payoff by the card held, one bar per seat (from trace.info card/seat)."""
-    payoffs: dict[tuple[int, str], list[float]] = defaultdict(list)
-    seat_names: dict[int, str] = {}
-    for e in episodes:
-        for t in traces_of(e):
-            info = as_dict(t.get("info"))
-            payoff = as_float(as_dict(t.get("rewards")).get("payoff"))
-            if payoff is None:
-                payoff = as_float(info.get("payoff"))
-            seat, card = info.get("seat"), info.get("card")
-            if payoff is None or not isinstance(seat, int) or card is None:
-                continue
-            payoffs[(seat, str(card))].append(payoff)
-            seat_names.setdefault(seat, agent_of(t))
+    payoffs, seat_names = scan.payoffs, scan.seat_names
     cards = [c for c in KUHN_CARDS if any(k[1] == c for k in payoffs)]
     cards += sorted({k[1] for k in payoffs} - set(KUHN_CARDS))
     series = []
     for seat in sorted(seat_names):
         values, tips = [], []
         for card in cards:
-            got = payoffs.get((seat, card), [])
-            values.append(sum(got) / len(got) if got else math.nan)
+            total, hands = payoffs.get((seat, card), (0.0, 0))
+            values.append(total / hands if hands else math.nan)
             tips.append(
-                f"seat {seat} · {card}: mean payoff {num(values[-1])} over {len(got)} hands"
+                f"seat {seat} · {card}: mean payoff {num(values[-1])} over {hands:.0f} hands"
             )
         series.append(Series(f"seat {seat} ({seat_names[seat]})", tuple(values), tuple(tips)))
     svg = bar_chart(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from taketurns._exchange.outcome import describe_cause, record_cause
 from taketurns._report.markup import (
     Json,
     agent_of,
@@ -20,7 +21,7 @@ from taketurns._report.markup import (
     traces_of,
 )
 
-__all__ = ["episode_key", "transcripts"]
+__all__ = ["episode_key", "render_transcripts", "transcripts"]
 
 MAX_IMAGE_URL = 2_000_000  # a data: URL longer than this is not inlined
 
@@ -30,13 +31,27 @@ def episode_key(e: Json) -> tuple[int, int, str]:
 
 
 def transcripts(episodes: list[Json], cap: int) -> str:
-    shown = sorted(episodes, key=episode_key)[: max(cap, 0)]
+    """Every failed episode's transcript, and the first ``cap`` of the others (by
+    task and rollout), in that order."""
+    failed = [e for e in episodes if record_cause(e) is not None]
+    others = sorted((e for e in episodes if record_cause(e) is None), key=episode_key)
+    return render_transcripts(failed, others[: max(cap, 0)], len(others))
+
+
+def render_transcripts(failed: list[Json], others: list[Json], others_total: int) -> str:
+    """The transcripts section: every failed episode, then ``others`` (a selection of
+    the ``others_total`` episodes that did not fail), each group by task and rollout."""
+    shown = sorted(failed, key=episode_key) + sorted(others, key=episode_key)
     note = ""
-    if len(episodes) > len(shown):
+    if others_total > len(others):
+        which = f"the first {len(others)} of {others_total} episodes"
+        if failed:
+            which = f"all {len(failed)} failed episodes and {which.replace(' of ', ' of the ')}"
+            which += " that did not fail"
         note = (
-            f'<p class="warn" id="transcripts-capped">Showing the first {len(shown)} of '
-            f"{len(episodes)} episodes (by task and rollout); every episode is in "
-            "episodes.jsonl and counts in the tables and plots.</p>"
+            f'<p class="warn" id="transcripts-capped">Showing {which} (by task and '
+            "rollout); every episode is in episodes.jsonl and counts in the tables and "
+            "plots.</p>"
         )
     controls = (
         '<div id="transcript-filter" hidden><input id="filter-text" type="search" '
@@ -54,7 +69,8 @@ def transcripts(episodes: list[Json], cap: int) -> str:
 
 def _episode(i: int, e: Json) -> str:
     traces = traces_of(e)
-    bad = not e.get("ok") or bool(e.get("errors")) or any(t.get("errors") for t in traces)
+    cause = record_cause(e)
+    bad = cause is not None or bool(e.get("errors")) or any(t.get("errors") for t in traces)
     rewards = " · ".join(f"{agent_of(t)} {num(as_float(t.get('reward')) or 0.0)}" for t in traces)
     search = " ".join(
         [str(e.get("id")), str(e.get("stop"))]
@@ -62,8 +78,8 @@ def _episode(i: int, e: Json) -> str:
     ).lower()
     ok = (
         '<span class="badge ok">ok</span>'
-        if e.get("ok")
-        else '<span class="badge bad">failed</span>'
+        if cause is None
+        else f'<span class="badge bad">failed: {esc(describe_cause(cause))}</span>'
     )
     wall = as_float(as_dict(e.get("timing")).get("wall_s"))
     facts = f"stop {esc(e.get('stop'))}" + (f" · {wall:.3f} s" if wall is not None else "")
