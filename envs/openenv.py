@@ -188,8 +188,8 @@ class OpenEnv(Env):
                 if left == 0:
                     info["gave_up"] = True
                     return
-                left -= 1
                 message = self._again(str(exc), result, schema, left)
+                left -= 1
                 continue
             left = self.config.invalid_retries
             info["steps"] += 1

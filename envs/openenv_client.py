@@ -22,9 +22,11 @@ the model's doing, and the env re-asks it.
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -32,7 +34,12 @@ from typing import Any
 import attrs
 import httpx2
 import trio
-from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
+from trio_websocket import (
+    ConnectionClosed,
+    ConnectionRejected,
+    HandshakeError,
+    wrap_client_stream,
+)
 
 from taketurns import TaketurnsError
 
@@ -152,18 +159,43 @@ class EnvSession:
 
 @asynccontextmanager
 async def open_env_session(base: str, *, timeout: float) -> AsyncIterator[EnvSession]:  # noqa: ASYNC109
-    """A connection to ``base``'s ``/ws``: one environment for the block's lifetime."""
+    """A connection to ``base``'s ``/ws``: one environment for the block's lifetime.
+
+    The session owns its TCP stream and closes it on the way out (trio-websocket's
+    own ``open_websocket_url`` leaves a client's socket open when the server closes
+    the WebSocket first and the TCP close is slow to follow)."""
     url = ws_url(base)
+    parts = urllib.parse.urlsplit(url)
+    secure = parts.scheme == "wss"
+    host, port = parts.hostname or "127.0.0.1", parts.port or (443 if secure else 80)
+    resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
-        async with open_websocket_url(
-            url, connect_timeout=timeout, disconnect_timeout=min(timeout, 5.0)
-        ) as ws:
-            yield EnvSession(ws, url, timeout)
-            await ws.send_message(json.dumps({"type": "close", "data": {}}))
-    except (OSError, HandshakeError, trio.TooSlowError) as exc:
+        with trio.fail_after(timeout):
+            stream: Any = await trio.open_tcp_stream(host, port)
+            if secure:
+                stream = trio.SSLStream(stream, ssl.create_default_context(), server_hostname=host)
+    except (OSError, trio.TooSlowError) as exc:
         raise OpenEnvError(f"OpenEnv server {url}: cannot connect ({exc!r})") from exc
-    except ConnectionClosed as exc:
-        raise OpenEnvError(f"OpenEnv server {url}: the connection closed ({exc.reason})") from exc
+    try:
+        async with stream, trio.open_nursery() as nursery:
+            try:
+                with trio.fail_after(timeout):
+                    ws = await wrap_client_stream(nursery, stream, host, resource)
+            except (trio.TooSlowError, HandshakeError, ConnectionRejected) as exc:
+                raise OpenEnvError(f"OpenEnv server {url}: no WebSocket ({exc!r})") from exc
+            try:
+                yield EnvSession(ws, url, timeout)
+                with trio.move_on_after(min(timeout, 5.0)):
+                    await ws.send_message(json.dumps({"type": "close", "data": {}}))
+                    await ws.aclose()
+            except ConnectionClosed:
+                pass  # the server closed first: nothing left to say
+            finally:
+                nursery.cancel_scope.cancel()  # the reader task; the stream closes below
+    except BaseExceptionGroup as group:  # the body's error, not wrapped in a group
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 class ServerProcess:
