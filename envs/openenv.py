@@ -1,5 +1,6 @@
-"""``openenv``: one agent plays an `OpenEnv <https://pypi.org/project/openenv-core/>`_
-environment server (the ``openenv`` extra).
+"""``openenv``: one agent plays an OpenEnv environment server (the ``openenv`` extra).
+
+OpenEnv: https://pypi.org/project/openenv-core/.
 
 The server is ``url`` (an existing one), or, when ``url`` is unset, the ASGI app
 ``app`` (``MODULE:ATTR``; default the small number-guessing game the project ships,

@@ -1,5 +1,7 @@
-"""``reasoning-gym``: a taskset over any procedurally generated dataset of
-`reasoning-gym <https://pypi.org/project/reasoning-gym/>`_ (the ``reasoning-gym`` extra).
+"""``reasoning-gym``: a taskset over any reasoning-gym dataset (``reasoning-gym`` extra).
+
+reasoning-gym (https://pypi.org/project/reasoning-gym/) generates its datasets
+procedurally, offline, each with its own scorer.
 
 ``dataset`` names one of its datasets (``taketurns envs`` lists them all) and
 ``options`` is a table of that dataset's own config fields (``--env.taskset.options.

@@ -1,5 +1,6 @@
-"""``textarena-selfplay``: TextArena's two-player games as self-play, refereed by the
-real TextArena engine (the ``textarena`` extra).
+"""``textarena-selfplay``: TextArena's two-player games as self-play (``textarena`` extra).
+
+Refereed by the real TextArena engine.
 
 Two seats, ``player0`` and ``player1`` (TextArena's Player 0 and Player 1), are live
 chat sessions of the run's model unless overridden per seat. Task *i* is the game dealt
