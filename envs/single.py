@@ -7,17 +7,30 @@ per-rollout tools and state, its MCP servers' tools included (stop condition
 ``agent_completed``), scored by the taskset's rubric. The agent's harness defaults to
 the one the taskset is meant for (``null``, or ``tools`` for a taskset that hands out
 tools or has MCP servers).
+
+A taskset that plays its own episode (a ``Plays``: an ``async def play(agent, task,
+resources)`` method, such as ``reasoning-gym`` re-asking after a wrong answer) is
+handed the agent instead: it may run a conversation (``agent.chat``) rather than one
+shot.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from taketurns import AgentConfig, Agents, EnvConfig, Task, TasksetEnv
+from taketurns import Agent, AgentConfig, Agents, EnvConfig, Resources, Task, TasksetEnv
 
-__all__ = ["SingleAgentConfig", "SingleAgentEnv"]
+__all__ = ["Plays", "SingleAgentConfig", "SingleAgentEnv"]
+
+
+@runtime_checkable
+class Plays(Protocol):
+    """A taskset that plays its own single-agent episode (one shot or a conversation)
+    with ``agent`` on ``task`` and the rollout's ``resources``."""
+
+    async def play(self, agent: Agent, task: Task, resources: Resources) -> None: ...
 
 
 @attrs.define
@@ -37,4 +50,7 @@ class SingleAgentEnv(TasksetEnv):
 
     async def run(self, task: Task, agents: Agents) -> None:
         async with self.taskset.open_resources(task) as resources:
+            if isinstance(self.taskset, Plays):
+                await self.taskset.play(agents.agent, task, resources)
+                return
             await agents.agent.run(task, tools=resources.tools, state=resources.state)

@@ -41,7 +41,21 @@ import trio
 
 from taketurns import ConfigError
 
-__all__ = ["GAMES", "Deal", "Game", "Outcome", "Step", "deal", "load", "render"]
+__all__ = [
+    "GAMES",
+    "SELFPLAY_GAMES",
+    "Deal",
+    "Game",
+    "Match",
+    "Outcome",
+    "Position",
+    "Step",
+    "Verdict",
+    "deal",
+    "load",
+    "render",
+    "render_for",
+]
 
 GAMES = ("Wordle-v0", "Wordle-v0-long", "Hangman-v0", "WordLadder-v0", "WordSearch-v0")
 
@@ -213,3 +227,136 @@ class Game:
     async def step(self, action: str) -> Step:
         """Play ``action``; the engine's feedback, and its outcome when the game ends."""
         return await _off_loop(_step, self._env, action)
+
+
+# --- two-player games (the ``textarena-selfplay`` env) --------------------------------
+#
+# A two-player game also draws from the global RNG while it is played (KuhnPoker-v0
+# deals every round in ``step``), so a ``Match`` keeps its own RNG state: each call
+# sets it, runs, and keeps what the game left, restoring the process's state after.
+# Each match plays a new engine from ``ta.make`` (they cost milliseconds), except the
+# games in ``_COPIED``, slow to make, whose copies of the template share only read-only
+# word lists (KuhnPoker-v0, say, shuffles a deck list it keeps on the env object: a
+# shallow copy would carry one episode's deck into the next).
+
+SELFPLAY_GAMES = (
+    "TicTacToe-v0",
+    "WordChains-v0",
+    "SimpleNegotiation-v0",
+    "KuhnPoker-v0",
+    "ConnectFour-v0",
+)
+_COPIED = frozenset({"WordChains-v0"})  # ta.make costs ~3 s (its word lists)
+
+
+def render_for(seat: int, messages: Iterable[tuple[int, str, Any]]) -> str:
+    """A seat's observation as its text: the game's messages in order, the other
+    seat's moves as ``[Player N] move``, without the echo of the seat's own moves."""
+    texts = []
+    for sender, text, kind in messages:
+        if kind.name == "PLAYER_ACTION":
+            if sender == seat:
+                continue
+            text = f"[Player {sender}] {text.strip()}"
+        if text.strip():
+            texts.append(text.strip())
+    return "\n\n".join(texts)
+
+
+@attrs.frozen
+class Verdict:
+    """The engine's final result: each seat's reward, the reason, and which seat (if
+    any) lost by invalid moves."""
+
+    rewards: tuple[float, float]
+    reason: str | None
+    invalid_move: tuple[bool, bool]
+
+
+@attrs.frozen
+class Position:
+    """Whose move it is and what that seat is told (everything new since it last
+    moved), or the verdict once the game is over."""
+
+    seat: int = -1
+    observation: str = ""
+    verdict: Verdict | None = None
+
+
+def _verdict(env: Any) -> Verdict:
+    rewards, info = env.close()
+    rewards = rewards or {}
+    reasons = [info.get(seat, {}).get("reason") for seat in (0, 1)]
+    return Verdict(
+        (float(rewards.get(0, 0.0)), float(rewards.get(1, 0.0))),
+        next((r for r in reasons if r), None),
+        tuple(bool(info.get(seat, {}).get("invalid_move")) for seat in (0, 1)),  # type: ignore[arg-type]
+    )
+
+
+def _position(env: Any) -> Position:
+    seat, messages = env.get_observation()
+    return Position(int(seat), render_for(int(seat), messages))
+
+
+def _new_match(game_id: str, seed: int) -> Any:
+    ta = load()
+    env = copy.copy(_template(ta, game_id)) if game_id in _COPIED else ta.make(f"{game_id}-raw")
+    for wrapper in _action_wrappers(ta, game_id):
+        env = wrapper(env)
+    env.reset(num_players=2, seed=seed)
+    return env
+
+
+def _move(env: Any, action: str) -> Position:
+    done, _ = env.step(action)
+    return Position(verdict=_verdict(env)) if done else _position(env)
+
+
+def _forfeit(env: Any, seat: int, reason: str) -> Position:
+    env.state.set_winner(1 - seat, reason=reason)
+    return Position(verdict=_verdict(env))
+
+
+class Match:
+    """One episode's two-player engine, dealt for ``(game_id, seed)`` on a fresh copy
+    of the game. Every call runs off the event loop under the process-wide lock, with
+    the match's own RNG state (so a seed plays the same game whatever else runs)."""
+
+    def __init__(self, rng: Any) -> None:
+        self._env: Any = None
+        self._rng = rng
+
+    def _call(self, fn: Callable[..., T], /, *args: Any) -> T:
+        with _LOCK:
+            saved = random.getstate()
+            if self._rng is not None:
+                random.setstate(self._rng)
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    return fn(*args)
+            finally:
+                self._rng = random.getstate()
+                random.setstate(saved)
+
+    @classmethod
+    async def open(cls, game_id: str, seed: int) -> tuple[Match, Position]:
+        """A new match and its first position (the seat to move and what it sees)."""
+        match = cls(None)
+
+        def start() -> Position:
+            match._env = _new_match(game_id, seed)  # reset seeds the global RNG
+            return _position(match._env)
+
+        return match, await trio.to_thread.run_sync(match._call, start)
+
+    async def move(self, action: str) -> Position:
+        """The seat to move plays ``action`` (the engine rules on it: an invalid move
+        is re-asked or loses, as the game's rules say); the next position."""
+        return await trio.to_thread.run_sync(self._call, _move, self._env, action)
+
+    async def forfeit(self, seat: int, reason: str) -> Verdict:
+        """End the game as a loss for ``seat`` (its run stopped instead of moving)."""
+        position = await trio.to_thread.run_sync(self._call, _forfeit, self._env, seat, reason)
+        assert position.verdict is not None
+        return position.verdict

@@ -1,7 +1,9 @@
 """``taketurns envs``: what is registered, with every option and its default.
 
 Options are listed as the dotted paths the command line takes (``env.player0.model``),
-so the listing doubles as a reference for ``--env.<field>=VALUE``.
+so the listing doubles as a reference for ``--env.<field>=VALUE``. A field whose
+attrs metadata has ``choices`` (text, or a function returning it: called only here, so
+a heavy optional import stays out of every other command) gets a row listing them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from taketurns._config.options import AgentConfig
 from taketurns._config.registry import Registry, envs, harnesses, tasksets
 from taketurns._errors import ConfigError
 
-__all__ = ["options_of", "print_catalog"]
+__all__ = ["choices_of", "options_of", "print_catalog"]
 
 
 def _type_name(tp: Any) -> str:
@@ -92,6 +94,16 @@ def _env_harness(owner: Any, role: str) -> str:
         return "the taskset's"
 
 
+def choices_of(cls: type, prefix: str) -> dict[str, str]:
+    """Dotted path -> the accepted values of each field of ``cls`` that lists them."""
+    found = {}
+    for field in attrs.fields(cls):
+        choices = field.metadata.get("choices")
+        if choices is not None:
+            found[f"{prefix}.{field.name}"] = str(choices() if callable(choices) else choices)
+    return found
+
+
 def _summary(cls: Any) -> str:
     """The first paragraph of the class's own docstring, else of its module's, on one
     line, without markup (``code`` quotes, a leading ``id``: title)."""
@@ -134,8 +146,11 @@ def print_catalog(console: Console) -> None:
     for title, registry, prefix in (("envs", envs, "env"), ("tasksets", tasksets, "env.taskset")):
         table = _table(title)
         for cls in _entries(table, registry):
+            choices = choices_of(cls.config_class, prefix)
             for path, kind, default in options_of(cls.config_class, prefix, owner=cls):
                 table.add_row("", path, kind, default)
+                if path in choices:
+                    table.add_row("", escape(f"  one of: {choices[path]}"), "", "")
         console.print(table)
     table = _table("harnesses")
     for cls in _entries(table, harnesses):

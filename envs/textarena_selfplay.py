@@ -1,0 +1,160 @@
+"""``textarena-selfplay``: TextArena's two-player games as self-play (``textarena`` extra).
+
+Refereed by the real TextArena engine.
+
+Two seats, ``player0`` and ``player1`` (TextArena's Player 0 and Player 1), are live
+chat sessions of the run's model unless overridden per seat. Task *i* is the game dealt
+with seed ``seed + i`` on a fresh engine. The engine says whose move it is; that seat
+is told only its own observation (everything new for it since it last moved: the
+rules on its first turn, the other seat's moves as ``[Player N] move``, the board) and
+its reply is stepped as its move. Invalid moves are the engine's business: it re-asks
+or ends the game as the game's rules say. The engine's final rewards are the seats'
+``game_reward`` (zero-sum where the game is).
+
+A seat whose run stops instead of moving (a limit, a timeout, a ``@stop``) forfeits:
+the engine ends the game as a win for the other seat. A seat whose run *fails* (the
+model endpoint or the harness failing) fails the episode instead (``SeatFailed``):
+an infrastructure failure is never scored as a forfeit. Each trace's info holds
+``game``, ``seed``, ``seat``, ``moves``, ``finished``, ``reason``, ``invalid_move``,
+``forfeited`` and ``game_reward``. How the engine is driven (threads, one lock, the
+RNG, nltk) is in ``taketurns.envs.textarena_games``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from taketurns import (
+    AgentConfig,
+    Agents,
+    ChatSession,
+    Env,
+    EnvConfig,
+    OptionError,
+    TaketurnsError,
+    Task,
+    Trace,
+    int_between,
+    metric,
+    reward,
+)
+from taketurns.envs import textarena_games as games
+
+__all__ = ["GAMES", "SeatFailed", "TextArenaSelfPlay", "TextArenaSelfPlayConfig"]
+
+GAMES = games.SELFPLAY_GAMES
+# stop conditions that mean the infrastructure failed, not the model's play
+FAILURES = ("model_error", "harness_error")
+
+
+class SeatFailed(TaketurnsError):
+    """A seat's run failed (its model endpoint or harness): the episode fails."""
+
+    def __init__(self, seat: str, condition: str | None) -> None:
+        self.seat, self.condition = seat, condition
+        super().__init__(
+            f"{seat}'s run failed ({condition}) before it moved; the episode fails "
+            "instead of scoring a forfeit (see the trace's errors)"
+        )
+
+
+def _a_game(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in GAMES:
+        raise OptionError(attribute.name, value, f"a two-player game: one of {', '.join(GAMES)}")
+
+
+@attrs.define
+class TextArenaSelfPlayConfig(EnvConfig):
+    """``player0``, ``player1``: the seats; ``game``: one of ``GAMES``; ``seed``:
+    task i plays seed ``seed + i``."""
+
+    player0: AgentConfig = attrs.field(factory=AgentConfig)
+    player1: AgentConfig = attrs.field(factory=AgentConfig)
+    game: str = attrs.field(
+        default="TicTacToe-v0", validator=_a_game, metadata={"choices": ", ".join(GAMES)}
+    )
+    seed: int = attrs.field(default=0, validator=int_between(0, 2**31))
+
+
+class TextArenaSelfPlay(Env):
+    id = "textarena-selfplay"
+    config_class = TextArenaSelfPlayConfig
+    config: TextArenaSelfPlayConfig
+
+    def __init__(self, config: TextArenaSelfPlayConfig | None = None) -> None:
+        super().__init__(config)
+        games.load()  # without the extra: ConfigError, before any episode
+
+    def tasks(self, num_tasks: int) -> list[Task]:
+        game = self.config.game
+        return [
+            Task(
+                idx=i,
+                name=f"{game}-{self.config.seed + i}",
+                info={"game": game, "seed": self.config.seed + i},
+            )
+            for i in range(num_tasks)
+        ]
+
+    async def run(self, task: Task, agents: Agents) -> None:
+        seed = int(task.info.get("seed", self.config.seed + task.idx))
+        async with agents.player0.chat(task) as s0, agents.player1.chat(task) as s1:
+            seats = (s0, s1)
+            for seat, session in enumerate(seats):
+                session.trace.info.update(
+                    game=self.config.game, seed=seed, seat=seat, moves=0, finished=False
+                )
+                session.trace.info.update(
+                    reason=None, invalid_move=False, forfeited=False, game_reward=0.0
+                )
+            match, position = await games.Match.open(self.config.game, seed)
+            verdict = await self._play(match, position, seats)
+            for seat, session in enumerate(seats):
+                session.trace.info.update(
+                    finished=True,
+                    reason=verdict.reason,
+                    invalid_move=verdict.invalid_move[seat],
+                    game_reward=verdict.rewards[seat],
+                )
+
+    async def _play(
+        self, match: games.Match, position: games.Position, seats: tuple[ChatSession, ...]
+    ) -> games.Verdict:
+        """Step the seat to move until the engine's verdict (or a forfeit)."""
+        while position.verdict is None:
+            session = seats[position.seat]
+            reply = await session.turn(position.observation)
+            if reply.stopped:
+                name = f"player{position.seat}"
+                if reply.stop_condition in FAILURES:
+                    raise SeatFailed(name, reply.stop_condition)
+                session.trace.info["forfeited"] = True
+                why = f"Player {position.seat} stopped instead of moving ({reply.stop_condition})."
+                return await match.forfeit(position.seat, why)
+            session.trace.info["moves"] += 1
+            position = await match.move(reply.text)
+        return position.verdict
+
+    @reward
+    def game_reward(self, task: Task, trace: Trace) -> float:
+        """The engine's final reward for the seat; 0.0 if the game did not finish."""
+        if not trace.info.get("finished"):
+            return 0.0
+        return float(trace.info.get("game_reward", 0.0))
+
+    @metric
+    def finished(self, task: Task, trace: Trace) -> float:
+        """1.0 when the game reached the engine's verdict (a forfeit included)."""
+        return 1.0 if trace.info.get("finished") else 0.0
+
+    @metric
+    def moves(self, task: Task, trace: Trace) -> float:
+        """How many of the seat's replies the engine stepped."""
+        return float(trace.info.get("moves", 0))
+
+    @metric
+    def forfeit(self, task: Task, trace: Trace) -> float:
+        """1.0 when the seat's run stopped instead of moving."""
+        return 1.0 if trace.info.get("forfeited") else 0.0
