@@ -182,10 +182,25 @@ class ChatSession:
         return self.task.prompt is not None and not self.mask_prompt
 
     async def turn(self, message: UserInput | None = None) -> Reply:
-        """Send one user turn and run one harness segment; see the class docstring."""
-        await self._refuse_reentry("turn")
-        waited = await self._acquire()
+        """Send one user turn and run one harness segment; see the class docstring.
+
+        The lock, free, is taken at once with a cancellation point only: the turn's
+        schedule point is its model call (``ModelClient.complete`` is a checkpoint),
+        and a turn that made none yields explicitly, so an uncontended turn yields
+        once, not twice (benchmarks/bench_exchange.py); a turn that waited for the
+        lock has yielded there."""
+        if self in _RUNNING.get():
+            await self._refuse("turn")
+        lock = self._lock
         try:
+            lock.acquire_nowait()
+            waited = False
+        except trio.WouldBlock:
+            await lock.acquire()  # FIFO behind the waiters; a checkpoint
+            waited = True
+        try:
+            if not waited:
+                await trio.lowlevel.checkpoint_if_cancelled()
             turns = len(self._trace.turns)
             try:
                 if self._state is SessionState.CLOSED or self._closing:
@@ -195,42 +210,21 @@ class ChatSession:
                 return await self._run_segment(self._accept(message))
             finally:
                 if not waited and len(self._trace.turns) == turns:
-                    # no model call (``ModelClient.complete`` is a checkpoint): this
-                    # turn has not yielded yet; every path of a turn does once
                     await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
-            self._lock.release()
+            lock.release()
 
-    async def _acquire(self) -> bool:
-        """Take the session lock (FIFO behind any waiter); True when it had to wait,
-        which was a full checkpoint. Free, it is taken at once with a cancellation
-        point only: the caller owes the schedule point (a turn's is its model call;
-        see ``turn``), so uncontended turns yield once, not twice (one scheduler round
-        trip saved per turn: benchmarks/bench_exchange.py)."""
-        try:
-            self._lock.acquire_nowait()
-        except trio.WouldBlock:
-            await self._lock.acquire()
-            return True
-        try:
-            await trio.lowlevel.checkpoint_if_cancelled()
-        except BaseException:
-            self._lock.release()
-            raise
-        return False
-
-    async def _refuse_reentry(self, call: str) -> None:
-        """Raise ``SessionError`` when this session's own segment is running in the
-        caller's context (its lock is held by the caller's own segment: waiting would
-        never end). A checkpoint before raising."""
-        if self in _RUNNING.get():
-            await trio.lowlevel.checkpoint()
-            raise SessionError(
-                f"{call}() called from inside this session's own running segment (a tool "
-                "or harness calling back into its session); the segment holds the "
-                f"session, so {call}() would wait for itself. Return to the caller of "
-                "turn() first, or use another session."
-            )
+    async def _refuse(self, call: str) -> None:
+        """``call`` came from inside this session's own running segment (its lock is
+        held by the caller's own segment: waiting would never end): raise
+        ``SessionError``, after a checkpoint."""
+        await trio.lowlevel.checkpoint()
+        raise SessionError(
+            f"{call}() called from inside this session's own running segment (a tool "
+            "or harness calling back into its session); the segment holds the "
+            f"session, so {call}() would wait for itself. Return to the caller of "
+            "turn() first, or use another session."
+        )
 
     def _accept(self, message: UserInput | None) -> list[Message]:
         if self._state is SessionState.FRESH:
@@ -337,7 +331,8 @@ class ChatSession:
         unfinished then score 0.0, with an error); the trace joins its owner on every
         path. A later ``close()`` waits for the first one, then returns. A checkpoint:
         a cancellation pending when close is done is raised then (nothing is lost)."""
-        await self._refuse_reentry("close")
+        if self in _RUNNING.get():
+            await self._refuse("close")
         if self._closing:
             await self._wait_closed()
             return self._trace
@@ -348,7 +343,10 @@ class ChatSession:
         start: float | None = None
         try:
             with trio.CancelScope(shield=True) as scope:
-                await self._acquire()  # behind any turn() already waiting
+                try:
+                    self._lock.acquire_nowait()
+                except trio.WouldBlock:
+                    await self._lock.acquire()  # behind any turn() already waiting
                 try:
                     self._mark_closed(reason)
                     start = trio.current_time()
