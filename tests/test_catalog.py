@@ -21,7 +21,7 @@ def listing() -> str:
 
 
 def _row(listing: str, needle: str) -> str:
-    (line,) = [ln for ln in listing.splitlines() if needle in ln]
+    line = next(ln for ln in listing.splitlines() if needle in ln)  # the first env's
     return " ".join(line.replace("│", " ").split())
 
 

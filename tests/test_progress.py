@@ -44,15 +44,16 @@ def test_rewards_are_per_trainable_agent_and_failures_are_counted() -> None:
     bar.add(_digest(True, ("player0", 1.0, True), ("player1", -1.0, True)))
     bar.add(_digest(False, ("player0", -2.0, True), ("player1", 2.0, True)))
     bar.add(_digest(True, ("player0", 1.0, True), ("player1", -1.0, True)))
-    # zero-sum self-play: each seat's own mean, not the mean over both (always 0)
-    assert bar.rewards() == ["player0 +0.000", "player1 +0.000"]
-    bar.add(_digest(True, ("player0", 2.0, True), ("player1", -2.0, True)))
-    assert bar.rewards() == ["player0 +0.500", "player1 -0.500"]
+    # zero-sum self-play: each seat's own mean, not the mean over both (always 0);
+    # the failed episode's rewards are not the model's: left out
+    assert bar.rewards() == ["player0 +1.000", "player1 -1.000"]
+    bar.add(_digest(True, ("player0", 2.5, True), ("player1", -2.5, True)))
+    assert bar.rewards() == ["player0 +1.500", "player1 -1.500"]
     assert bar.failed == 1
     line = _Line(bar).render(120).plain
     assert "4/200" in line
     assert "1 failed" in line
-    assert "reward player0 +0.500 player1 -0.500" in line
+    assert "reward player0 +1.500 player1 -1.500" in line
 
 
 def test_an_untrained_user_is_not_shown_and_with_no_trainable_agent_the_first_is() -> None:

@@ -36,6 +36,8 @@ NOT_RUN = {
     "minute; tests/test_textarena.py plays Wordle through the same env",
     "taketurns eval textarena --env.game=WordLadder-v0": "20 WordLadder games, as slow; "
     "tests/test_textarena.py plays WordLadder",
+    "taketurns eval openenv --env.url=": "a server of the reader's own and a model endpoint; "
+    "tests/test_openenv.py plays a server by URL",
 }
 
 

@@ -15,9 +15,9 @@ from taketurns._cli.main import main
 from taketurns._train.export import ROW_COLUMNS, export_samples, run_groups, sample_rows
 
 
-def _eval(out: Path, *args: str) -> None:
-    code = main(["eval", *args, "-o", str(out), "--no-progress", "--sampling.logprobs=true"])
-    assert code == 0
+def _eval(out: Path, *args: str, code: int = 0) -> None:
+    argv = ["eval", *args, "-o", str(out), "--no-progress", "--sampling.logprobs=true"]
+    assert main(argv) == code  # 1: some episodes failed (everything is written)
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def test_failed_episodes_and_untrainable_agents_are_left_out(
 ) -> None:
     pairenv.PairEnv.reset({1: "env_raises"})
     run = tmp_path / "run"
-    _eval(run, "faults-pair", "-n", "3", "-r", "2", "--env.b.trainable=false")
+    _eval(run, "faults-pair", "-n", "3", "-r", "2", "--env.b.trainable=false", code=1)
     done = export_samples(run)
     assert (done.groups, done.episodes, done.failed) == (3, 6, 2)
     rows = [json.loads(line) for line in done.path.read_text().splitlines()]

@@ -97,11 +97,13 @@ _positive = at_least(0, exclusive=True)
 _non_negative = at_least(0)
 
 
-def _causes(inst: object, attribute: attrs.Attribute[Any], value: list[str]) -> None:
-    """An attrs validator: failure causes (``_exchange.outcome.CAUSES``) that a retry
-    may cure (not ``cancelled``)."""
-    from taketurns._exchange.outcome import CAUSES
+# What can make an episode fail (the rule that assigns them: ``_exchange.outcome``)
+CAUSES = ("env", "model", "harness", "scoring", "cancelled")
 
+
+def _causes(inst: object, attribute: attrs.Attribute[Any], value: list[str]) -> None:
+    """An attrs validator: failure causes (``CAUSES``) that a retry may cure (not
+    ``cancelled``)."""
     allowed = [c for c in CAUSES if c != "cancelled"]
     for cause in value:
         if cause not in allowed:

@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from taketurns._config.options import CAUSES
+
 __all__ = [
     "CAUSES",
     "RETRYABLE_CAUSES",
@@ -39,7 +41,6 @@ __all__ = [
     "trace_cause",
 ]
 
-CAUSES = ("env", "model", "harness", "scoring", "cancelled")
 # causes an episode retry may cure by default (a flaky endpoint, a crashed program)
 RETRYABLE_CAUSES = ("model", "harness")
 
