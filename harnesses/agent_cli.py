@@ -223,21 +223,26 @@ class AgentCLIHarness(ServedHarness):
             err_path.read_text("utf-8", "replace").replace(secret, "***"),
         )
 
-    def settle(self, rollout: Rollout, turns_before: int, finished: Finished) -> None:
+    def exit_failure(self, finished: Finished) -> str | None:
+        """What a non-zero exit says, quoting the agent's output; None for status 0."""
+        if finished.returncode == 0:
+            return None
+        return (
+            f"{self.binary} exited with status {finished.returncode}; stderr tail: "
+            f"{finished.stderr[-self.tail_chars :]!r}; stdout tail: "
+            f"{finished.stdout[-self.tail_chars :]!r}"
+        )
+
+    def settle(self, rollout: Rollout, turns_before: int, failure: str | None) -> None:
         """Emit the segment's messages; then raise what the outcome means (module
-        docstring)."""
+        docstring): ``failure`` is None when the agent finished cleanly."""
         for message in segment_messages(rollout.trace, turns_before):
             rollout.emit(message)
         trace = rollout.trace
         if trace.stop_condition is not None:
             raise RolloutStopped(trace.stop_condition)
-        if finished.returncode == 0:
+        if failure is None:
             return
-        failure = (
-            f"{self.binary} exited with status {finished.returncode}; stderr tail: "
-            f"{finished.stderr[-self.tail_chars :]!r}; stdout tail: "
-            f"{finished.stdout[-self.tail_chars :]!r}"
-        )
         turns = trace.turns
         if len(turns) > turns_before and turns[-1].error is not None:
             trace.errors.append(ErrorInfo("harness", failure, "HarnessError"))

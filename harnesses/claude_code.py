@@ -31,14 +31,31 @@ import os
 import uuid
 from collections.abc import Mapping, Sequence
 
-from taketurns import HarnessError, Message, Prompt, Rollout
+from taketurns import Endpoint, HarnessError, Message, Prompt, Rollout
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
+    AgentDirs,
     check_strings,
     prompt_text,
     refuse,
     split_system,
 )
+
+
+def claude_env(endpoint: Endpoint, dirs: AgentDirs) -> dict[str, str]:
+    """The variables pointing Claude Code (or claude-agent-acp) at ``endpoint`` over
+    the Messages API: its own config dir, retries and non-essential traffic off."""
+    env = {
+        "ANTHROPIC_BASE_URL": endpoint.base_url.removesuffix("/v1"),
+        "ANTHROPIC_API_KEY": endpoint.secret,
+        "CLAUDE_CONFIG_DIR": str(dirs.home / ".claude"),
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    if os.geteuid() == 0:
+        env["IS_SANDBOX"] = "1"  # else Claude Code refuses its tools to root
+    return env
 
 
 class ClaudeCodeHarness(AgentCLIHarness):
@@ -79,23 +96,12 @@ class ClaudeCodeHarness(AgentCLIHarness):
 
     def _env(self, rollout: Rollout) -> dict[str, str]:
         dirs = self.dirs(rollout)
-        endpoint = self.endpoint(rollout)
-        extra = {
-            "ANTHROPIC_BASE_URL": endpoint.base_url.removesuffix("/v1"),
-            "ANTHROPIC_API_KEY": endpoint.secret,
-            "CLAUDE_CONFIG_DIR": str(dirs.home / ".claude"),
-            "CLAUDE_CODE_MAX_RETRIES": "0",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_AUTOUPDATER": "1",
-        }
-        if os.geteuid() == 0:
-            extra["IS_SANDBOX"] = "1"
-        return self.environment(dirs, extra)
+        return self.environment(dirs, claude_env(self.endpoint(rollout), dirs))
 
     async def _segment(self, rollout: Rollout, argv: list[str]) -> None:
         turns_before = len(rollout.trace.turns)
         finished = await self.run_agent(rollout, argv, self._env(rollout))
-        self.settle(rollout, turns_before, finished)
+        self.settle(rollout, turns_before, self.exit_failure(finished))
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
         self.check_tools(rollout)

@@ -65,6 +65,33 @@ def thread_id(stdout: str) -> str | None:
     return None
 
 
+def default_sandbox() -> str:
+    """Codex's workspace sandbox where bubblewrap exists, else full access."""
+    return "workspace-write" if shutil.which("bwrap") else "danger-full-access"
+
+
+def codex_config(base_url: str, sandbox: str, instructions: str | None) -> list[str]:
+    """The ``-c`` overrides pointing Codex (or codex-acp) at ``base_url`` over the
+    Responses API with the key in ``KEY_VAR``: retries and web search off."""
+    provider = (
+        f'{{name="taketurns",base_url={_toml(base_url)},env_key="{KEY_VAR}",'
+        'wire_api="responses",request_max_retries=0,stream_max_retries=0}'
+    )
+    argv = [
+        "-c",
+        "model_provider=taketurns",
+        "-c",
+        f"model_providers.taketurns={provider}",
+        "-c",
+        'web_search="disabled"',
+        "-c",
+        f"sandbox_mode={_toml(sandbox)}",
+    ]
+    if instructions:
+        argv += ["-c", f"developer_instructions={_toml(instructions)}"]
+    return argv
+
+
 class CodexHarness(AgentCLIHarness):
     """``codex exec`` per segment, ``codex exec resume <thread_id>`` to continue."""
 
@@ -83,34 +110,22 @@ class CodexHarness(AgentCLIHarness):
     ) -> None:
         super().__init__(binary=binary, env=env, args=args, tail_chars=tail_chars)
         if sandbox is None:
-            sandbox = "workspace-write" if shutil.which("bwrap") else "danger-full-access"
+            sandbox = default_sandbox()
         if sandbox not in SANDBOXES:
             raise refuse("sandbox", sandbox, f"one of {', '.join(SANDBOXES)}")
         self.sandbox = sandbox
 
     def _config(self, rollout: Rollout, instructions: str | None) -> list[str]:
         endpoint = self.endpoint(rollout)
-        provider = (
-            f'{{name="taketurns",base_url={_toml(endpoint.base_url)},env_key="{KEY_VAR}",'
-            'wire_api="responses",request_max_retries=0,stream_max_retries=0}'
-        )
-        argv = [
+        config = codex_config(endpoint.base_url, self.sandbox, instructions)
+        return [
             "--json",
             "--skip-git-repo-check",
             "-m",
             rollout.boundary.model,
-            "-c",
-            "model_provider=taketurns",
-            "-c",
-            f"model_providers.taketurns={provider}",
-            "-c",
-            'web_search="disabled"',
-            "-c",
-            f"sandbox_mode={_toml(self.sandbox)}",
+            *config,
+            *self.args,
         ]
-        if instructions:
-            argv += ["-c", f"developer_instructions={_toml(instructions)}"]
-        return [*argv, *self.args]
 
     def _env(self, rollout: Rollout, dirs: AgentDirs) -> dict[str, str]:
         secret = self.endpoint(rollout).secret
@@ -124,7 +139,7 @@ class CodexHarness(AgentCLIHarness):
             found = thread_id(finished.stdout)
             if found is not None:
                 rollout.state["thread"] = found
-        self.settle(rollout, turns_before, finished)
+        self.settle(rollout, turns_before, self.exit_failure(finished))
         return finished
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
