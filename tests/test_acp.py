@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import trio
+from agentprocs import dead_after_kill, leftovers
 from scripted import ScriptedModel, tool_call
-from test_agent_clis import dead_after_kill, leftovers
 
 from taketurns import (
     Agent,

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import trio
+from agentprocs import dead_after_kill, leftovers
 from scripted import ScriptedModel, Sleep, tool_call
 
 from taketurns import (
@@ -71,10 +72,6 @@ def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def leftovers(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir() if p.name.startswith("taketurns-"))
-
-
 @pytest.fixture
 async def server() -> AsyncIterator[InterceptionServer]:
     async with open_interception_server(graceful_timeout=0.1) as running:
@@ -108,29 +105,6 @@ class Shim:
     def runs(self) -> list[dict[str, Any]]:
         records = [json.loads(p.read_text()) for p in self.log.iterdir()]
         return sorted(records, key=lambda r: os.stat(self.log / f"{r['pid']}.json").st_mtime_ns)
-
-
-def live_members(pgid: int) -> list[int]:
-    """The pids of live (not zombie) processes in process group ``pgid``. A killed
-    agent's orphaned children stay zombies where PID 1 reaps nobody (a container)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # exited meanwhile
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
-
-
-async def dead_after_kill(pgid: int) -> list[int]:
-    """``live_members(pgid)`` once every member died (SIGKILL is delivered at once, but
-    a loaded machine may take a moment to finish the members off); waits up to 10 s."""
-    with trio.move_on_after(10):
-        while live_members(pgid):  # noqa: ASYNC110 - a dying process sends no event
-            await trio.sleep(0.05)
-    return live_members(pgid)
 
 
 def agent(
