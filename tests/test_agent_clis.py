@@ -30,6 +30,7 @@ from taketurns import (
     ConfigError,
     InterceptionServer,
     Limits,
+    ModelEndpointError,
     ModelRequest,
     ModelResponse,
     Task,
@@ -42,7 +43,7 @@ from taketurns import (
 from taketurns._cli.main import main
 from taketurns._exchange.agent import make_harness
 
-AGENTS = {"codex": "codex", "claude-code": "claude"}
+AGENTS = {"codex": "codex", "claude-code": "claude", "opencode": "opencode"}
 LIMIT = 60  # seconds: each segment starts a native agent binary
 SHIM = """#!{python}
 import json, os, sys
@@ -58,7 +59,7 @@ def real(program: str) -> str:
     path = shutil.which(program)
     assert path is not None, (
         f"{program!r} is not installed: run `npm install -g @openai/codex@0.171.0 "
-        "@anthropic-ai/claude-code@2.1.332` (as .ci/run does)"
+        "@anthropic-ai/claude-code@2.1.332 opencode-ai@1.18.33` (as .ci/run does)"
     )
     return path
 
@@ -296,7 +297,11 @@ async def test_the_agent_gets_a_scrubbed_environment_and_the_system_prompt(
 
 @pytest.mark.parametrize(
     ("harness", "package"),
-    [("codex", "@openai/codex"), ("claude-code", "@anthropic-ai/claude-code")],
+    [
+        ("codex", "@openai/codex"),
+        ("claude-code", "@anthropic-ai/claude-code"),
+        ("opencode", "opencode-ai"),
+    ],
 )
 def test_a_missing_agent_binary_is_one_config_error_naming_the_install(
     harness: str, package: str
@@ -306,3 +311,41 @@ def test_a_missing_agent_binary_is_one_config_error_naming_the_install(
     message = str(caught.value)
     assert "no-such-agent-binary" in message
     assert f"npm install -g {package}@" in message
+
+
+# -- opencode (slow to start here: ~10-20 s a run) --------------------------------------
+
+
+async def test_opencode_resumes_its_session_natively(
+    server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    shim = Shim(tmp_path, "opencode")
+    task = Task(0, prompt="pick  [x] or [y]", system_prompt="You play cards. SYSMARK-5.")
+    seat = agent("opencode", server, shim)
+    with trio.fail_after(3 * LIMIT):
+        async with seat.chat(task) as session:
+            first = await session.turn()
+            second = await session.turn("-now [p] or [q]")
+    trace = session.trace
+    assert trace.errors == []
+    assert first.text == "pick  [x] or [y]"  # builtin/echo: the prompt arrived as it is
+    assert second.text == "-now [p] or [q]"
+    assert len(trace.turns) == 2  # no title-generation call
+    assert trace.turns[0].response in trace.turns[1].request  # its own session, resumed
+    assert any("SYSMARK-5" in text_of(m.content) for m in trace.turns[0].request)
+    first_run, second_run = shim.runs()
+    assert "--session" not in first_run["argv"]
+    assert "--session" in second_run["argv"]
+    assert leftovers(scratch_root) == []
+
+
+async def test_opencode_never_resends_a_failed_call(
+    server: InterceptionServer, tmp_path: Path
+) -> None:
+    shim = Shim(tmp_path, "opencode")
+    model = ScriptedModel(ModelEndpointError("upstream 503 down", status=503, retryable=True))
+    with trio.fail_after(2 * LIMIT):
+        async with agent("opencode", server, shim, model).chat(Task(0, prompt="hi")) as session:
+            reply = await session.turn()
+    assert reply.stop_condition == "model_error"
+    assert len(session.trace.turns) == 1  # opencode's own retries never reached the model

@@ -47,7 +47,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import hypercorn.trio
@@ -103,6 +103,7 @@ class _Registration:
     rollout: Rollout
     calls: dict[bytes, _Call] = attrs.field(factory=dict)
     scopes: set[trio.CancelScope] = attrs.field(factory=set)
+    final_failures: bool = False  # answer every upstream failure as not worth retrying
     closed: bool = False  # unregistered: requests already past the secret check are refused
 
 
@@ -149,8 +150,11 @@ class InterceptionServer:
 
     # -- rollouts -------------------------------------------------------------------
 
-    def register(self, rollout: Rollout) -> Endpoint:
-        """A fresh endpoint (URL + secret) for ``rollout``."""
+    def register(self, rollout: Rollout, *, final_failures: bool = False) -> Endpoint:
+        """A fresh endpoint (URL + secret) for ``rollout``. ``final_failures``: the
+        rollout's client re-sends failed requests unmarked and cannot be told not to
+        (opencode), so an upstream failure (already retried by the model client) is
+        answered 424 with no status in its message, which such clients do not retry."""
         if self._nursery is None:
             raise RuntimeError("the interception server is not running")
         rollout_id = uuid.uuid4().hex[:16]
@@ -158,7 +162,7 @@ class InterceptionServer:
         endpoint = Endpoint(
             rollout_id, f"{root}/rollouts/{rollout_id}/v1", secrets.token_urlsafe(24)
         )
-        registration = _Registration(endpoint, rollout)
+        registration = _Registration(endpoint, rollout, final_failures=final_failures)
         self._by_secret[endpoint.secret] = registration
         self._by_id[rollout_id] = registration
         return endpoint
@@ -216,8 +220,10 @@ class InterceptionServer:
                 except RolloutStopped as exc:
                     call.failure = _stopped(exc.stop_condition, dialect.stopped_status)
                 except ModelEndpointError as exc:
-                    status = 502 if exc.retryable else 424
+                    status = 502 if exc.retryable and not registration.final_failures else 424
                     message = f"the model endpoint failed: {exc}"
+                    if registration.final_failures:
+                        message = "the model endpoint failed (recorded on the trace); do not retry"
                     call.failure = Failure(status, "upstream_error", message)
             if scope.cancelled_caught:
                 call.failure = _SEGMENT_ENDED
@@ -392,7 +398,11 @@ class ServedHarness(Harness):
     eval, pass ``services={"interception": server}`` to the ``Agent``.
 
     ``endpoint(rollout)`` registers the rollout on first use; ``aclose`` (at session
-    close) unregisters it, so its secret stops working."""
+    close) unregisters it, so its secret stops working. A harness whose program
+    re-sends failed requests unmarked, with no way to turn that off, sets
+    ``final_failures`` (see ``InterceptionServer.register``)."""
+
+    final_failures: ClassVar[bool] = False
 
     def endpoint(self, rollout: Rollout) -> Endpoint:
         endpoint: Endpoint | None = rollout.state.get("endpoint")
@@ -404,7 +414,7 @@ class ServedHarness(Harness):
                     "`taketurns eval`, or open one with open_interception_server() and pass "
                     "Agent(..., services={'interception': server})"
                 )
-            endpoint = server.register(rollout)
+            endpoint = server.register(rollout, final_failures=self.final_failures)
             rollout.state["endpoint"] = endpoint
         return endpoint
 
