@@ -192,16 +192,22 @@ class AgentCLIHarness(ServedHarness):
     # -- one segment --------------------------------------------------------------------
 
     async def run_agent(
-        self, rollout: Rollout, argv: Sequence[str], env: Mapping[str, str]
+        self,
+        rollout: Rollout,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        program: str | None = None,
     ) -> Finished:
-        """Run one segment's process to its end; cancellation kills its group."""
+        """Run one segment's process (``program``, default the agent's binary, with
+        ``argv``) to its end; cancellation kills its group."""
         dirs = self.dirs(rollout)
         n = rollout.state.get("segments", 0)
         rollout.state["segments"] = n + 1
         out_path, err_path = dirs.tmp.parent / f"stdout-{n}", dirs.tmp.parent / f"stderr-{n}"
         with out_path.open("wb") as stdout, err_path.open("wb") as stderr:
             process = await trio.lowlevel.open_process(
-                [self.path, *argv],
+                [program or self.path, *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
