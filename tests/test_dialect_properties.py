@@ -23,19 +23,22 @@ arguments = st.dictionaries(st.sampled_from(["a", "city", "n"]), st.integers() |
 @st.composite
 def conversations(draw: st.DrawFn) -> list[Message]:
     """A system message, then user turns, each answered by text or by tool calls
-    whose results follow (as an agent's loop produces)."""
+    whose results follow (as an agent's loop produces), the final text sometimes left
+    out (a segment that stopped after its tool results)."""
     out: list[Message] = [SystemMessage(draw(text))]
     n = 0
     for _ in range(draw(st.integers(1, 4))):
         out.append(UserMessage(draw(text)))
-        for _ in range(draw(st.integers(0, 2))):
+        rounds = draw(st.integers(0, 2))
+        for _ in range(rounds):
             calls = []
             for _ in range(draw(st.integers(1, 2))):
                 n += 1
                 calls.append(ToolCall(f"call_{n}", draw(names), json.dumps(draw(arguments))))
             out.append(AssistantMessage(draw(st.none() | text), tuple(calls)))
             out += [ToolMessage(c.id, draw(text), c.name) for c in calls]
-        out.append(AssistantMessage(draw(text)))
+        if not rounds or draw(st.booleans()):  # else the next user turn follows the results
+            out.append(AssistantMessage(draw(text)))
     return out
 
 
