@@ -2,7 +2,8 @@
 against the same server, and the ``acp`` harness's per-turn cost beside ``codex``'s
 (issue 13, item 5). One run, one interception server on the built-in model.
 
-(1) ``codex`` and ``claude-code``: a chat of ``--segments`` resumed segments through
+(1) ``codex``, ``claude-code`` and ``opencode`` (``--slow-segments``: it starts in
+    10-20 s here): a chat of ``--segments`` resumed segments through
     the harness (``turn()`` wall time: argv and environment built, the process run in
     its own group, its messages read back from the boundary), then the harness's last
     recorded ``resume`` command (argv, environment, working directory: captured by a
@@ -14,8 +15,8 @@ against the same server, and the ``acp`` harness's per-turn cost beside ``codex`
     (no process start per turn) beside the ``codex`` harness's segments.
 
 Medians of wall time per segment. Run: ``python benchmarks/bench_agents.py`` (about a
-minute; needs the CLIs: ``npm install -g @openai/codex@0.171.0
-@anthropic-ai/claude-code@2.1.332 @zed-industries/codex-acp@0.16.0``).
+few minutes; needs the CLIs: ``npm install -g @openai/codex@0.171.0
+@anthropic-ai/claude-code@2.1.332 @zed-industries/codex-acp@0.16.0 opencode-ai@1.18.33``).
 """
 
 from __future__ import annotations
@@ -135,11 +136,12 @@ async def cli_rows(
     return rows, ms
 
 
-async def main(segments: int) -> str:
+async def main(segments: int, slow_segments: int) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="bench-agents-"))
     async with open_interception_server(graceful_timeout=0.1) as server:
         rows, codex_ms = await cli_rows(server, tmp, "codex", "codex", segments)
         rows += (await cli_rows(server, tmp, "claude-code", "claude", segments))[0]
+        rows += (await cli_rows(server, tmp, "opencode", "opencode", slow_segments))[0]
         async with AsyncExitStack() as stack:
             session = await open_chat(stack, server, "acp", {"agent": "codex"})
             acp_ms = median_ms([await segment(session, i) for i in range(segments)])
@@ -150,7 +152,8 @@ async def main(segments: int) -> str:
         ]
     shutil.rmtree(tmp, ignore_errors=True)
     stamp = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())
-    lines = [f"# python benchmarks/bench_agents.py --segments {segments}  ({stamp})"]
+    command = f"--segments {segments} --slow-segments {slow_segments}"
+    lines = [f"# python benchmarks/bench_agents.py {command}  ({stamp})"]
     lines.append(f"{'path':<58} {'wall ms':>10}")
     for name, value in rows:
         shown = f"{value:10.2f}" if "ratio" in name else f"{value:10.0f}"
@@ -163,9 +166,10 @@ async def main(segments: int) -> str:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--segments", type=int, default=5)
+    parser.add_argument("--slow-segments", type=int, default=3, help="for opencode")
     parser.add_argument("-o", "--output", type=Path, default=None)
     args = parser.parse_args()
     os.environ.setdefault("TMPDIR", tempfile.gettempdir())
-    text = trio.run(main, args.segments)
+    text = trio.run(main, args.segments, args.slow_segments)
     if args.output is not None:
         args.output.write_text(text)
