@@ -47,7 +47,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any
 
 import attrs
 import hypercorn.trio
@@ -55,8 +55,8 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from taketurns._errors import HarnessError, ModelEndpointError, RolloutStopped
-from taketurns._exchange.harness import Harness, Rollout
+from taketurns._errors import ModelEndpointError, RolloutStopped
+from taketurns._exchange.harness import Rollout
 from taketurns._exchange.tools import as_tools
 from taketurns._http.anthropic import count_tokens_json
 from taketurns._http.chat_completions import (
@@ -70,7 +70,7 @@ from taketurns._http.dialects import CHAT, DIALECT_PATHS, MESSAGES
 from taketurns._models.messages import ToolCall, ToolMessage
 from taketurns._models.model import ModelRequest, ModelResponse
 
-__all__ = ["Endpoint", "InterceptionServer", "ServedHarness", "open_interception_server"]
+__all__ = ["Endpoint", "InterceptionServer", "open_interception_server"]
 
 log = logging.getLogger(__name__)
 
@@ -390,42 +390,3 @@ async def open_interception_server(**options: Any) -> AsyncIterator[Interception
             yield server
         finally:
             nursery.cancel_scope.cancel()
-
-
-class ServedHarness(Harness):
-    """Base of harnesses whose agent program calls the model over HTTP. The eval
-    runner starts the interception server when any role's harness is one; outside an
-    eval, pass ``services={"interception": server}`` to the ``Agent``.
-
-    ``endpoint(rollout)`` registers the rollout on first use; ``aclose`` (at session
-    close) unregisters it, so its secret stops working. A harness whose program
-    re-sends failed requests unmarked, with no way to turn that off, sets
-    ``final_failures`` (see ``InterceptionServer.register``)."""
-
-    final_failures: ClassVar[bool] = False
-
-    def endpoint(self, rollout: Rollout) -> Endpoint:
-        endpoint: Endpoint | None = rollout.state.get("endpoint")
-        if endpoint is None:
-            server = rollout.services.get("interception")
-            if not isinstance(server, InterceptionServer):
-                raise HarnessError(
-                    f"harness {self.id!r} needs the interception server: run it under "
-                    "`taketurns eval`, or open one with open_interception_server() and pass "
-                    "Agent(..., services={'interception': server})"
-                )
-            endpoint = server.register(rollout, final_failures=self.final_failures)
-            rollout.state["endpoint"] = endpoint
-        return endpoint
-
-    def end_segment(self, rollout: Rollout) -> None:
-        """Cancel model calls the segment's program left in flight."""
-        endpoint = rollout.state.get("endpoint")
-        if endpoint is not None:
-            rollout.services["interception"].cancel_inflight(endpoint)
-
-    async def aclose(self, rollout: Rollout) -> None:
-        endpoint = rollout.state.pop("endpoint", None)
-        if endpoint is not None:
-            rollout.services["interception"].unregister(endpoint)
-        await trio.lowlevel.checkpoint()
