@@ -349,3 +349,21 @@ async def test_opencode_never_resends_a_failed_call(
             reply = await session.turn()
     assert reply.stop_condition == "model_error"
     assert len(session.trace.turns) == 1  # opencode's own retries never reached the model
+
+
+@pytest.mark.parametrize(
+    ("harness", "options", "words"),
+    [
+        ("codex", {"sandbox": "bogus"}, "sandbox must be one of read-only, workspace-write"),
+        ("claude-code", {"allowed_tools": "Bash"}, "allowed_tools must be a list of strings"),
+        ("opencode", {"auto": "yes"}, "auto must be true or false"),
+        ("codex", {"env": {"A": 1}}, "env must be a table of strings"),
+        ("acp", {"agent": "codex", "permissions": "maybe"}, "permissions must be allow or reject"),
+        ("mini-swe-agent", {"step_limit": 0}, "step_limit must be a positive integer"),
+    ],
+)
+def test_bad_harness_options_are_one_config_error(
+    harness: str, options: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(ConfigError, match=words):
+        make_harness(harness, options, field="env.player0")
