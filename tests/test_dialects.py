@@ -314,6 +314,12 @@ async def test_messages_json_tool_use_both_ways(server: InterceptionServer) -> N
                         "role": "user",
                         "content": [
                             {"type": "tool_result", "tool_use_id": use.id, "content": "sun"},
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": "toolu_x",
+                                "is_error": True,
+                                "content": [{"type": "tool_reference", "tool_name": "Grep"}],
+                            },
                             {"type": "text", "text": "thanks"},
                         ],
                     },
@@ -343,6 +349,7 @@ async def test_messages_json_tool_use_both_ways(server: InterceptionServer) -> N
     assert turns[1].request[2:] == (
         AssistantMessage("Checking.", (ToolCall("toolu_1", "weather", '{"city": "Oslo"}'),)),
         ToolMessage("toolu_1", "sun", "weather"),
+        ToolMessage("toolu_x", 'Error: {"type": "tool_reference", "tool_name": "Grep"}'),
         UserMessage("thanks"),
     )
 

@@ -4,7 +4,9 @@ In: the key as ``x-api-key`` or a bearer token; ``system`` as a string or text b
 (the first system message); ``messages`` with content as a string or blocks: ``text``,
 ``image`` (base64 -> a data URL, or by URL), ``tool_use`` (a tool call; ``input``
 becomes the arguments' JSON), ``tool_result`` (a tool message, placed before the rest
-of its user message; ``is_error`` results are prefixed ``Error: ``); ``role: "system"``
+of its user message; ``is_error`` results are prefixed ``Error: ``; blocks other than
+text and image inside a result, such as Claude Code's tool references, are kept as
+their JSON text); ``role: "system"``
 entries become system messages. ``thinking`` and ``redacted_thinking`` blocks are
 dropped (a chat model's conversation has no reasoning), as are server-side tool
 blocks. Custom tools (``input_schema``) pass on as chat tool schemas; Anthropic's
@@ -77,8 +79,9 @@ def _image(block: Json, where: str) -> ImagePart:
     raise BadRequest(f"{where}.source must be a base64 or url image source")
 
 
-def _parts(raw: Any, where: str) -> list[Part]:
-    """Text and image blocks; anything else refused, thinking dropped."""
+def _parts(raw: Any, where: str, *, other_as_text: bool = False) -> list[Part]:
+    """Text and image blocks; thinking dropped; anything else refused, or (inside a
+    tool result, where agents put blocks of their own) kept as its JSON text."""
     if isinstance(raw, str):
         return [TextPart(raw)]
     if not isinstance(raw, list):
@@ -90,6 +93,8 @@ def _parts(raw: Any, where: str) -> list[Part]:
             parts.append(TextPart(block["text"]))
         elif kind == "image":
             parts.append(_image(block, f"{where}[{i}]"))
+        elif other_as_text and isinstance(block, dict):
+            parts.append(TextPart(json.dumps(block)))
         elif kind not in _DROPPED_BLOCKS:
             raise BadRequest(f"{where}[{i}] must be a text or image block (got {kind!r})")
     return parts
@@ -105,7 +110,7 @@ def _tool_result(block: Json, names: Mapping[str, str], where: str) -> ToolMessa
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str):
         raise BadRequest(f"{where}.tool_use_id must be a string")
-    content = _content(_parts(block.get("content", ""), f"{where}.content"))
+    content = _content(_parts(block.get("content", ""), f"{where}.content", other_as_text=True))
     if block.get("is_error"):
         content = f"Error: {text_of(content)}"
     return ToolMessage(call_id, content, names.get(call_id))
