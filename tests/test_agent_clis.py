@@ -34,6 +34,7 @@ from taketurns import (
     ModelRequest,
     ModelResponse,
     Task,
+    Timeouts,
     ToolMessage,
     UserMessage,
     open_interception_server,
@@ -114,13 +115,16 @@ def agent(
     shim: Shim,
     model: Any = None,
     limits: Limits | None = None,
+    timeouts: Timeouts | None = None,
     **options: Any,
 ) -> Agent:
     if harness == "claude-code" and "allowed_tools" not in options:
         options["allowed_tools"] = ["Bash"]
     return Agent(
         "agent",
-        AgentConfig(model="builtin/echo", limits=limits or Limits()),
+        AgentConfig(
+            model="builtin/echo", limits=limits or Limits(), timeouts=timeouts or Timeouts()
+        ),
         client=model,
         harness=make_harness(harness, {"binary": str(shim.path), **options}, field="env.agent"),
         services={"interception": server},
@@ -267,6 +271,24 @@ async def test_cancellation_kills_the_agents_processes(
     (run,) = shim.runs()
     assert await dead_after_kill(run["pid"]) == []  # the whole group is dead
     assert session.trace.stop_condition == "user_closed"
+    assert leftovers(scratch_root) == []
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+async def test_a_segment_timeout_kills_the_agent_and_is_that_stop(
+    harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    shim = Shim(tmp_path, harness)
+    model = Arrival(Sleep(120), "too late")
+    seat = agent(harness, server, shim, model, timeouts=Timeouts(segment_s=8))
+    with trio.fail_after(LIMIT):
+        async with seat.chat(Task(0, prompt="hi")) as session:
+            reply = await session.turn()
+    assert reply.stop_condition == "segment_timeout"
+    assert model.requests  # it timed out waiting on its model call
+    (run,) = shim.runs()
+    assert await dead_after_kill(run["pid"]) == []
+    assert session.trace.errors == []
     assert leftovers(scratch_root) == []
 
 
