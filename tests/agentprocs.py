@@ -1,12 +1,16 @@
 """Helpers for the agent CLI tests (a helper module, not a conftest): a rollout's
-leftover scratch directories and the live members of a killed process group, read
-from /proc."""
+leftover scratch directories, the live members of a killed process group (read from
+/proc), and a scripted model that says when the agent's first call arrived."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import trio
+from scripted import ScriptedModel
+
+from taketurns import ModelRequest, ModelResponse
 
 
 def leftovers(root: Path) -> list[str]:
@@ -34,3 +38,15 @@ async def dead_after_kill(pgid: int) -> list[int]:
         while live_members(pgid):  # noqa: ASYNC110 - a dying process sends no event
             await trio.sleep(0.05)
     return live_members(pgid)
+
+
+class Arrival(ScriptedModel):
+    """A scripted model that says when the first request arrived."""
+
+    def __init__(self, *script: Any) -> None:
+        super().__init__(*script)
+        self.arrived = trio.Event()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.arrived.set()
+        return await super().complete(request)

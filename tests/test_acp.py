@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from agentprocs import dead_after_kill, leftovers
-from scripted import ScriptedModel, tool_call
+from agentprocs import Arrival, dead_after_kill, leftovers
+from scripted import ScriptedModel, Sleep, tool_call
 
 from taketurns import (
     Agent,
@@ -75,6 +75,9 @@ async def test_one_live_process_per_rollout_and_session_load_after_a_crash(
             state = session.rollout.state
             assert state["starts"] == 1  # the second turn started no process
             live = state["acp"]
+            # claude-agent-acp writes its session transcript asynchronously: a crash
+            # right at the end of a turn can lose that turn (the adapter's durability)
+            await trio.sleep(3)
             os.killpg(live.process.pid, signal.SIGKILL)  # the adapter crashes between turns
             await live.process.wait()
             third = await session.turn("last [m] or [n]")
@@ -132,3 +135,19 @@ def test_a_missing_adapter_names_its_install() -> None:
         make_harness("acp", {"agent": "claude", "command": ["no-such-acp"]}, field="env.p")
     with pytest.raises(ConfigError, match=r"agent must be one of codex, claude"):
         make_harness("acp", {}, field="env.p")
+
+
+async def test_a_cancelled_acp_segment_kills_the_adapter(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    model = Arrival(Sleep(120), "too late")
+    with trio.fail_after(LIMIT):
+        async with seat("codex", server, model).chat(Task(0, prompt="hi")) as session:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(session.turn)
+                await model.arrived.wait()  # the adapter waits on its model call
+                pgid = session.rollout.state["acp"].process.pid
+                nursery.cancel_scope.cancel()
+            assert "acp" not in session.rollout.state  # dropped with its segment
+    assert await dead_after_kill(pgid) == []
+    assert leftovers(scratch_root) == []

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import trio
-from agentprocs import dead_after_kill, leftovers
+from agentprocs import Arrival, dead_after_kill, leftovers
 from scripted import ScriptedModel, Sleep, tool_call
 
 from taketurns import (
@@ -31,8 +31,6 @@ from taketurns import (
     InterceptionServer,
     Limits,
     ModelEndpointError,
-    ModelRequest,
-    ModelResponse,
     Task,
     Timeouts,
     ToolMessage,
@@ -78,18 +76,6 @@ def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 async def server() -> AsyncIterator[InterceptionServer]:
     async with open_interception_server(graceful_timeout=0.1) as running:
         yield running
-
-
-class Arrival(ScriptedModel):
-    """A scripted model that says when the first request arrived."""
-
-    def __init__(self, *script: Any) -> None:
-        super().__init__(*script)
-        self.arrived = trio.Event()
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        self.arrived.set()
-        return await super().complete(request)
 
 
 class Shim:
