@@ -36,7 +36,10 @@ class ServedHarness(Harness):
                     "`taketurns eval`, or open one with open_interception_server() and pass "
                     "Agent(..., services={'interception': server})"
                 )
-            endpoint = server.register(rollout, final_failures=self.final_failures)
+            if self.final_failures:
+                endpoint = server.register(rollout, final_failures=True)
+            else:
+                endpoint = server.register(rollout)
             rollout.state["endpoint"] = endpoint
         return endpoint
 
