@@ -110,9 +110,9 @@ if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._http.interception import (
         Endpoint,
         InterceptionServer,
-        ServedHarness,
         open_interception_server,
     )
+    from taketurns._http.served import ServedHarness
     from taketurns._models.openai import OpenAIClient
     from taketurns._output.records import read_episodes
     from taketurns._output.rundir import RunDir
@@ -133,7 +133,7 @@ _LAZY = {
     "Endpoint": "taketurns._http.interception",
     "InterceptionServer": "taketurns._http.interception",
     "OpenAIClient": "taketurns._models.openai",
-    "ServedHarness": "taketurns._http.interception",
+    "ServedHarness": "taketurns._http.served",
     "open_interception_server": "taketurns._http.interception",
 }
 

@@ -132,7 +132,7 @@ class Plan:
 
     @property
     def needs_interception(self) -> bool:
-        from taketurns._http.interception import ServedHarness
+        from taketurns._http.served import ServedHarness
 
         return any(isinstance(a.harness, ServedHarness) for a in self.agents.values())
 

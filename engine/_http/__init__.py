@@ -1,3 +1,5 @@
-"""The HTTP face of the model boundary: the OpenAI chat-completions dialect, the
-interception server out-of-process harnesses talk to, and ``serve`` (the built-in model
-over HTTP). Hypercorn + quart-trio; imported only when a harness or command needs it."""
+"""The HTTP face of the model boundary: the wire dialects (``dialect``: OpenAI chat
+completions, OpenAI Responses, Anthropic Messages), the interception server
+out-of-process harnesses talk to (and ``served``: their base class), and ``serve``
+(the built-in model over HTTP, in every dialect). Hypercorn + quart-trio; imported
+only when a harness or command needs it."""

@@ -6,18 +6,30 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from hypercorn.config import Config
 from quart import Response
 
+from taketurns._http.dialect import (
+    BadRequest,
+    Dialect,
+    Failure,
+    Parsed,
+    load_object,
+    sse_response,
+    words,
+)
 from taketurns._models.messages import text_of
 from taketurns._models.model import ModelRequest, ModelResponse
 from taketurns._models.wire import messages_from_wire, to_wire, tool_calls_to_wire
 
 __all__ = [
     "BadRequest",
+    "ChatCompletions",
     "closing",
     "completion_json",
     "error_response",
@@ -30,10 +42,6 @@ Json = dict[str, Any]
 
 # Request fields that are not sampling arguments.
 _NOT_SAMPLING = frozenset({"model", "messages", "tools", "stream", "stream_options"})
-
-
-class BadRequest(ValueError):
-    """A request the server refuses with HTTP 400; the message names the problem."""
 
 
 def error_response(
@@ -66,12 +74,7 @@ def answer_http_errors(app: Any, describe: Callable[[Any], str]) -> None:
 
 def parse_chat_body(raw: str | bytes, default_model: str) -> tuple[ModelRequest, Json]:
     """The ``ModelRequest`` in a chat-completions body, plus the body itself."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
-        raise BadRequest(f"the request body is not valid JSON ({exc})") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
+    body = load_object(raw)
     if "messages" not in body:
         raise BadRequest("'messages' is required: a list of chat message objects")
     messages = messages_from_wire(body["messages"])
@@ -139,8 +142,7 @@ def _chunks(response: ModelResponse, include_usage: bool) -> list[Json]:
     """The ``choices`` deltas (and usage) of a streamed completion, in order."""
     message = response.message
     deltas: list[Json] = [{"role": "assistant", "content": ""}]
-    words = text_of(message.content).split(" ") if message.content else []
-    deltas += [{"content": w if i == 0 else " " + w} for i, w in enumerate(words)]
+    deltas += [{"content": w} for w in words(text_of(message.content))]
     if message.tool_calls:
         calls = tool_calls_to_wire(message.tool_calls)
         deltas.append({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
@@ -176,3 +178,27 @@ def hypercorn_config(
     config.errorlog = log
     config.accesslog = logging.getLogger(f"{__name__}.access") if access_log else None
     return config
+
+
+class ChatCompletions(Dialect):
+    """``POST /v1/chat/completions``: OpenAI chat completions, JSON and SSE."""
+
+    name = "chat_completions"
+
+    def parse(self, raw: str | bytes, default_model: str) -> Parsed:
+        request, body = parse_chat_body(raw, default_model)
+        options = body.get("stream_options")
+        usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        return Parsed(request, bool(body.get("stream")), {"include_usage": usage})
+
+    def answer(self, response: ModelResponse, parsed: Parsed) -> Response:
+        id_, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        model = parsed.request.model
+        if parsed.stream:
+            usage = bool(parsed.options.get("include_usage"))
+            return sse_response(sse_stream(response, model, id_, created, usage))
+        body = completion_json(response, model, id_, created)
+        return Response(json.dumps(body), mimetype="application/json")
+
+    def error(self, failure: Failure, parsed: Parsed | None = None) -> Response:
+        return error_response(failure.message, failure.status, failure.kind, failure.code)

@@ -1,7 +1,13 @@
 """The interception server: the model boundary's HTTP face for out-of-process programs.
 
 A program run by a harness talks to "the model" at ``OPENAI_BASE_URL`` with
-``OPENAI_API_KEY``; both point here. Every rollout gets its own base URL
+``OPENAI_API_KEY`` (or ``ANTHROPIC_BASE_URL`` = the rollout URL without ``/v1``);
+both point here. Three dialects are served, each translated at the edge into the
+same wire-neutral request (``taketurns._http.dialect``): ``POST .../v1/chat/completions``,
+``.../v1/responses`` (OpenAI Responses) and ``.../v1/messages`` (Anthropic Messages;
+``?beta=true`` accepted, the key as ``x-api-key`` or bearer;
+``.../v1/messages/count_tokens`` answers an estimate, never a turn). ``HEAD /`` and
+``HEAD /rollouts/<id>`` answer 200. Every rollout gets its own base URL
 (``.../rollouts/<id>/v1``) and bearer secret, and every request goes through that
 rollout's ``ModelBoundary`` (limits, ``@stop``, recording), so one request = one
 recorded turn exactly as for in-process harnesses.
@@ -24,8 +30,11 @@ with an ``Error: ...`` tool message for the model, as the in-process ``tools`` h
 does.
 
 A call refused by a limit or hook answers 400 with ``type: rollout_stopped`` and the
-stop condition as ``code`` (terminal for OpenAI SDKs). Upstream failures answer 502
-when retrying makes sense, else 424; either is already recorded on the trace.
+stop condition as ``code`` (terminal for OpenAI SDKs; Anthropic Messages answers 403,
+which Claude Code neither retries nor re-sends with fewer beta features). Upstream
+failures answer 502 when retrying makes sense, else 424 (a streamed Responses request:
+``response.failed``); either is already recorded on the trace. Error bodies take the
+dialect's shape.
 """
 
 from __future__ import annotations
@@ -34,7 +43,6 @@ import hashlib
 import json
 import logging
 import secrets
-import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -47,22 +55,22 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from taketurns._errors import HarnessError, ModelEndpointError, RolloutStopped
-from taketurns._exchange.harness import Harness, Rollout
+from taketurns._errors import ModelEndpointError, RolloutStopped
+from taketurns._exchange.harness import Rollout
 from taketurns._exchange.tools import as_tools
+from taketurns._http.anthropic import count_tokens_json
 from taketurns._http.chat_completions import (
     answer_http_errors,
     closing,
-    completion_json,
     error_response,
     hypercorn_config,
-    parse_chat_body,
-    sse_stream,
 )
+from taketurns._http.dialect import Dialect, Failure
+from taketurns._http.dialects import CHAT, DIALECT_PATHS, MESSAGES
 from taketurns._models.messages import ToolCall, ToolMessage
-from taketurns._models.model import ModelResponse
+from taketurns._models.model import ModelRequest, ModelResponse
 
-__all__ = ["Endpoint", "InterceptionServer", "ServedHarness", "open_interception_server"]
+__all__ = ["Endpoint", "InterceptionServer", "open_interception_server"]
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +93,8 @@ class Endpoint:
 @attrs.define(eq=False)
 class _Call:
     done: trio.Event = attrs.field(factory=trio.Event)
-    status: int = 0
     response: ModelResponse | None = None
-    error: Response | None = None
+    failure: Failure | None = None
 
 
 @attrs.define(eq=False)
@@ -96,19 +103,24 @@ class _Registration:
     rollout: Rollout
     calls: dict[bytes, _Call] = attrs.field(factory=dict)
     scopes: set[trio.CancelScope] = attrs.field(factory=set)
+    final_failures: bool = False  # answer every upstream failure as not worth retrying
     closed: bool = False  # unregistered: requests already past the secret check are refused
 
 
-def _closed() -> Response:
-    return error_response("this rollout is closed; its key no longer works", 409, "rollout_closed")
+_CLOSED = Failure(409, "rollout_closed", "this rollout is closed; its key no longer works")
+_SEGMENT_ENDED = Failure(409, "rollout_closed", "the rollout's segment ended")
 
 
-def _stopped(condition: str) -> Response:
-    body = (
+def _stopped(condition: str, status: int) -> Failure:
+    message = (
         f"the rollout was stopped ({condition}); do not call the model again, "
         "finish with what you have"
     )
-    return error_response(body, 400, "rollout_stopped", condition)
+    return Failure(status, "rollout_stopped", message, condition)
+
+
+def _unauthorized(message: str) -> Failure:
+    return Failure(401, "authentication_error", message)
 
 
 class InterceptionServer:
@@ -138,8 +150,11 @@ class InterceptionServer:
 
     # -- rollouts -------------------------------------------------------------------
 
-    def register(self, rollout: Rollout) -> Endpoint:
-        """A fresh endpoint (URL + secret) for ``rollout``."""
+    def register(self, rollout: Rollout, *, final_failures: bool = False) -> Endpoint:
+        """A fresh endpoint (URL + secret) for ``rollout``. ``final_failures``: the
+        rollout's client re-sends failed requests unmarked and cannot be told not to
+        (opencode), so an upstream failure (already retried by the model client) is
+        answered 424 with no status in its message, which such clients do not retry."""
         if self._nursery is None:
             raise RuntimeError("the interception server is not running")
         rollout_id = uuid.uuid4().hex[:16]
@@ -147,7 +162,7 @@ class InterceptionServer:
         endpoint = Endpoint(
             rollout_id, f"{root}/rollouts/{rollout_id}/v1", secrets.token_urlsafe(24)
         )
-        registration = _Registration(endpoint, rollout)
+        registration = _Registration(endpoint, rollout, final_failures=final_failures)
         self._by_secret[endpoint.secret] = registration
         self._by_id[rollout_id] = registration
         return endpoint
@@ -168,36 +183,30 @@ class InterceptionServer:
         if self._by_secret.pop(endpoint.secret, None) is not None:
             self._closed.add(_digest(endpoint.secret))
 
-    def _authenticate(
-        self, rollout_id: str | None, authorization: str | None
-    ) -> _Registration | Response:
-        scheme, _, secret = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not secret.strip():
-            return error_response(
-                "no API key: send the rollout's secret as 'Authorization: Bearer <key>'",
-                401,
-                "authentication_error",
-            )
-        registration = self._by_secret.get(secret.strip())
+    def _authenticate(self, rollout_id: str | None, dialect: Dialect) -> _Registration | Response:
+        secret = dialect.secret(request.headers)
+        if secret is None:
+            hint = f"no API key: send the rollout's secret as {dialect.auth_hint}"
+            return dialect.error(_unauthorized(hint))
+        registration = self._by_secret.get(secret)
         if registration is None:
-            if _digest(secret.strip()) in self._closed:
-                return _closed()
-            return error_response("unknown API key", 401, "authentication_error")
+            if _digest(secret) in self._closed:
+                return dialect.error(_CLOSED)
+            return dialect.error(_unauthorized("unknown API key"))
         if rollout_id is not None and rollout_id != registration.endpoint.rollout_id:
-            return error_response(
-                "this key belongs to another rollout", 401, "authentication_error"
-            )
+            return dialect.error(_unauthorized("this key belongs to another rollout"))
         return registration
 
     # -- requests -------------------------------------------------------------------
 
-    async def _compute(self, registration: _Registration, body: Any, call: _Call) -> None:
-        req, _ = body
+    async def _compute(
+        self, registration: _Registration, req: ModelRequest, dialect: Dialect, call: _Call
+    ) -> None:
         overrides = {
             k: v for k, v in req.sampling.items() if k not in registration.rollout.boundary.sampling
         }
         if registration.closed:  # closed while this request's body was arriving
-            call.status, call.error = 409, _closed()
+            call.failure = _CLOSED
             call.done.set()
             await trio.lowlevel.checkpoint()
             return
@@ -208,62 +217,64 @@ class InterceptionServer:
                     call.response = await registration.rollout.complete(
                         req.messages, tools=req.tools, sampling=overrides
                     )
-                    call.status = 200
                 except RolloutStopped as exc:
-                    call.status, call.error = 400, _stopped(exc.stop_condition)
+                    call.failure = _stopped(exc.stop_condition, dialect.stopped_status)
                 except ModelEndpointError as exc:
-                    status = 502 if exc.retryable else 424
-                    call.status = status
-                    call.error = error_response(
-                        f"the model endpoint failed: {exc}", status, "upstream_error"
-                    )
+                    status = 502 if exc.retryable and not registration.final_failures else 424
+                    message = f"the model endpoint failed: {exc}"
+                    if registration.final_failures:
+                        message = "the model endpoint failed (recorded on the trace); do not retry"
+                    call.failure = Failure(status, "upstream_error", message)
             if scope.cancelled_caught:
-                call.status = 409
-                call.error = error_response("the rollout's segment ended", 409, "rollout_closed")
+                call.failure = _SEGMENT_ENDED
         except Exception as exc:  # a bug: answer 500, keep the server up
             log.exception("interception server: model call failed")
-            call.status = 500
-            call.error = error_response(
-                f"internal error: {type(exc).__name__}", 500, "server_error"
-            )
+            call.failure = Failure(500, "server_error", f"internal error: {type(exc).__name__}")
         finally:
             registration.scopes.discard(scope)
             call.done.set()
 
-    async def _chat(self, rollout_id: str | None) -> Any:
-        registration = self._authenticate(rollout_id, request.headers.get("authorization"))
+    async def _turn(self, rollout_id: str | None, dialect: Dialect) -> Any:
+        """One model call in ``dialect``: authenticate, parse, compute (or join the
+        call a marked retry repeats), answer."""
+        registration = self._authenticate(rollout_id, dialect)
         if isinstance(registration, Response):
             return closing(registration)
         raw = await request.get_data(as_text=False)
         try:
-            parsed = parse_chat_body(raw, registration.rollout.boundary.model)
+            parsed = dialect.parse(raw, registration.rollout.boundary.model)
         except ValueError as exc:
-            return error_response(str(exc), 400)
-        key = hashlib.blake2b(_bytes(raw), digest_size=16).digest()
-        call = registration.calls.get(key) if _is_retry(request.headers.get(RETRY_HEADER)) else None
-        if call is None or (call.done.is_set() and call.status != 200):
+            return dialect.error(Failure(400, "invalid_request_error", str(exc)))
+        # one key per (dialect, body): a marked retry joins the call it repeats
+        digest = hashlib.blake2b(_bytes(raw), digest_size=16, person=dialect.name.encode()[:16])
+        key = digest.digest()
+        retry = _is_retry(request.headers.get(RETRY_HEADER))
+        call = registration.calls.get(key) if retry else None
+        if call is None or (call.done.is_set() and call.response is None):
             call = _Call()
             registration.calls[key] = call
             assert self._nursery is not None
-            self._nursery.start_soon(self._compute, registration, parsed, call)
+            self._nursery.start_soon(self._compute, registration, parsed.request, dialect, call)
         await call.done.wait()
         if call.response is None:
-            assert call.error is not None
-            return call.error
-        req, body = parsed
-        id_, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        if body.get("stream"):
-            options = body.get("stream_options")
-            usage = isinstance(options, dict) and bool(options.get("include_usage"))
-            stream = sse_stream(call.response, req.model, id_, created, usage)
-            return Response(
-                stream, mimetype="text/event-stream", headers={"Cache-Control": "no-cache"}
-            )
-        return completion_json(call.response, req.model, id_, created)
+            assert call.failure is not None
+            return dialect.error(call.failure, parsed)
+        return dialect.answer(call.response, parsed)
+
+    async def _count_tokens(self, rollout_id: str | None) -> Any:
+        """Anthropic's ``count_tokens``: an estimate, never a model call or a turn."""
+        registration = self._authenticate(rollout_id, MESSAGES)
+        if isinstance(registration, Response):
+            return closing(registration)
+        try:
+            parsed = MESSAGES.parse(await request.get_data(as_text=False), "")
+        except ValueError as exc:
+            return MESSAGES.error(Failure(400, "invalid_request_error", str(exc)))
+        return count_tokens_json(parsed)
 
     async def _tool(self, rollout_id: str) -> Any:
         """Run one of the rollout's Python tools for a program's tool loop."""
-        registration = self._authenticate(rollout_id, request.headers.get("authorization"))
+        registration = self._authenticate(rollout_id, CHAT)
         if isinstance(registration, Response):
             return closing(registration)
         try:
@@ -273,7 +284,7 @@ class InterceptionServer:
         if not isinstance(body, dict) or not isinstance(body.get("name"), str):
             return error_response('expected {"name": ..., "arguments": "{...}"}', 400)
         if registration.closed:
-            return _closed()
+            return CHAT.error(_CLOSED)
         tools = as_tools(registration.rollout.tools)
         tool = tools.get(body["name"])
         arguments = body.get("arguments", "{}")
@@ -298,15 +309,20 @@ class InterceptionServer:
         app.config["RESPONSE_TIMEOUT"] = None
         app.config["MAX_CONTENT_LENGTH"] = self.max_body_bytes
 
-        @app.post("/v1/chat/completions")
-        @app.post("/chat/completions")
-        async def shared() -> Any:
-            return await self._chat(None)
+        for dialect, path in DIALECT_PATHS:
+            _route(app, dialect, path, self._turn)
 
-        @app.post("/rollouts/<rollout_id>/v1/chat/completions")
-        @app.post("/rollouts/<rollout_id>/chat/completions")
-        async def per_rollout(rollout_id: str) -> Any:
-            return await self._chat(rollout_id)
+        @app.post("/v1/messages/count_tokens")
+        @app.post("/rollouts/<rollout_id>/v1/messages/count_tokens")
+        async def count_tokens(rollout_id: str | None = None) -> Any:
+            return await self._count_tokens(rollout_id)
+
+        @app.route("/", methods=["GET", "HEAD"])
+        @app.route("/rollouts/<rollout_id>", methods=["GET", "HEAD"])
+        @app.route("/rollouts/<rollout_id>/", methods=["GET", "HEAD"])
+        async def root(rollout_id: str | None = None) -> Any:
+            # Claude Code probes its base URL with HEAD before the first request
+            return {"status": "ok"}
 
         @app.post("/rollouts/<rollout_id>/v1/tools/call")
         async def tool(rollout_id: str) -> Any:
@@ -335,6 +351,21 @@ class InterceptionServer:
             task_status.started(self)
 
 
+def _route(app: QuartTrio, dialect: Dialect, path: str, turn: Any) -> None:
+    """``POST [/v1]/<path>`` (the shared key-routed URL) and the per-rollout URLs."""
+
+    async def shared() -> Any:
+        return await turn(None, dialect)
+
+    async def per_rollout(rollout_id: str) -> Any:
+        return await turn(rollout_id, dialect)
+
+    for url in (f"/v1/{path}", f"/{path}"):
+        app.add_url_rule(url, f"{dialect.name}-shared-{url}", shared, methods=["POST"])
+    for url in (f"/rollouts/<rollout_id>/v1/{path}", f"/rollouts/<rollout_id>/{path}"):
+        app.add_url_rule(url, f"{dialect.name}-rollout-{url}", per_rollout, methods=["POST"])
+
+
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -359,38 +390,3 @@ async def open_interception_server(**options: Any) -> AsyncIterator[Interception
             yield server
         finally:
             nursery.cancel_scope.cancel()
-
-
-class ServedHarness(Harness):
-    """Base of harnesses whose agent program calls the model over HTTP. The eval
-    runner starts the interception server when any role's harness is one; outside an
-    eval, pass ``services={"interception": server}`` to the ``Agent``.
-
-    ``endpoint(rollout)`` registers the rollout on first use; ``aclose`` (at session
-    close) unregisters it, so its secret stops working."""
-
-    def endpoint(self, rollout: Rollout) -> Endpoint:
-        endpoint: Endpoint | None = rollout.state.get("endpoint")
-        if endpoint is None:
-            server = rollout.services.get("interception")
-            if not isinstance(server, InterceptionServer):
-                raise HarnessError(
-                    f"harness {self.id!r} needs the interception server: run it under "
-                    "`taketurns eval`, or open one with open_interception_server() and pass "
-                    "Agent(..., services={'interception': server})"
-                )
-            endpoint = server.register(rollout)
-            rollout.state["endpoint"] = endpoint
-        return endpoint
-
-    def end_segment(self, rollout: Rollout) -> None:
-        """Cancel model calls the segment's program left in flight."""
-        endpoint = rollout.state.get("endpoint")
-        if endpoint is not None:
-            rollout.services["interception"].cancel_inflight(endpoint)
-
-    async def aclose(self, rollout: Rollout) -> None:
-        endpoint = rollout.state.pop("endpoint", None)
-        if endpoint is not None:
-            rollout.services["interception"].unregister(endpoint)
-        await trio.lowlevel.checkpoint()

@@ -15,25 +15,19 @@ concurrent requests overlap.
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
 import hypercorn.trio
 import trio
-from quart import Response, request
+from quart import request
 from quart_trio import QuartTrio
 
-from taketurns._http.chat_completions import (
-    answer_http_errors,
-    completion_json,
-    error_response,
-    hypercorn_config,
-    parse_chat_body,
-    sse_stream,
-)
+from taketurns._http.anthropic import count_tokens_json
+from taketurns._http.chat_completions import answer_http_errors, hypercorn_config
+from taketurns._http.dialect import Dialect, Failure
+from taketurns._http.dialects import DIALECT_PATHS, MESSAGES
 from taketurns._models.builtin import BuiltinModel
 
 __all__ = ["create_app", "serve"]
@@ -42,29 +36,24 @@ log = logging.getLogger(__name__)
 
 
 def create_app(model: BuiltinModel) -> QuartTrio:
-    """An ASGI app serving ``model``: ``POST /v1/chat/completions`` (and
-    ``/chat/completions``), ``GET /v1/models``, ``GET /health``. Malformed requests get
-    HTTP 400 with an OpenAI-style error body naming the problem."""
+    """An ASGI app serving ``model`` in every dialect: ``POST /v1/chat/completions``,
+    ``/v1/responses`` and ``/v1/messages`` (each also without ``/v1``), ``POST
+    /v1/messages/count_tokens``, ``GET /v1/models``, ``GET /health``. Malformed requests
+    get HTTP 400 with the dialect's error body naming the problem."""
     app = QuartTrio(__name__)
     app.config["RESPONSE_TIMEOUT"] = None  # the model's latency is the model's business
     served = f"builtin/{model.policy}"
 
-    @app.post("/v1/chat/completions")
-    @app.post("/chat/completions")
-    async def chat_completions() -> Any:
+    for dialect, path in DIALECT_PATHS:
+        _route(app, model, served, dialect, path)
+
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens() -> Any:
         try:
-            req, body = parse_chat_body(await request.get_data(as_text=False), served)
-        except ValueError as exc:  # BadRequest, or a malformed message from taketurns._models.wire
-            return error_response(str(exc), 400)
-        response = await model.complete(req)
-        id_, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        if body.get("stream"):
-            options = body.get("stream_options")
-            include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-            stream = sse_stream(response, req.model, id_, created, include_usage)
-            headers = {"Cache-Control": "no-cache"}
-            return Response(stream, mimetype="text/event-stream", headers=headers)
-        return completion_json(response, req.model, id_, created)
+            parsed = MESSAGES.parse(await request.get_data(as_text=False), served)
+        except ValueError as exc:
+            return MESSAGES.error(Failure(400, "invalid_request_error", str(exc)))
+        return count_tokens_json(parsed)
 
     @app.get("/v1/models")
     async def models() -> Any:
@@ -77,6 +66,18 @@ def create_app(model: BuiltinModel) -> QuartTrio:
 
     answer_http_errors(app, lambda exc: f"{exc.name}: {request.method} {request.path}")
     return app
+
+
+def _route(app: QuartTrio, model: BuiltinModel, served: str, dialect: Dialect, path: str) -> None:
+    async def turn() -> Any:
+        try:
+            parsed = dialect.parse(await request.get_data(as_text=False), served)
+        except ValueError as exc:  # BadRequest, or a malformed message from the converters
+            return dialect.error(Failure(400, "invalid_request_error", str(exc)))
+        return dialect.answer(await model.complete(parsed.request), parsed)
+
+    for url in (f"/v1/{path}", f"/{path}"):
+        app.add_url_rule(url, f"{dialect.name}-{url}", turn, methods=["POST"])
 
 
 async def serve(

@@ -4,9 +4,12 @@
 ``builtin/bracket?latency_ms=50&seed=3``. Policies:
 
 - ``echo``: repeats the last user text.
-- ``bracket``: when the latest user or system text offers bracketed options such as
-  ``[check] [bet]``, answers with exactly one of them, chosen by a seeded hash of the
-  conversation; otherwise a short sentence.
+- ``bracket``: when the latest user text (or, before any user message, the latest
+  system text) offers bracketed options such as ``[check] [bet]``, answers with
+  exactly one of them, chosen by a seeded hash of the conversation; otherwise a short
+  sentence. Markdown links (``[text](url)``) are not options, and system messages an
+  agent CLI appends after the user's (Claude Code's environment notes) are not the
+  prompt.
 - ``tools``: when tools are offered and none has been called since the last user
   message, calls the first one with arguments derived from the user's text; then
   answers with the result. Without tools it behaves like ``bracket``.
@@ -50,7 +53,7 @@ from taketurns._models.tokens import completion_ids, logprobs_of, prompt_ids
 __all__ = ["POLICIES", "BuiltinModel", "is_builtin"]
 
 PREFIX = "builtin/"
-_OPTION = re.compile(r"\[([^\[\]\n]{1,40})\]")
+_OPTION = re.compile(r"\[([^\[\]\n]{1,40})\](?!\()")  # a markdown link is no option
 _SENTENCE = "I have nothing to choose here, so I will simply say hello."
 
 
@@ -68,7 +71,10 @@ def _digest(messages: Sequence[Message], seed: int) -> int:
 
 def _latest_prompt_text(messages: Sequence[Message]) -> str:
     for m in reversed(messages):
-        if isinstance(m, UserMessage | SystemMessage):
+        if isinstance(m, UserMessage):
+            return text_of(m.content)
+    for m in reversed(messages):
+        if isinstance(m, SystemMessage):
             return text_of(m.content)
     return ""
 

@@ -1,0 +1,256 @@
+"""What every real agent CLI harness shares (``codex``, ``claude-code``): the agent's
+own directories, its scrubbed environment, one process per segment in its own
+process group, and the segment's messages read back from the model boundary.
+
+Per rollout, inside its scratch directory (removed when the session closes, also on
+error and cancellation): ``home/`` (``HOME`` and the agent's config/session dir),
+``work/`` (its working directory) and ``tmp/`` (``TMPDIR``). The environment is
+built from nothing: ``PATH``, ``HOME``, ``TMPDIR``, ``LANG``, ``TERM=dumb``, what the
+harness adds (the rollout's URL and secret) and the ``env`` option; the host's API
+keys never reach the agent.
+
+A segment's process starts in a new session (its own process group) with stdin from
+``/dev/null`` and stdout/stderr to files in the scratch directory. When the segment
+is cancelled or times out the whole group is killed (``SIGKILL``) and reaped; after
+a normal exit, whatever the agent left running in its group is killed too.
+
+The segment's messages are the model's own: each turn the boundary recorded during
+the segment contributes its response (an assistant message) and, from the next
+turn's request, the tool results answering that response's calls. So the trace's
+conversation is exactly what the model read and wrote, in the chat shape, whatever
+the agent's own event format.
+
+After the process exits: a stop the boundary stamped (a limit, ``@stop``) ends the
+segment as that stop condition, whatever the agent did with the refusal; a failed
+model call is a model error; any other non-zero exit is a ``HarnessError`` quoting
+the agent's stderr with the rollout's secret as ``***``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+import trio
+
+from taketurns import (
+    AssistantMessage,
+    ErrorInfo,
+    HarnessError,
+    Message,
+    ModelEndpointError,
+    Rollout,
+    RolloutStopped,
+    ServedHarness,
+    SystemMessage,
+    ToolMessage,
+    Trace,
+    UserMessage,
+    text_of,
+)
+
+REAP_S = 5.0  # how long reaping a killed agent may take
+KEEP_VARS = ("PATH", "LANG", "LC_ALL")
+
+
+@attrs.frozen
+class AgentDirs:
+    home: Path
+    work: Path
+    tmp: Path
+
+
+@attrs.frozen
+class Finished:
+    """One segment's process, exited: status, stdout, stderr (the secret scrubbed)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def refuse(option: str, value: Any, expected: str) -> HarnessError:
+    return HarnessError(f"harness option {option} must be {expected}, not {value!r}")
+
+
+def check_strings(option: str, value: Any) -> list[str]:
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise refuse(option, value, "a list of strings")
+    return list(value)
+
+
+def prompt_text(messages: Sequence[Message]) -> str:
+    """One text prompt for a CLI that takes one: a lone user message's text, else the
+    messages as a transcript (``role: text`` blocks)."""
+    if len(messages) == 1 and isinstance(messages[0], UserMessage):
+        return text_of(messages[0].content)
+    return "\n\n".join(f"{m.role}: {text_of(m.content)}" for m in messages)
+
+
+def split_system(messages: Sequence[Message]) -> tuple[list[str], list[Message]]:
+    """The leading system messages' texts, and the rest."""
+    system: list[str] = []
+    rest = list(messages)
+    while rest and isinstance(rest[0], SystemMessage):
+        system.append(text_of(rest.pop(0).content))
+    return system, rest
+
+
+def segment_messages(trace: Trace, start: int) -> list[Message]:
+    """The messages of the turns recorded from ``start`` on: each response, and the
+    tool results (from the following request) answering its calls."""
+    out: list[Message] = []
+    pending: set[str] = set()
+    for turn in trace.turns[start:]:
+        if pending:
+            results: list[Message] = []
+            for message in reversed(turn.request):
+                if isinstance(message, AssistantMessage):
+                    break
+                if isinstance(message, ToolMessage) and message.tool_call_id in pending:
+                    results.append(message)
+            out += reversed(results)
+        pending = set()
+        if turn.response is not None:
+            out.append(turn.response)
+            pending = {call.id for call in turn.response.tool_calls}
+    return out
+
+
+def _kill_group(process: trio.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+class AgentCLIHarness(ServedHarness):
+    """Base of the agent CLI harnesses. Subclasses set ``binary`` (the program's
+    name) and ``install`` (the command that installs it), and build each segment's
+    argv and environment."""
+
+    binary: ClassVar[str]
+    install: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        binary: str | None = None,
+        env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+        tail_chars: int = 2000,
+    ) -> None:
+        if not isinstance(env or {}, Mapping) or not all(
+            isinstance(v, str) for v in (env or {}).values()
+        ):
+            raise refuse("env", env, "a table of strings")
+        if not isinstance(tail_chars, int) or isinstance(tail_chars, bool) or tail_chars < 0:
+            raise refuse("tail_chars", tail_chars, "a non-negative integer")
+        program = binary or self.binary
+        path = shutil.which(program)
+        if path is None:
+            raise HarnessError(
+                f"harness {self.id!r} needs the {program!r} program, which is not on PATH; "
+                f"install it with `{self.install}`"
+            )
+        self.path = path
+        self.env = dict(env or {})
+        self.args = check_strings("args", args)
+        self.tail_chars = tail_chars
+
+    # -- per rollout --------------------------------------------------------------------
+
+    def dirs(self, rollout: Rollout) -> AgentDirs:
+        """The rollout's own home, working and temp directories (created once)."""
+        root = rollout.scratch_dir()
+        dirs = AgentDirs(root / "home", root / "work", root / "tmp")
+        for path in (dirs.home, dirs.work, dirs.tmp):
+            path.mkdir(exist_ok=True)
+        return dirs
+
+    def environment(self, dirs: AgentDirs, extra: Mapping[str, str]) -> dict[str, str]:
+        """The scrubbed environment: see the module docstring."""
+        env = {k: os.environ[k] for k in KEEP_VARS if k in os.environ}
+        env.setdefault("PATH", os.defpath)
+        env.update(HOME=str(dirs.home), TMPDIR=str(dirs.tmp), TERM="dumb")
+        env.update(extra)
+        env.update(self.env)
+        return env
+
+    def check_tools(self, rollout: Rollout) -> None:
+        if rollout.tools:
+            raise HarnessError(
+                f"harness {self.id!r} runs the agent's own tools; it cannot call the "
+                "rollout's Python tools (use the tools or program harness for those)"
+            )
+
+    # -- one segment --------------------------------------------------------------------
+
+    async def run_agent(
+        self,
+        rollout: Rollout,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        program: str | None = None,
+    ) -> Finished:
+        """Run one segment's process (``program``, default the agent's binary, with
+        ``argv``) to its end; cancellation kills its group."""
+        dirs = self.dirs(rollout)
+        n = rollout.state.get("segments", 0)
+        rollout.state["segments"] = n + 1
+        out_path, err_path = dirs.tmp.parent / f"stdout-{n}", dirs.tmp.parent / f"stderr-{n}"
+        with out_path.open("wb") as stdout, err_path.open("wb") as stderr:
+            process = await trio.lowlevel.open_process(
+                [program or self.path, *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=str(dirs.work),
+                env=dict(env),
+                start_new_session=True,  # its own process group: killed as one
+            )
+        try:
+            returncode = await process.wait()
+        finally:
+            _kill_group(process)  # cancelled: the agent; exited: what it left behind
+            with trio.CancelScope(shield=True), trio.move_on_after(REAP_S):
+                await process.wait()
+            self.end_segment(rollout)
+        secret = self.endpoint(rollout).secret
+        return Finished(
+            returncode,
+            out_path.read_text("utf-8", "replace").replace(secret, "***"),
+            err_path.read_text("utf-8", "replace").replace(secret, "***"),
+        )
+
+    def exit_failure(self, finished: Finished) -> str | None:
+        """What a non-zero exit says, quoting the agent's output; None for status 0."""
+        if finished.returncode == 0:
+            return None
+        return (
+            f"{self.binary} exited with status {finished.returncode}; stderr tail: "
+            f"{finished.stderr[-self.tail_chars :]!r}; stdout tail: "
+            f"{finished.stdout[-self.tail_chars :]!r}"
+        )
+
+    def settle(self, rollout: Rollout, turns_before: int, failure: str | None) -> None:
+        """Emit the segment's messages; then raise what the outcome means (module
+        docstring): ``failure`` is None when the agent finished cleanly."""
+        for message in segment_messages(rollout.trace, turns_before):
+            rollout.emit(message)
+        trace = rollout.trace
+        if trace.stop_condition is not None:
+            raise RolloutStopped(trace.stop_condition)
+        if failure is None:
+            return
+        turns = trace.turns
+        if len(turns) > turns_before and turns[-1].error is not None:
+            trace.errors.append(ErrorInfo("harness", failure, "HarnessError"))
+            raise ModelEndpointError(f"the model endpoint failed; {failure}")
+        raise HarnessError(failure)

@@ -1,0 +1,121 @@
+"""The ``claude-code`` harness: Anthropic's Claude Code CLI as a seat, resumed natively.
+
+Install: ``npm install -g @anthropic-ai/claude-code@2.1.332`` (a native binary).
+
+A first segment is ``claude -p <prompt> --session-id <uuid>`` (a fresh uuid per
+rollout); every later one is ``claude -p <message> --resume <uuid>``, so Claude Code
+continues its own saved session (each request carries the earlier turns). A first
+segment opened by the user's message launches fresh. Each rollout has its own
+``CLAUDE_CONFIG_DIR`` (inside its home) and working directory
+(``taketurns.harnesses.agent_cli``). Claude Code talks only to the rollout's
+interception URL over the Messages API (``ANTHROPIC_BASE_URL``, the secret as
+``ANTHROPIC_API_KEY``) with ``CLAUDE_CODE_MAX_RETRIES=0`` (the interception server's
+upstream client retries the model, so a re-sent request never becomes a second
+turn), ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` and, as root, ``IS_SANDBOX=1``
+(without it Claude Code refuses its tools to root). The task's system prompt (and
+any leading system messages) is appended to Claude Code's own
+(``--append-system-prompt``).
+
+Options (``--env.<role>.harness_options.<name>=...``): ``allowed_tools`` (a list for
+``--allowedTools``, e.g. ``["Bash", "Read"]``; default: none pre-approved, so in
+``-p`` mode a tool that needs permission is refused to the model), ``permission_mode``
+(``--permission-mode``: ``default``, ``acceptEdits``, ``bypassPermissions``, ...),
+``binary`` (default ``claude``), ``args`` (extra arguments for every segment), ``env``
+(extra environment variables), ``tail_chars`` (how much stderr/stdout a failure
+quotes).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+
+from taketurns import Endpoint, HarnessError, Message, Prompt, Rollout
+from taketurns.harnesses.agent_cli import (
+    AgentCLIHarness,
+    AgentDirs,
+    check_strings,
+    prompt_text,
+    refuse,
+    split_system,
+)
+
+
+def claude_env(endpoint: Endpoint, dirs: AgentDirs) -> dict[str, str]:
+    """The variables pointing Claude Code (or claude-agent-acp) at ``endpoint`` over
+    the Messages API: its own config dir, retries and non-essential traffic off."""
+    env = {
+        "ANTHROPIC_BASE_URL": endpoint.base_url.removesuffix("/v1"),
+        "ANTHROPIC_API_KEY": endpoint.secret,
+        "CLAUDE_CONFIG_DIR": str(dirs.home / ".claude"),
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    if os.geteuid() == 0:
+        env["IS_SANDBOX"] = "1"  # else Claude Code refuses its tools to root
+    return env
+
+
+class ClaudeCodeHarness(AgentCLIHarness):
+    """``claude -p --session-id`` per first segment, ``claude -p --resume`` after."""
+
+    id = "claude-code"
+    binary = "claude"
+    install = "npm install -g @anthropic-ai/claude-code@2.1.332"
+
+    def __init__(
+        self,
+        *,
+        allowed_tools: Sequence[str] | None = None,
+        permission_mode: str | None = None,
+        binary: str | None = None,
+        env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+        tail_chars: int = 2000,
+    ) -> None:
+        super().__init__(binary=binary, env=env, args=args, tail_chars=tail_chars)
+        self.allowed_tools = (
+            None if allowed_tools is None else check_strings("allowed_tools", allowed_tools)
+        )
+        if permission_mode is not None and not isinstance(permission_mode, str):
+            raise refuse("permission_mode", permission_mode, "a string")
+        self.permission_mode = permission_mode
+
+    def _flags(self, rollout: Rollout) -> list[str]:
+        argv = ["--output-format", "json", "--model", rollout.boundary.model]
+        system = rollout.state.get("system")
+        if system:
+            argv += ["--append-system-prompt", system]
+        if self.allowed_tools:
+            argv += ["--allowedTools", *self.allowed_tools]
+        if self.permission_mode is not None:
+            argv += ["--permission-mode", self.permission_mode]
+        return [*argv, *self.args]
+
+    def _env(self, rollout: Rollout) -> dict[str, str]:
+        dirs = self.dirs(rollout)
+        return self.environment(dirs, claude_env(self.endpoint(rollout), dirs))
+
+    async def _segment(self, rollout: Rollout, argv: list[str]) -> None:
+        turns_before = len(rollout.trace.turns)
+        finished = await self.run_agent(rollout, argv, self._env(rollout))
+        self.settle(rollout, turns_before, self.exit_failure(finished))
+
+    async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
+        self.check_tools(rollout)
+        system, rest = split_system(prompt.wire_messages())
+        if not rest:
+            raise HarnessError("claude-code needs a user message to start from")
+        rollout.state["system"] = "\n\n".join(system) or None
+        session = rollout.state["session"] = str(uuid.uuid4())
+        argv = ["-p", *self._flags(rollout), "--session-id", session, "--", prompt_text(rest)]
+        await self._segment(rollout, argv)
+
+    async def resume(self, rollout: Rollout, messages: Sequence[Message]) -> None:
+        session = rollout.state.get("session")
+        if session is None:
+            raise HarnessError("claude-code has no session to resume")
+        argv = ["-p", *self._flags(rollout), "--resume", session, "--", prompt_text(messages)]
+        await self._segment(rollout, argv)

@@ -1,0 +1,163 @@
+"""The ``codex`` harness: OpenAI's Codex CLI as a seat, resumed natively.
+
+Install: ``npm install -g @openai/codex@0.171.0`` (a native binary; Codex's sandbox
+needs Debian's ``bubblewrap``).
+
+A first segment is ``codex exec --json <prompt>``; every later one is ``codex exec
+resume <thread_id> --json <message>``, the thread id read from the first segment's
+``thread.started`` event (Codex re-sends the whole thread to the model, so each
+request carries the earlier turns). A first segment opened by the user's message
+launches fresh. Each rollout has its own ``CODEX_HOME`` (config, sessions) and
+working directory (``taketurns.harnesses.agent_cli``), and Codex talks only to the
+rollout's interception URL over the Responses API, with the rollout's secret::
+
+    -c model_provider=taketurns
+    -c model_providers.taketurns={name=..., base_url=<rollout URL>, env_key=...,
+       wire_api="responses", request_max_retries=0, stream_max_retries=0}
+    -c web_search="disabled"
+
+Its retries are off (the interception server's upstream client retries the model),
+so a re-sent request never becomes a second turn. The task's system prompt (and
+any leading system messages) reaches the agent as ``developer_instructions``.
+
+Options (``--env.<role>.harness_options.<name>=...``): ``sandbox`` (``read-only``,
+``workspace-write`` or ``danger-full-access``; default ``workspace-write`` where
+``bwrap`` is on PATH, else ``danger-full-access``: Codex's Linux sandbox needs
+bubblewrap), ``binary`` (default ``codex``), ``args`` (extra arguments for every
+``codex exec``), ``env`` (extra environment variables), ``tail_chars`` (how much
+stderr/stdout a failure quotes).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+
+from taketurns import HarnessError, Message, Prompt, Rollout
+from taketurns.harnesses.agent_cli import (
+    AgentCLIHarness,
+    AgentDirs,
+    Finished,
+    prompt_text,
+    refuse,
+    split_system,
+)
+
+SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
+KEY_VAR = "TAKETURNS_API_KEY"
+
+
+def _toml(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def thread_id(stdout: str) -> str | None:
+    """The id in the first ``thread.started`` event of ``codex exec --json`` output."""
+    for line in stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("type") == "thread.started":
+            found = event.get("thread_id")
+            return found if isinstance(found, str) else None
+    return None
+
+
+def default_sandbox() -> str:
+    """Codex's workspace sandbox where bubblewrap exists, else full access."""
+    return "workspace-write" if shutil.which("bwrap") else "danger-full-access"
+
+
+def codex_config(base_url: str, sandbox: str, instructions: str | None) -> list[str]:
+    """The ``-c`` overrides pointing Codex (or codex-acp) at ``base_url`` over the
+    Responses API with the key in ``KEY_VAR``: retries and web search off."""
+    provider = (
+        f'{{name="taketurns",base_url={_toml(base_url)},env_key="{KEY_VAR}",'
+        'wire_api="responses",request_max_retries=0,stream_max_retries=0}'
+    )
+    argv = [
+        "-c",
+        "model_provider=taketurns",
+        "-c",
+        f"model_providers.taketurns={provider}",
+        "-c",
+        'web_search="disabled"',
+        "-c",
+        f"sandbox_mode={_toml(sandbox)}",
+    ]
+    if instructions:
+        argv += ["-c", f"developer_instructions={_toml(instructions)}"]
+    return argv
+
+
+class CodexHarness(AgentCLIHarness):
+    """``codex exec`` per segment, ``codex exec resume <thread_id>`` to continue."""
+
+    id = "codex"
+    binary = "codex"
+    install = "npm install -g @openai/codex@0.171.0"
+
+    def __init__(
+        self,
+        *,
+        sandbox: str | None = None,
+        binary: str | None = None,
+        env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+        tail_chars: int = 2000,
+    ) -> None:
+        super().__init__(binary=binary, env=env, args=args, tail_chars=tail_chars)
+        if sandbox is None:
+            sandbox = default_sandbox()
+        if sandbox not in SANDBOXES:
+            raise refuse("sandbox", sandbox, f"one of {', '.join(SANDBOXES)}")
+        self.sandbox = sandbox
+
+    def _config(self, rollout: Rollout, instructions: str | None) -> list[str]:
+        endpoint = self.endpoint(rollout)
+        config = codex_config(endpoint.base_url, self.sandbox, instructions)
+        return [
+            "--json",
+            "--skip-git-repo-check",
+            "-m",
+            rollout.boundary.model,
+            *config,
+            *self.args,
+        ]
+
+    def _env(self, rollout: Rollout, dirs: AgentDirs) -> dict[str, str]:
+        secret = self.endpoint(rollout).secret
+        return self.environment(dirs, {"CODEX_HOME": str(dirs.home), KEY_VAR: secret})
+
+    async def _segment(self, rollout: Rollout, argv: list[str]) -> Finished:
+        dirs = self.dirs(rollout)
+        turns_before = len(rollout.trace.turns)
+        finished = await self.run_agent(rollout, argv, self._env(rollout, dirs))
+        if "thread" not in rollout.state:
+            found = thread_id(finished.stdout)
+            if found is not None:
+                rollout.state["thread"] = found
+        self.settle(rollout, turns_before, self.exit_failure(finished))
+        return finished
+
+    async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
+        self.check_tools(rollout)
+        system, rest = split_system(prompt.wire_messages())
+        instructions = "\n\n".join(system) or None
+        if not rest:
+            raise HarnessError("codex needs a user message to start from")
+        argv = ["exec", *self._config(rollout, instructions), "--", prompt_text(rest)]
+        rollout.state["instructions"] = instructions
+        await self._segment(rollout, argv)
+
+    async def resume(self, rollout: Rollout, messages: Sequence[Message]) -> None:
+        thread = rollout.state.get("thread")
+        if thread is None:
+            raise HarnessError(
+                "codex printed no thread.started event in its first segment: nothing to resume"
+            )
+        config = self._config(rollout, rollout.state.get("instructions"))
+        argv = ["exec", "resume", *config, thread, "--", prompt_text(messages)]
+        await self._segment(rollout, argv)

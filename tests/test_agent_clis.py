@@ -1,0 +1,377 @@
+"""The real agent CLIs as seats: ``codex`` (``@openai/codex``) and ``claude-code``
+(``@anthropic-ai/claude-code``), installed from npm (``.ci/run``), run offline
+against the interception server on the built-in or a scripted model.
+
+Every agent runs through a shim (``binary = <shim>``) that records its argv, pid and
+environment before exec'ing the real program, so the tests can see native resume,
+the scrubbed environment and the process that must be killed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from agentprocs import Arrival, dead_after_kill, leftovers
+from scripted import ScriptedModel, Sleep, tool_call
+
+from taketurns import (
+    Agent,
+    AgentConfig,
+    ConfigError,
+    InterceptionServer,
+    Limits,
+    ModelEndpointError,
+    Task,
+    Timeouts,
+    ToolMessage,
+    UserMessage,
+    open_interception_server,
+    read_episodes,
+    text_of,
+)
+from taketurns._cli.main import main
+from taketurns._exchange.agent import make_harness
+
+AGENTS = {"codex": "codex", "claude-code": "claude", "opencode": "opencode"}
+LIMIT = 60  # seconds: each segment starts a native agent binary
+SHIM = """#!{python}
+import json, os, sys
+log = {log!r}
+record = {{"pid": os.getpid(), "argv": sys.argv[1:], "env": dict(os.environ)}}
+with open(os.path.join(log, f"{{os.getpid()}}.json"), "w") as f:
+    json.dump(record, f)
+os.execv({real!r}, [{real!r}, *sys.argv[1:]])
+"""
+
+
+def real(program: str) -> str:
+    path = shutil.which(program)
+    assert path is not None, (
+        f"{program!r} is not installed: run `npm install -g @openai/codex@0.171.0 "
+        "@anthropic-ai/claude-code@2.1.332 opencode-ai@1.18.33` (as .ci/run does)"
+    )
+    return path
+
+
+@pytest.fixture(autouse=True)
+def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where this test's rollouts make their scratch directories."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[InterceptionServer]:
+    async with open_interception_server(graceful_timeout=0.1) as running:
+        yield running
+
+
+class Shim:
+    """An executable standing in for ``harness``'s program; ``runs()`` reads back
+    what each invocation recorded, in start order."""
+
+    def __init__(self, tmp_path: Path, harness: str) -> None:
+        self.log = tmp_path / f"{harness}-runs"
+        self.log.mkdir()
+        self.path = tmp_path / f"{harness}-shim"
+        code = SHIM.format(python=sys.executable, log=str(self.log), real=real(AGENTS[harness]))
+        self.path.write_text(code)
+        self.path.chmod(0o755)
+
+    def runs(self) -> list[dict[str, Any]]:
+        records = [json.loads(p.read_text()) for p in self.log.iterdir()]
+        return sorted(records, key=lambda r: os.stat(self.log / f"{r['pid']}.json").st_mtime_ns)
+
+
+def agent(
+    harness: str,
+    server: InterceptionServer,
+    shim: Shim,
+    model: Any = None,
+    limits: Limits | None = None,
+    timeouts: Timeouts | None = None,
+    **options: Any,
+) -> Agent:
+    if harness == "claude-code" and "allowed_tools" not in options:
+        options["allowed_tools"] = ["Bash"]
+    return Agent(
+        "agent",
+        AgentConfig(
+            model="builtin/echo", limits=limits or Limits(), timeouts=timeouts or Timeouts()
+        ),
+        client=model,
+        harness=make_harness(harness, {"binary": str(shim.path), **options}, field="env.agent"),
+        services={"interception": server},
+    )
+
+
+def run_tool(harness: str) -> Any:
+    """The model's call of the agent's own shell tool, running ``echo``."""
+    if harness == "codex":
+        return tool_call("call_echo1", "exec_command", json.dumps({"cmd": "echo tt-marker-42"}))
+    arguments = {"command": "echo tt-marker-42", "description": "Print a marker"}
+    return tool_call("toolu_echo1", "Bash", json.dumps(arguments))
+
+
+# -- Kuhn through the CLI ------------------------------------------------------------------
+
+
+def test_kuhn_with_codex_against_claude_code(tmp_path: Path, scratch_root: Path) -> None:
+    real("codex"), real("claude")
+    out = tmp_path / "run"
+    argv = [
+        "eval",
+        "kuhn-poker",
+        "-n",
+        "4",
+        "--env.player0.harness=codex",
+        "--env.player1.harness=claude-code",
+        "-o",
+        str(out),
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    episodes = list(read_episodes(out / "episodes.jsonl"))
+    assert len(episodes) == 4
+    for episode in episodes:
+        assert episode["ok"], episode["errors"]
+        assert sum(t["rewards"]["payoff"] for t in episode["traces"]) == 0
+        assert [t["agent"]["harness"] for t in episode["traces"]] == ["codex", "claude-code"]
+        for trace in episode["traces"]:
+            assert trace["errors"] == []
+            assert trace["turns"]
+            assert trace["metrics"]["forfeit"] == 0.0
+    assert leftovers(scratch_root) == []
+    assert "TAKETURNS_API_KEY=" not in (out / "episodes.jsonl").read_text()
+
+
+# -- user-sim: >= 3 user turns, resumed natively ---------------------------------------
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+def test_user_sim_resumes_the_agent_natively(
+    harness: str, tmp_path: Path, scratch_root: Path
+) -> None:
+    shim = Shim(tmp_path, harness)
+    out = tmp_path / "run"
+    tasks = tmp_path / "qa.jsonl"
+    tasks.write_text(json.dumps({"prompt": "Ask what the capital of France is."}) + "\n")
+    argv = [
+        "eval",
+        "user-sim",
+        "-n",
+        "1",
+        "--env.taskset=jsonl",
+        f"--env.taskset.path={tasks}",
+        f"--env.assistant.harness={harness}",
+        f"--env.assistant.harness_options.binary={shim.path}",
+        "--env.user.limits.max_turns=4",
+        "-o",
+        str(out),
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    (episode,) = read_episodes(out / "episodes.jsonl")
+    assert episode["ok"], episode["errors"]
+    assistant = next(t for t in episode["traces"] if t["agent"]["harness"] == harness)
+    assert assistant["errors"] == []
+    assert assistant["metrics"]["user_turns"] >= 3
+    turns = assistant["turns"]
+    assert len(turns) >= 3
+    for earlier, later in itertools.pairwise(turns):
+        # each later request carries the earlier turns: the agent's own session
+        assert earlier["response"] in later["request"]
+    runs = shim.runs()
+    assert len(runs) == len(turns)
+    resume = "resume" if harness == "codex" else "--resume"
+    assert resume not in runs[0]["argv"]
+    assert all(resume in r["argv"] for r in runs[1:])
+    assert leftovers(scratch_root) == []
+
+
+# -- the agent's own tool, limits, cancellation, environment ---------------------------
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+async def test_a_tool_round_trip_through_the_agents_own_tool(
+    harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    shim = Shim(tmp_path, harness)
+    model = ScriptedModel(run_tool(harness), "The marker was printed.")
+    with trio.fail_after(LIMIT):
+        async with agent(harness, server, shim, model).chat(Task(0, prompt="run it")) as session:
+            reply = await session.turn()
+    assert reply.text == "The marker was printed."
+    trace = session.trace
+    assert trace.errors == []
+    assert len(trace.turns) == 2
+    results = [m for m in trace.turns[1].request if isinstance(m, ToolMessage)]
+    assert any("tt-marker-42" in text_of(m.content) for m in results)
+    # the segment's messages: the call, its result, the answer
+    assert [m.role for m in reply.messages] == ["assistant", "tool", "assistant"]
+    assert leftovers(scratch_root) == []
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+async def test_a_limit_refusal_ends_the_segment_as_that_stop(
+    harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    shim = Shim(tmp_path, harness)
+    model = ScriptedModel(run_tool(harness), "never sent")
+    seat = agent(harness, server, shim, model, Limits(max_turns=1))
+    with trio.fail_after(LIMIT):
+        async with seat.chat(Task(0, prompt="run it")) as session:
+            reply = await session.turn()
+    assert reply.stopped
+    assert reply.stop_condition == "max_turns"
+    assert session.trace.errors == []  # a stop, not a harness error
+    assert len(session.trace.turns) == 1
+    assert len(shim.runs()) == 1
+    assert leftovers(scratch_root) == []
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+async def test_cancellation_kills_the_agents_processes(
+    harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    shim = Shim(tmp_path, harness)
+    model = Arrival(Sleep(120), "too late")
+    with trio.fail_after(LIMIT):
+        seat = agent(harness, server, shim, model)
+        async with seat.chat(Task(0, prompt="hi")) as session, trio.open_nursery() as nursery:
+            nursery.start_soon(session.turn)
+            await model.arrived.wait()  # the agent waits on its model call
+            nursery.cancel_scope.cancel()
+    (run,) = shim.runs()
+    assert await dead_after_kill(run["pid"]) == []  # the whole group is dead
+    assert session.trace.stop_condition == "user_closed"
+    assert leftovers(scratch_root) == []
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+async def test_a_segment_timeout_kills_the_agent_and_is_that_stop(
+    harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    shim = Shim(tmp_path, harness)
+    model = Arrival(Sleep(120), "too late")
+    seat = agent(harness, server, shim, model, timeouts=Timeouts(segment_s=8))
+    with trio.fail_after(LIMIT):
+        async with seat.chat(Task(0, prompt="hi")) as session:
+            reply = await session.turn()
+    assert reply.stop_condition == "segment_timeout"
+    assert model.requests  # it timed out waiting on its model call
+    (run,) = shim.runs()
+    assert await dead_after_kill(run["pid"]) == []
+    assert session.trace.errors == []
+    assert leftovers(scratch_root) == []
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+async def test_the_agent_gets_a_scrubbed_environment_and_the_system_prompt(
+    harness: str,
+    server: InterceptionServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HOST_SECRET"):
+        monkeypatch.setenv(var, "host-key-must-not-leak")
+    shim = Shim(tmp_path, harness)
+    task = Task(0, prompt="hello", system_prompt="You are terse. SYSTEM-MARK-7.")
+    with trio.fail_after(LIMIT):
+        async with agent(harness, server, shim).chat(task) as session:
+            reply = await session.turn()
+            endpoint = session.rollout.state["endpoint"]
+    assert reply.text.endswith("hello")  # builtin/echo, through the agent
+    (run,) = shim.runs()
+    assert "host-key-must-not-leak" not in json.dumps(run["env"])
+    assert endpoint.secret in run["env"].values()
+    request = session.trace.turns[0].request
+    assert any("SYSTEM-MARK-7" in text_of(m.content) for m in request if m.role == "system")
+    users = [text_of(m.content) for m in request if isinstance(m, UserMessage)]
+    assert users[-1].endswith("hello")
+
+
+@pytest.mark.parametrize(
+    ("harness", "package"),
+    [
+        ("codex", "@openai/codex"),
+        ("claude-code", "@anthropic-ai/claude-code"),
+        ("opencode", "opencode-ai"),
+    ],
+)
+def test_a_missing_agent_binary_is_one_config_error_naming_the_install(
+    harness: str, package: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_harness(harness, {"binary": "no-such-agent-binary"}, field="env.player0")
+    message = str(caught.value)
+    assert "no-such-agent-binary" in message
+    assert f"npm install -g {package}@" in message
+
+
+# -- opencode (slow to start here: ~10-20 s a run) --------------------------------------
+
+
+async def test_opencode_resumes_its_session_natively(
+    server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    shim = Shim(tmp_path, "opencode")
+    task = Task(0, prompt="pick  [x] or [y]", system_prompt="You play cards. SYSMARK-5.")
+    seat = agent("opencode", server, shim)
+    with trio.fail_after(3 * LIMIT):
+        async with seat.chat(task) as session:
+            first = await session.turn()
+            second = await session.turn("-now [p] or [q]")
+    trace = session.trace
+    assert trace.errors == []
+    assert first.text == "pick  [x] or [y]"  # builtin/echo: the prompt arrived as it is
+    assert second.text == "-now [p] or [q]"
+    assert len(trace.turns) == 2  # no title-generation call
+    assert trace.turns[0].response in trace.turns[1].request  # its own session, resumed
+    assert any("SYSMARK-5" in text_of(m.content) for m in trace.turns[0].request)
+    first_run, second_run = shim.runs()
+    assert "--session" not in first_run["argv"]
+    assert "--session" in second_run["argv"]
+    assert leftovers(scratch_root) == []
+
+
+async def test_opencode_never_resends_a_failed_call(
+    server: InterceptionServer, tmp_path: Path
+) -> None:
+    shim = Shim(tmp_path, "opencode")
+    model = ScriptedModel(ModelEndpointError("upstream 503 down", status=503, retryable=True))
+    with trio.fail_after(2 * LIMIT):
+        async with agent("opencode", server, shim, model).chat(Task(0, prompt="hi")) as session:
+            reply = await session.turn()
+    assert reply.stop_condition == "model_error"
+    assert len(session.trace.turns) == 1  # opencode's own retries never reached the model
+
+
+@pytest.mark.parametrize(
+    ("harness", "options", "words"),
+    [
+        ("codex", {"sandbox": "bogus"}, "sandbox must be one of read-only, workspace-write"),
+        ("claude-code", {"allowed_tools": "Bash"}, "allowed_tools must be a list of strings"),
+        ("opencode", {"auto": "yes"}, "auto must be true or false"),
+        ("codex", {"env": {"A": 1}}, "env must be a table of strings"),
+        ("acp", {"agent": "codex", "permissions": "maybe"}, "permissions must be allow or reject"),
+        ("mini-swe-agent", {"step_limit": 0}, "step_limit must be a positive integer"),
+    ],
+)
+def test_bad_harness_options_are_one_config_error(
+    harness: str, options: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(ConfigError, match=words):
+        make_harness(harness, options, field="env.player0")
