@@ -82,9 +82,10 @@ _TYPED: dict[str, Callable[[str], Any]] = {
 
 
 def _default(field: str) -> Any:
-    default = next(f.default for f in attrs.fields(EvalConfig) if f.name == field)
-    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-        default = default.factory()
+    default = attrs.fields_dict(EvalConfig)[field].default
+    make = getattr(default, "factory", None)  # an attrs.Factory default (a list)
+    if callable(make):
+        default = make()
     return ",".join(default) if isinstance(default, list) else default
 
 

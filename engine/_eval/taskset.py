@@ -34,6 +34,7 @@ from taketurns._exchange.judge import Judge
 from taketurns._exchange.mcp_servers import McpConnection, McpServer, McpTool, open_mcp_servers
 from taketurns._exchange.rubric import Rubric
 from taketurns._exchange.task import Task
+from taketurns._exchange.tools import Tool
 
 __all__ = [
     "Resources",
@@ -60,7 +61,7 @@ class Resources:
     """What one rollout of a task gets: ``tools`` for the agent, ``state`` for the
     rubric (and the tools, which usually close over it)."""
 
-    tools: tuple[Callable[..., Any], ...] = ()
+    tools: tuple[Callable[..., Any] | Tool, ...] = ()  # functions, or Tools (e.g. MCP)
     state: Mapping[str, Any] = attrs.field(factory=dict)
 
 

@@ -212,7 +212,8 @@ def _sampling(body: Json, has_tools: bool) -> dict[str, Any]:
     choice = body.get("tool_choice")
     if has_tools and isinstance(choice, dict):
         kind = choice.get("type")
-        mapped = {"auto": "auto", "any": "required", "none": "none"}.get(kind)
+        modes = {"auto": "auto", "any": "required", "none": "none"}
+        mapped = modes.get(kind) if isinstance(kind, str) else None
         if kind == "tool" and isinstance(choice.get("name"), str):
             sampling["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
         elif mapped is not None:

@@ -184,7 +184,7 @@ class InterceptionServer:
             self._closed.add(_digest(endpoint.secret))
 
     def _authenticate(self, rollout_id: str | None, dialect: Dialect) -> _Registration | Response:
-        secret = dialect.secret(request.headers)
+        secret = dialect.secret(request.headers)  # type: ignore[arg-type]  # a Headers mapping
         if secret is None:
             hint = f"no API key: send the rollout's secret as {dialect.auth_hint}"
             return dialect.error(_unauthorized(hint))

@@ -97,7 +97,7 @@ def _content(raw: Any, where: str) -> Content:
                 f"{where}.content[{i}] must be an input_text, output_text or input_image "
                 f"part (got {kind!r})"
             )
-    if all(isinstance(p, TextPart) for p in parts) and len(parts) == 1:
+    if len(parts) == 1 and isinstance(parts[0], TextPart):
         return parts[0].text
     return tuple(parts)
 
