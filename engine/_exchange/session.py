@@ -189,13 +189,15 @@ class ChatSession:
         and a turn that made none yields explicitly, so an uncontended turn yields
         once, not twice (benchmarks/bench_exchange.py); a turn that waited for the
         lock has yielded there."""
-        if self in _RUNNING.get():
-            await self._refuse("turn")
         lock = self._lock
         try:
             lock.acquire_nowait()
             waited = False
-        except trio.WouldBlock:
+        except (trio.WouldBlock, RuntimeError):  # RuntimeError: held by this very task
+            # busy: a segment of this session may be running, and it may be the caller
+            # (a free lock means none is, so there is nothing to refuse)
+            if self in _RUNNING.get():
+                await self._refuse("turn")
             await lock.acquire()  # FIFO behind the waiters; a checkpoint
             waited = True
         try:
@@ -331,8 +333,8 @@ class ChatSession:
         unfinished then score 0.0, with an error); the trace joins its owner on every
         path. A later ``close()`` waits for the first one, then returns. A checkpoint:
         a cancellation pending when close is done is raised then (nothing is lost)."""
-        if self in _RUNNING.get():
-            await self._refuse("close")
+        if self._lock.locked() and self in _RUNNING.get():
+            await self._refuse("close")  # before anything of the close is done
         if self._closing:
             await self._wait_closed()
             return self._trace
