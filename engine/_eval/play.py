@@ -22,11 +22,11 @@ import trio
 from taketurns._config.options import EvalConfig
 from taketurns._eval.aio import open_asyncio_host
 from taketurns._eval.env import Env
-from taketurns._eval.episode import Episode, episode_id, run_episode
+from taketurns._eval.episode import AgentFactory, Episode, episode_id, run_episode
 from taketurns._eval.plan import Plan
 from taketurns._exchange.task import Task
 
-__all__ = ["play_pairs"]
+__all__ = ["play_pairs", "play_with_retries"]
 
 
 async def play_pairs(
@@ -51,21 +51,18 @@ async def play_pairs(
 
     async def play(task: Task, rollout: int) -> None:
         id_ = episode_id(env.id, task.idx, rollout)
-        episode = Episode(id_, env.id, task, rollout)
-        retried: list[dict[str, Any]] = []
-        try:
-            while True:
-                await run_episode(env, episode, plan.make_agent, timeout=config.episode_timeout_s)
-                if not _retry(config, episode):
-                    break
-                retried.append(_attempt_note(episode))
-                episode = Episode(id_, env.id, task, rollout, attempts=episode.attempts + 1)
-        finally:
-            if retried:
-                episode.info["retried"] = retried
-            _order(episode, rank)
-            on_episode(episode)
-            limiter.release_on_behalf_of((task.idx, rollout))
+
+        def attempt(n: int) -> Episode:
+            return Episode(id_, env.id, task, rollout, attempts=n)
+
+        def done(episode: Episode) -> None:
+            try:
+                _order(episode, rank)
+                on_episode(episode)
+            finally:
+                limiter.release_on_behalf_of((task.idx, rollout))
+
+        await play_with_retries(config, env, plan.make_agent, attempt, done)
 
     try:
         await env.setup()
@@ -115,10 +112,39 @@ async def _serve_pairs(
         services.cancel_scope.cancel()
 
 
+async def play_with_retries(
+    config: EvalConfig,
+    env: Env,
+    make_agent: AgentFactory,
+    attempt: Callable[[int], Episode],
+    done: Callable[[Episode], None],
+) -> None:
+    """Episode retries, for the eval and the streaming rollouts alike: play
+    ``attempt(1)``; while it failed by a cause in ``config.retry_causes`` and fewer
+    than ``config.episode_retries`` retries were played, play ``attempt(n + 1)`` (a
+    fresh episode: a session's turns cannot be replayed). ``done`` is called exactly
+    once, with the last attempt (its ``attempts`` = n, earlier attempts summarised in
+    ``info["retried"]``), however this ends: also failed, timed out or cancelled. A
+    dropped attempt goes nowhere else (its traces were scored once, at their close,
+    and are never written or summed). Checkpoint; re-raises ``Cancelled``."""
+    episode = attempt(1)
+    retried: list[dict[str, Any]] = []
+    try:
+        while True:
+            await run_episode(env, episode, make_agent, timeout=config.episode_timeout_s)
+            if not _retry(config, episode):
+                break
+            retried.append(_attempt_note(episode))
+            episode = attempt(episode.attempts + 1)
+    finally:
+        if retried:
+            episode.info["retried"] = retried
+        done(episode)
+
+
 def _retry(config: EvalConfig, episode: Episode) -> bool:
-    """Episode retries: play a failed episode again when its cause is one the config
-    retries and attempts are left. The failed attempt is dropped (its traces were
-    scored once, at their close, and are never written or summed)."""
+    """Play a failed episode again when its cause is one the config retries and
+    attempts are left."""
     return (
         episode.cause is not None
         and episode.cause in config.retry_causes

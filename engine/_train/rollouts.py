@@ -22,7 +22,9 @@ flight still finish, so a stalled consumer holds at most ``max_waiting`` groups 
 those the in-flight episodes complete. Leaving the ``async with`` (normally, by an
 exception, or cancelled) cancels every episode in flight: each is closed and scored
 as ``cancelled`` (DESIGN.md "Guaranteed close and scoring") and kept in
-``source.cut_off``; nothing is lost.
+``source.cut_off``; nothing is lost. Episode retries are the eval's
+(``_eval.play.play_with_retries``): an episode's attempts share its one slot, and
+only the last attempt is written and joins its group.
 
 From asyncio: run the trainer's trio side in a thread (``trio.run`` in
 ``loop.run_in_executor``), handing groups over a queue, or host asyncio inside trio
@@ -44,8 +46,9 @@ from taketurns._config.options import AgentConfig, EvalConfig, Sampling
 from taketurns._errors import SessionError, sole_error
 from taketurns._eval.aio import open_asyncio_host
 from taketurns._eval.env import Env
-from taketurns._eval.episode import Episode, episode_id, run_episode
+from taketurns._eval.episode import Episode, episode_id
 from taketurns._eval.plan import Plan, preflight
+from taketurns._eval.play import play_with_retries
 from taketurns._exchange.agent import Agent
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import EpisodeInfo, Trace
@@ -91,9 +94,8 @@ class RolloutSource:
         env: Env,
         plan: Plan,
         nursery: trio.Nursery,
+        config: EvalConfig,
         *,
-        concurrency: int,
-        episode_timeout: float | None,
         max_waiting: int,
         scale: bool,
         max_staleness: int | None,
@@ -101,8 +103,8 @@ class RolloutSource:
     ) -> None:
         self.env, self.plan, self._nursery = env, plan, nursery
         self.run_dir = run_dir
-        self.limiter = trio.CapacityLimiter(concurrency)
-        self.episode_timeout = episode_timeout
+        self.config = config  # concurrency, the episode timeout, episode retries
+        self.limiter = trio.CapacityLimiter(config.concurrency)
         self.max_waiting = max_waiting
         self.scale = scale
         self.max_staleness = max_staleness
@@ -175,19 +177,27 @@ class RolloutSource:
     async def _play(
         self, stream: GroupStream, task: Task, token: tuple[int, int, int], version: int | None
     ) -> None:
+        """One admitted episode, retried as the eval retries (``play_with_retries``):
+        it holds its limiter slot from admission until its last attempt ends, and
+        only that attempt is written and reaches its group. ``version``: the tag at
+        admission (a retry is tagged with the one it starts under)."""
         _, slot, rollout = token
         name = f"{episode_id(self.env.id, task.idx, rollout)}/g{stream.numbers[slot]}"
-        episode = Episode(name, self.env.id, task, rollout)
-        episode.info["policy_version"] = version
-        episode.info["group"] = stream.numbers[slot]
-        try:
-            await run_episode(self.env, episode, self._make_agent, timeout=self.episode_timeout)
-        finally:
+
+        def attempt(n: int) -> Episode:
+            episode = Episode(name, self.env.id, task, rollout, attempts=n)
+            episode.info["policy_version"] = version if n == 1 else self.policy_version
+            episode.info["group"] = stream.numbers[slot]
+            return episode
+
+        def done(episode: Episode) -> None:
             episode.traces.sort(key=lambda t: self._rank.get(t.agent.name, len(self._rank)))
             self.limiter.release_on_behalf_of(token)
             if self.run_dir is not None:
                 self.run_dir.append_lines([episode_line(episode)])
-            stream.finished(slot, episode, version)
+            stream.finished(slot, episode, episode.info["policy_version"])
+
+        await play_with_retries(self.config, self.env, self._make_agent, attempt, done)
 
 
 @attrs.define(eq=False)
@@ -275,7 +285,10 @@ async def open_rollouts(
 ) -> AsyncIterator[RolloutSource]:
     """A ``RolloutSource`` running ``env``'s episodes in this trio loop (module
     docstring). ``config`` gives concurrency, endpoints, sampling and timeouts (its
-    ``env_id``, ``num_tasks`` and ``rollouts`` are not used: ``groups`` takes tasks).
+    ``env_id``, ``num_tasks`` and ``rollouts`` are not used: ``groups`` takes tasks),
+    and episode retries as the CLI's (``episode_retries``, ``retry_causes``: a group
+    holds each episode's last attempt only, with its ``attempts`` and
+    ``info["retried"]``; the attempts share the episode's one admission slot).
     ``scale``: advantages divided by the group's reward std. ``tokens``: ask every
     call for token ids and logprobs (turn off for endpoints refusing vLLM's
     ``return_token_ids``). ``check_endpoints``: call each endpoint once first (the
@@ -306,8 +319,7 @@ async def open_rollouts(
                             env,
                             plan,
                             episodes,
-                            concurrency=config.concurrency,
-                            episode_timeout=config.episode_timeout_s,
+                            config,
                             max_waiting=max_waiting,
                             scale=scale,
                             max_staleness=max_staleness,
