@@ -99,7 +99,7 @@ async def test_no_loop_is_opened_until_asked_and_none_is_left() -> None:
         assert len(_open_loops()) == 1
     gc.collect()
     assert _open_loops() == []
-    assert threading.active_count() == threads
+    assert threading.active_count() <= threads  # none left behind (another test's may end)
 
 
 async def _loop_id() -> int:

@@ -78,7 +78,9 @@ def test_an_unknown_harness_lists_the_known_harnesses(
     args = ["eval", "kuhn-poker", "-n", "1", "-o", str(tmp_path / "r")]
     assert main([*args, "--env.player0.harness=nope"]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "known harnesses: null, program, stateful, tools" in err
+    known = err.split("known harnesses: ")[1].split(";")[0].split(", ")
+    assert {"null", "program", "stateful", "tools", "codex", "claude-code"} <= set(known)
+    assert known == sorted(known)
     assert "harnesss" not in err
 
 

@@ -292,7 +292,7 @@ async def test_programs_crashing_hanging_or_printing_garbage(
     seat = AgentConfig(
         harness="program",
         harness_options={"command": command},
-        timeouts=Timeouts(segment_s=4.0),
+        timeouts=Timeouts(segment_s=12.0),  # a program starts in ~1.4 s on a loaded machine
     )
     out = tmp_path / "run"
     with trio.fail_after(LIMIT):

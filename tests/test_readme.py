@@ -38,6 +38,9 @@ NOT_RUN = {
     "tests/test_textarena.py plays WordLadder",
     "taketurns eval openenv --env.url=": "a server of the reader's own and a model endpoint; "
     "tests/test_openenv.py plays a server by URL",
+    "taketurns eval jsonl --env.taskset.path=examples/qa.jsonl --model builtin/echo "
+    "--env.taskset.judge.model=gpt-4.1-mini": "a hosted judge (a key and the network); "
+    "tests/test_judge.py judges against an OpenAI-compatible server on loopback",
 }
 
 
@@ -68,9 +71,10 @@ def _commands() -> list[list[str]]:
     for lang, text in _blocks():
         if lang not in ("bash", "sh", "shell", "indented"):
             continue
+        joined = text.replace("\\\n", " ")  # a backslash continues the line
         commands = [
-            part.strip()
-            for line in text.splitlines()
+            " ".join(part.split())
+            for line in joined.splitlines()
             if line.strip() and not line.lstrip().startswith("#")
             for part in line.split("&&")
         ]
