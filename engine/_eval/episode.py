@@ -111,7 +111,8 @@ async def run_episode(
             # the episode's nursery: its scope carries the episode timeout, and
             # env.run runs in its body (tasks the env starts nest below it)
             scope = nursery.cancel_scope
-            scope.deadline = deadline
+            if timeout is not None:  # a scope's deadline is inf already: setting it
+                scope.deadline = deadline  # costs a quarter of a scope (untimed evals)
             await env.run(episode.task, agents)
         if scope.cancelled_caught:  # a timeout is an outcome, not a failure
             episode.stop, reason = "episode_timeout", "episode_timeout"
