@@ -51,7 +51,29 @@ class WordleConfig(EnvConfig):
     player: AgentConfig = attrs.field(factory=AgentConfig)
 
 
-class TextArena(Env):
+class GameScores:
+    """The rubric of a game the TextArena engine referees, per seat or player: read
+    from what the env put on the trace (``finished``, ``game_reward``, ``moves``)."""
+
+    @reward
+    def game_reward(self, task: Task, trace: Trace) -> float:
+        """The engine's final reward; 0.0 if the game did not finish."""
+        if not trace.info.get("finished"):
+            return 0.0
+        return float(trace.info.get("game_reward", 0.0))
+
+    @metric
+    def finished(self, task: Task, trace: Trace) -> float:
+        """1.0 when the game reached the engine's verdict (a forfeit included)."""
+        return 1.0 if trace.info.get("finished") else 0.0
+
+    @metric
+    def moves(self, task: Task, trace: Trace) -> float:
+        """How many replies the engine stepped."""
+        return float(trace.info.get("moves", 0))
+
+
+class TextArena(GameScores, Env):
     id = "textarena"
     config_class: ClassVar[type] = TextArenaConfig
     config: Any  # TextArenaConfig, or WordleConfig for the pinned ``wordle``
@@ -109,23 +131,6 @@ class TextArena(Env):
                 "prompt: another thread drew from Python's global random while TextArena "
                 "dealt, or the task comes from another TextArena version; rerun the task"
             )
-
-    @reward
-    def game_reward(self, task: Task, trace: Trace) -> float:
-        """The engine's final reward for the player; 0.0 if the game did not finish."""
-        if not trace.info.get("finished"):
-            return 0.0
-        return float(trace.info.get("game_reward", 0.0))
-
-    @metric
-    def finished(self, task: Task, trace: Trace) -> float:
-        """1.0 when the game reached its end (won, lost or forfeited by invalid moves)."""
-        return 1.0 if trace.info.get("finished") else 0.0
-
-    @metric
-    def moves(self, task: Task, trace: Trace) -> float:
-        """How many replies the engine stepped."""
-        return float(trace.info.get("moves", 0))
 
 
 class Wordle(TextArena):

@@ -38,9 +38,9 @@ from taketurns import (
     Trace,
     int_between,
     metric,
-    reward,
 )
 from taketurns.envs import textarena_games as games
+from taketurns.envs.textarena import GameScores
 
 __all__ = ["GAMES", "SeatFailed", "TextArenaSelfPlay", "TextArenaSelfPlayConfig"]
 
@@ -78,7 +78,7 @@ class TextArenaSelfPlayConfig(EnvConfig):
     seed: int = attrs.field(default=0, validator=int_between(0, 2**31))
 
 
-class TextArenaSelfPlay(Env):
+class TextArenaSelfPlay(GameScores, Env):
     id = "textarena-selfplay"
     config_class = TextArenaSelfPlayConfig
     config: TextArenaSelfPlayConfig
@@ -136,23 +136,6 @@ class TextArenaSelfPlay(Env):
             session.trace.info["moves"] += 1
             position = await match.move(reply.text)
         return position.verdict
-
-    @reward
-    def game_reward(self, task: Task, trace: Trace) -> float:
-        """The engine's final reward for the seat; 0.0 if the game did not finish."""
-        if not trace.info.get("finished"):
-            return 0.0
-        return float(trace.info.get("game_reward", 0.0))
-
-    @metric
-    def finished(self, task: Task, trace: Trace) -> float:
-        """1.0 when the game reached the engine's verdict (a forfeit included)."""
-        return 1.0 if trace.info.get("finished") else 0.0
-
-    @metric
-    def moves(self, task: Task, trace: Trace) -> float:
-        """How many of the seat's replies the engine stepped."""
-        return float(trace.info.get("moves", 0))
 
     @metric
     def forfeit(self, task: Task, trace: Trace) -> float:
