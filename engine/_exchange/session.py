@@ -354,7 +354,11 @@ class ChatSession:
                     start = trio.current_time()
                     self._scoring_deadline = start + self.timeouts.scoring_s
                     self._scoring_scope = scope
-                    await self._finalize_and_score()
+                    if self._finalizes:
+                        await self._finalize()
+                    if not self.discard:
+                        arm = self._arm_scoring_deadline
+                        await self.rubric.score(self.task, self._trace, before_wait=arm)
                 finally:
                     self._scoring_scope = None
                     self._lock.release()
@@ -394,15 +398,14 @@ class ChatSession:
             if self._closed is not None:
                 self._closed.set()
 
-    async def _finalize_and_score(self) -> None:
-        if self._finalizes:
-            self._arm_scoring_deadline()
-            try:
-                await self.harness.aclose(self.rollout)
-            except Exception as exc:
-                self._trace.errors.append(ErrorInfo.of("harness", exc))
-        if not self.discard:
-            await self.rubric.score(self.task, self._trace, before_wait=self._arm_scoring_deadline)
+    async def _finalize(self) -> None:
+        """The harness's ``aclose`` (it overrides the base no-op), under the scoring
+        deadline; its error is recorded, and scoring still runs."""
+        self._arm_scoring_deadline()
+        try:
+            await self.harness.aclose(self.rollout)
+        except Exception as exc:
+            self._trace.errors.append(ErrorInfo.of("harness", exc))
 
     def _arm_scoring_deadline(self) -> None:
         """Bound the close's scope by ``timeouts.scoring_s`` from its start. Called
