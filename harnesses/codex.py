@@ -43,6 +43,7 @@ from taketurns.harnesses.agent_cli import (
     refuse,
     split_system,
 )
+from taketurns.harnesses.agent_mcp import codex_mcp_args, rollout_servers
 
 SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
 KEY_VAR = "TAKETURNS_API_KEY"
@@ -124,6 +125,7 @@ class CodexHarness(AgentCLIHarness):
             "-m",
             rollout.boundary.model,
             *config,
+            *rollout.state.get("mcp_args", ()),
             *self.args,
         ]
 
@@ -143,7 +145,7 @@ class CodexHarness(AgentCLIHarness):
         return finished
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
-        self.check_tools(rollout)
+        rollout.state["mcp_args"] = codex_mcp_args(rollout_servers(rollout, self.id))
         system, rest = split_system(prompt.wire_messages())
         instructions = "\n\n".join(system) or None
         if not rest:

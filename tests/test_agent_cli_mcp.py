@@ -1,0 +1,165 @@
+"""A taskset's MCP servers handed to the real agent CLIs' own MCP configuration
+(``codex``: ``-c mcp_servers.<name>=...``; ``claude-code``: ``--mcp-config``), run
+offline against the interception server on a scripted model that asks the agent to
+call the counter tool of ``python -m taketurns.envs.mcp_counter``: the tool's answer
+comes back in the next recorded request, from a server process the agent itself
+started for this rollout, and that process is gone after the session closes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from agentprocs import leftovers
+from scripted import ScriptedModel, tool_call
+from test_agent_clis import LIMIT, Shim, agent
+
+from taketurns import (
+    InterceptionServer,
+    McpServer,
+    Task,
+    ToolMessage,
+    open_interception_server,
+    open_mcp_servers,
+    text_of,
+)
+from taketurns.harnesses.agent_mcp import claude_mcp_config, codex_mcp_args
+
+# the name each agent gives the model for server "counter"'s tool "bump"
+TOOL_NAME = {"codex": "mcp__counter__bump", "claude-code": "mcp__counter__bump"}
+PID_FILE = "server-pids"
+
+
+@pytest.fixture(autouse=True)
+def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where this test's rollouts make their scratch directories."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[InterceptionServer]:
+    async with open_interception_server(graceful_timeout=0.1) as running:
+        yield running
+
+
+def counter(tmp_path: Path, **fields: Any) -> McpServer:
+    """The counter server, wrapped so each process writes its pid to a file."""
+    wrapper = tmp_path / "counter.py"
+    wrapper.write_text(
+        "import os, sys\n"
+        f"with open({str(tmp_path / PID_FILE)!r}, 'a') as f:\n"
+        "    f.write(f'{os.getpid()}\\n')\n"
+        "from taketurns.envs.mcp_counter import main\n"
+        "main()\n"
+    )
+    return McpServer(name="counter", command=["python", str(wrapper)], **fields)
+
+
+def server_pids(tmp_path: Path) -> list[int]:
+    path = tmp_path / PID_FILE
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+async def test_the_agent_calls_the_rollouts_mcp_server_itself(
+    harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    shim = Shim(tmp_path, harness)
+    name = TOOL_NAME[harness]
+    sessions: list[Any] = []
+
+    async def rollout(tools: Any) -> None:
+        # each rollout's agent bumps by 5: it reads count=5 only from its own server
+        model = ScriptedModel(tool_call("call_bump1", name, json.dumps({"by": 5})), "Counted.")
+        async with agent(harness, server, shim, model).chat(
+            Task(0, prompt="bump it"), tools=tools
+        ) as session:
+            sessions.append(session)
+            assert (await session.turn()).text == "Counted."
+
+    with trio.fail_after(2 * LIMIT):
+        async with open_mcp_servers([counter(tmp_path)]) as (tools, _):
+            own = server_pids(tmp_path)  # taketurns' own connection to the server
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(rollout, tools)
+                nursery.start_soon(rollout, tools)
+    assert len(sessions) == 2
+    for session in sessions:
+        trace = session.trace
+        assert trace.errors == [], trace.errors
+        assert name in trace.turns[0].tools, list(trace.turns[0].tools)
+        results = [m for m in trace.turns[1].request if isinstance(m, ToolMessage)]
+        assert any("count=5" in text_of(m.content) for m in results), results
+    agents_own = [p for p in server_pids(tmp_path) if p not in own]
+    assert len(agents_own) == 2  # each rollout's agent started its own server
+    assert not any(alive(p) for p in server_pids(tmp_path))  # and it is gone
+    assert leftovers(scratch_root) == []
+
+
+async def test_python_tools_and_shared_stdio_servers_are_refused(
+    server: InterceptionServer, tmp_path: Path
+) -> None:
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return key
+
+    shim = Shim(tmp_path, "codex")
+    with trio.fail_after(LIMIT):
+        async with agent("codex", server, shim).chat(Task(0, prompt="hi"), tools=[lookup]) as s:
+            reply = await s.turn()
+        assert reply.stop_condition == "harness_error"
+        assert "Python tools (lookup)" in s.trace.errors[0].message
+        shared = counter(tmp_path, placement="shared")
+        async with (
+            open_mcp_servers([shared]) as (tools, _),
+            agent("codex", server, shim).chat(Task(0, prompt="hi"), tools=tools) as s,
+        ):
+            reply = await s.turn()
+        assert reply.stop_condition == "harness_error"
+        assert "shared stdio server" in s.trace.errors[0].message
+    assert shim.runs() == []  # refused before any agent started
+
+
+def test_the_cli_configurations_name_every_field(tmp_path: Path) -> None:
+    stdio = McpServer(
+        name="counter",
+        command=["python", "-m", "taketurns.envs.mcp_counter"],
+        env={"A": "b"},
+        cwd=str(tmp_path),
+        call_timeout_s=7,
+    )
+    http = McpServer(name="web", url="http://127.0.0.1:9/mcp")
+    assert codex_mcp_args([stdio, http]) == [
+        "-c",
+        f'mcp_servers.counter={{"command"={json.dumps(sys.executable)},'
+        '"args"=["-m","taketurns.envs.mcp_counter"],"env"={"A"="b"},'
+        f'"cwd"={json.dumps(str(tmp_path))},"required"=true,'
+        '"default_tools_approval_mode"="approve","startup_timeout_sec"=60.0,"tool_timeout_sec"=7.0}',
+        "-c",
+        'mcp_servers.web={"url"="http://127.0.0.1:9/mcp","required"=true,'
+        '"default_tools_approval_mode"="approve","startup_timeout_sec"=60.0,'
+        '"tool_timeout_sec"=60.0}',
+    ]
+    config = claude_mcp_config([stdio, http])["mcpServers"]
+    assert config["web"] == {"type": "http", "url": "http://127.0.0.1:9/mcp"}
+    assert config["counter"]["args"][-3:] == [sys.executable, "-m", "taketurns.envs.mcp_counter"]
+    assert config["counter"]["args"][2] == str(tmp_path)  # cd "$0" && exec "$@"
+    assert config["counter"]["env"] == {"A": "b"}
