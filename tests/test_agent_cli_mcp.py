@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 import trio
 from agentprocs import leftovers
-from scripted import ScriptedModel, tool_call
+from scripted import USAGE, ScriptedModel, tool_call
 from test_agent_clis import LIMIT, Shim, agent
 
 from taketurns import (
+    AssistantMessage,
     InterceptionServer,
     McpServer,
+    ModelResponse,
     Task,
     ToolMessage,
     open_interception_server,
@@ -163,3 +165,31 @@ def test_the_cli_configurations_name_every_field(tmp_path: Path) -> None:
     assert config["counter"]["args"][-3:] == [sys.executable, "-m", "taketurns.envs.mcp_counter"]
     assert config["counter"]["args"][2] == str(tmp_path)  # cd "$0" && exec "$@"
     assert config["counter"]["env"] == {"A": "b"}
+
+
+def test_responses_namespace_tools_are_offered_flat_and_called_back_namespaced() -> None:
+    from taketurns._http.responses import _items, parse_responses_body
+
+    bump = {"type": "function", "name": "bump", "parameters": {"type": "object"}}
+    body = {
+        "model": "m",
+        "tools": [{"type": "namespace", "name": "mcp__counter", "tools": [bump]}],
+        "input": [
+            {"role": "user", "content": "go"},
+            {
+                "type": "function_call",
+                "call_id": "c1",
+                "namespace": "mcp__counter",
+                "name": "bump",
+                "arguments": "{}",
+            },
+            {"type": "function_call_output", "call_id": "c1", "output": "count=1"},
+        ],
+    }
+    parsed = parse_responses_body(json.dumps(body), "m")
+    assert [t["function"]["name"] for t in parsed.request.tools] == ["mcp__counter__bump"]
+    call = parsed.request.messages[1].tool_calls[0]
+    assert call.name == "mcp__counter__bump"
+    response = ModelResponse(AssistantMessage(None, (call,)), USAGE)
+    (item,) = _items(response, parsed.options["namespaced"])
+    assert (item["namespace"], item["name"]) == ("mcp__counter", "bump")
