@@ -42,6 +42,7 @@ from taketurns.harnesses.agent_cli import (
     refuse,
     split_system,
 )
+from taketurns.harnesses.agent_mcp import opencode_mcp_config, rollout_servers
 
 KEY_VAR = "TAKETURNS_API_KEY"
 PROVIDER = "taketurns"
@@ -117,6 +118,8 @@ class OpencodeHarness(AgentCLIHarness):
         instructions = rollout.state.get("instructions")
         if instructions:
             config["instructions"] = [instructions]
+        if rollout.state.get("mcp"):
+            config["mcp"] = rollout.state["mcp"]
         return json.dumps(config)
 
     def _env(self, rollout: Rollout) -> dict[str, str]:
@@ -161,7 +164,7 @@ class OpencodeHarness(AgentCLIHarness):
         return failure
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
-        self.check_tools(rollout)
+        rollout.state["mcp"] = opencode_mcp_config(rollout_servers(rollout, self.id))
         system, rest = split_system(prompt.wire_messages())
         if not rest:
             raise HarnessError("opencode needs a user message to start from")

@@ -35,7 +35,11 @@ from taketurns import (
 from taketurns.harnesses.agent_mcp import claude_mcp_config, codex_mcp_args
 
 # the name each agent gives the model for server "counter"'s tool "bump"
-TOOL_NAME = {"codex": "mcp__counter__bump", "claude-code": "mcp__counter__bump"}
+TOOL_NAME = {
+    "codex": "mcp__counter__bump",
+    "claude-code": "mcp__counter__bump",
+    "opencode": "counter_bump",
+}
 PID_FILE = "server-pids"
 
 
@@ -80,7 +84,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "opencode"])
 async def test_the_agent_calls_the_rollouts_mcp_server_itself(
     harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
 ) -> None:
@@ -97,7 +101,7 @@ async def test_the_agent_calls_the_rollouts_mcp_server_itself(
             sessions.append(session)
             assert (await session.turn()).text == "Counted."
 
-    with trio.fail_after(2 * LIMIT):
+    with trio.fail_after(3 * LIMIT):
         async with open_mcp_servers([counter(tmp_path)]) as (tools, _):
             own = server_pids(tmp_path)  # taketurns' own connection to the server
             async with trio.open_nursery() as nursery:
