@@ -14,7 +14,9 @@ upstream client retries the model, so a re-sent request never becomes a second
 turn), ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` and, as root, ``IS_SANDBOX=1``
 (without it Claude Code refuses its tools to root). The task's system prompt (and
 any leading system messages) is appended to Claude Code's own
-(``--append-system-prompt``).
+(``--append-system-prompt``). The rollout's MCP servers are Claude Code's own
+(``--mcp-config``, pre-approved with ``--allowedTools mcp__<name>``: see
+``taketurns.harnesses.agent_mcp``).
 
 Options (``--env.<role>.harness_options.<name>=...``): ``allowed_tools`` (a list for
 ``--allowedTools``, e.g. ``["Bash", "Read"]``; default: none pre-approved, so in

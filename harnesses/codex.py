@@ -18,7 +18,9 @@ rollout's interception URL over the Responses API, with the rollout's secret::
 
 Its retries are off (the interception server's upstream client retries the model),
 so a re-sent request never becomes a second turn. The task's system prompt (and
-any leading system messages) reaches the agent as ``developer_instructions``.
+any leading system messages) reaches the agent as ``developer_instructions``. The
+rollout's MCP servers are Codex's own (``-c mcp_servers.<name>=...``: see
+``taketurns.harnesses.agent_mcp``).
 
 Options (``--env.<role>.harness_options.<name>=...``): ``sandbox`` (``read-only``,
 ``workspace-write`` or ``danger-full-access``; default ``workspace-write`` where

@@ -12,7 +12,8 @@ secret), the rollout's model. Its ``HOME`` and ``XDG_*`` directories are the
 rollout's own (its first run writes caches and a session database there), ``--pure``
 keeps external plugins out, ``--title`` skips the extra title-generation model
 call, and model fetches, sharing, autoupdate and LSP downloads are off. The task's
-system prompt reaches the agent as an instructions file.
+system prompt reaches the agent as an instructions file. The rollout's MCP servers
+are opencode's own (its config's ``mcp`` section: see ``taketurns.harnesses.agent_mcp``).
 
 Retries: opencode re-sends a failed model call itself (up to 5 times, on 429/5xx
 or such a status in the error text) and no setting turns that off, so its rollouts
