@@ -41,7 +41,7 @@ def rollout_servers(rollout: Rollout, harness: str) -> list[McpServer]:
         if isinstance(tool, McpTool):
             servers.setdefault(tool.connection.server.name, tool.connection.server)
         else:
-            python.append(getattr(tool, "name", None) or getattr(tool, "__name__", repr(tool)))
+            python.append(str(getattr(tool, "name", None) or getattr(tool, "__name__", tool)))
     if python:
         raise HarnessError(
             f"harness {harness!r} runs the agent's own tools; it cannot call the rollout's "

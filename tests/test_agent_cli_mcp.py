@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import trio
 from agentprocs import leftovers
+from httpservers import serve_app
 from scripted import USAGE, ScriptedModel, tool_call
 from test_agent_clis import LIMIT, Shim, agent
 
@@ -32,6 +33,7 @@ from taketurns import (
     open_mcp_servers,
     text_of,
 )
+from taketurns.envs.mcp_counter import make_server
 from taketurns.harnesses.agent_mcp import claude_mcp_config, codex_mcp_args
 
 # the name each agent gives the model for server "counter"'s tool "bump"
@@ -118,6 +120,27 @@ async def test_the_agent_calls_the_rollouts_mcp_server_itself(
     assert len(agents_own) == 2  # each rollout's agent started its own server
     assert not any(alive(p) for p in server_pids(tmp_path))  # and it is gone
     assert leftovers(scratch_root) == []
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "opencode"])
+async def test_the_agent_calls_a_shared_http_server_at_its_url(
+    harness: str, server: InterceptionServer, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    root = await nursery.start(serve_app, make_server().streamable_http_app())
+    counter_http = McpServer(name="counter", url=f"{root}/mcp", placement="shared")
+    shim = Shim(tmp_path, harness)
+    bump = tool_call("call_bump1", TOOL_NAME[harness], json.dumps({"by": 3}))
+    model = ScriptedModel(bump, "Counted.")
+    with trio.fail_after(3 * LIMIT):
+        async with (
+            open_mcp_servers([counter_http]) as (tools, _),
+            agent(harness, server, shim, model).chat(Task(0, prompt="go"), tools=tools) as session,
+        ):
+            reply = await session.turn()
+    assert session.trace.errors == []
+    assert reply.text == "Counted."
+    results = [m for m in session.trace.turns[1].request if isinstance(m, ToolMessage)]
+    assert any("count=3" in text_of(m.content) for m in results), results
 
 
 async def test_python_tools_and_shared_stdio_servers_are_refused(
