@@ -60,12 +60,16 @@ async def server() -> AsyncIterator[InterceptionServer]:
         yield running
 
 
-def counter(tmp_path: Path, **fields: Any) -> McpServer:
-    """The counter server, wrapped so each process writes its pid to a file."""
+def counter(tmp_path: Path, *, only_once: bool = False, **fields: Any) -> McpServer:
+    """The counter server, wrapped so each process writes its pid to a file;
+    ``only_once``: every process after the first exits at once (status 3)."""
     wrapper = tmp_path / "counter.py"
+    pids = str(tmp_path / PID_FILE)
     wrapper.write_text(
         "import os, sys\n"
-        f"with open({str(tmp_path / PID_FILE)!r}, 'a') as f:\n"
+        f"if {only_once} and os.path.exists({pids!r}):\n"
+        "    sys.exit('counter: refusing to start twice')\n"
+        f"with open({pids!r}, 'a') as f:\n"
         "    f.write(f'{os.getpid()}\\n')\n"
         "from taketurns.envs.mcp_counter import main\n"
         "main()\n"
@@ -141,6 +145,23 @@ async def test_the_agent_calls_a_shared_http_server_at_its_url(
     assert reply.text == "Counted."
     results = [m for m in session.trace.turns[1].request if isinstance(m, ToolMessage)]
     assert any("count=3" in text_of(m.content) for m in results), results
+
+
+async def test_a_server_the_agent_cannot_start_is_a_harness_failure_not_a_hang(
+    server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    shim = Shim(tmp_path, "codex")  # codex's servers are `required`: it fails at once
+    model = ScriptedModel(tool_call("call_bump1", TOOL_NAME["codex"], "{}"), "never")
+    with trio.fail_after(LIMIT):
+        async with (
+            open_mcp_servers([counter(tmp_path, only_once=True)]) as (tools, _),
+            agent("codex", server, shim, model).chat(Task(0, prompt="go"), tools=tools) as s,
+        ):
+            reply = await s.turn()
+    assert reply.stop_condition == "harness_error"
+    assert s.trace.turns == []  # it failed before its first model call
+    assert "MCP servers failed to initialize: counter" in s.trace.errors[0].message
+    assert leftovers(scratch_root) == []
 
 
 async def test_python_tools_and_shared_stdio_servers_are_refused(
