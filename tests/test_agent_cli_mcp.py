@@ -147,20 +147,29 @@ async def test_the_agent_calls_a_shared_http_server_at_its_url(
     assert any("count=3" in text_of(m.content) for m in results), results
 
 
-async def test_a_server_the_agent_cannot_start_is_a_harness_failure_not_a_hang(
-    server: InterceptionServer, tmp_path: Path, scratch_root: Path
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "opencode"])
+async def test_a_server_the_agent_cannot_start_never_hangs_the_rollout(
+    harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
 ) -> None:
-    shim = Shim(tmp_path, "codex")  # codex's servers are `required`: it fails at once
-    model = ScriptedModel(tool_call("call_bump1", TOOL_NAME["codex"], "{}"), "never")
-    with trio.fail_after(LIMIT):
+    shim = Shim(tmp_path, harness)
+    name = TOOL_NAME[harness]
+    model = ScriptedModel(tool_call("call_bump1", name, "{}"), "Went on without it.")
+    with trio.fail_after(3 * LIMIT):
         async with (
             open_mcp_servers([counter(tmp_path, only_once=True)]) as (tools, _),
-            agent("codex", server, shim, model).chat(Task(0, prompt="go"), tools=tools) as s,
+            agent(harness, server, shim, model).chat(Task(0, prompt="go"), tools=tools) as s,
         ):
             reply = await s.turn()
-    assert reply.stop_condition == "harness_error"
-    assert s.trace.turns == []  # it failed before its first model call
-    assert "MCP servers failed to initialize: counter" in s.trace.errors[0].message
+    if harness == "codex":  # its servers are `required`: the segment fails at once
+        assert reply.stop_condition == "harness_error"
+        assert s.trace.turns == []  # before its first model call
+        assert "MCP servers failed to initialize: counter" in s.trace.errors[0].message
+    else:  # the others go on without the server: the call is their own tool error
+        assert s.trace.errors == []
+        assert reply.text == "Went on without it."
+        (result,) = [m for m in s.trace.turns[1].request if isinstance(m, ToolMessage)]
+        assert name in text_of(result.content)
+        assert "unavailable" in text_of(result.content) or "No such tool" in text_of(result.content)
     assert leftovers(scratch_root) == []
 
 
