@@ -126,6 +126,37 @@ async def test_the_agent_calls_the_rollouts_mcp_server_itself(
     assert leftovers(scratch_root) == []
 
 
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+async def test_a_resumed_segment_has_the_servers_again_each_segment_its_own_process(
+    harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    shim = Shim(tmp_path, harness)
+    name = TOOL_NAME[harness]
+    model = ScriptedModel(
+        tool_call("call_bump1", name, json.dumps({"by": 2})),
+        "First.",
+        tool_call("call_bump2", name, json.dumps({"by": 2})),
+        "Second.",
+    )
+    with trio.fail_after(3 * LIMIT):
+        async with open_mcp_servers([counter(tmp_path)]) as (tools, _):
+            own = server_pids(tmp_path)
+            seat = agent(harness, server, shim, model)
+            async with seat.chat(Task(0, prompt="bump"), tools=tools) as session:
+                assert (await session.turn()).text == "First."
+                assert (await session.turn("again")).text == "Second."
+    trace = session.trace
+    assert trace.errors == []
+    assert len(trace.turns) == 4
+    for turn in (trace.turns[1], trace.turns[3]):
+        (result,) = [m for m in turn.request[-1:] if isinstance(m, ToolMessage)]
+        # the agent's server lives for one segment: the resumed one starts from 0
+        assert "count=2" in text_of(result.content), result
+    assert len([p for p in server_pids(tmp_path) if p not in own]) == 2
+    assert not any(alive(p) for p in server_pids(tmp_path))
+    assert leftovers(scratch_root) == []
+
+
 @pytest.mark.parametrize("harness", ["codex", "claude-code", "opencode"])
 async def test_the_agent_calls_a_shared_http_server_at_its_url(
     harness: str, server: InterceptionServer, tmp_path: Path, nursery: trio.Nursery
