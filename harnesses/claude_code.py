@@ -14,7 +14,9 @@ upstream client retries the model, so a re-sent request never becomes a second
 turn), ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` and, as root, ``IS_SANDBOX=1``
 (without it Claude Code refuses its tools to root). The task's system prompt (and
 any leading system messages) is appended to Claude Code's own
-(``--append-system-prompt``).
+(``--append-system-prompt``). The rollout's MCP servers are Claude Code's own
+(``--mcp-config``, pre-approved with ``--allowedTools mcp__<name>``: see
+``taketurns.harnesses.agent_mcp``).
 
 Options (``--env.<role>.harness_options.<name>=...``): ``allowed_tools`` (a list for
 ``--allowedTools``, e.g. ``["Bash", "Read"]``; default: none pre-approved, so in
@@ -27,6 +29,7 @@ quotes).
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Mapping, Sequence
@@ -40,6 +43,7 @@ from taketurns.harnesses.agent_cli import (
     refuse,
     split_system,
 )
+from taketurns.harnesses.agent_mcp import claude_mcp_config, claude_mcp_env, rollout_servers
 
 
 def claude_env(endpoint: Endpoint, dirs: AgentDirs) -> dict[str, str]:
@@ -88,15 +92,22 @@ class ClaudeCodeHarness(AgentCLIHarness):
         system = rollout.state.get("system")
         if system:
             argv += ["--append-system-prompt", system]
-        if self.allowed_tools:
-            argv += ["--allowedTools", *self.allowed_tools]
+        servers = rollout.state.get("mcp_servers", [])
+        if servers:
+            argv += ["--mcp-config", str(self.dirs(rollout).home / "mcp.json")]
+            argv += ["--strict-mcp-config"]
+        allowed = [*(self.allowed_tools or ()), *(f"mcp__{s.name}" for s in servers)]
+        if allowed:
+            argv += ["--allowedTools", *allowed]
         if self.permission_mode is not None:
             argv += ["--permission-mode", self.permission_mode]
         return [*argv, *self.args]
 
     def _env(self, rollout: Rollout) -> dict[str, str]:
         dirs = self.dirs(rollout)
-        return self.environment(dirs, claude_env(self.endpoint(rollout), dirs))
+        extra = claude_env(self.endpoint(rollout), dirs)
+        extra.update(claude_mcp_env(rollout.state.get("mcp_servers", [])))
+        return self.environment(dirs, extra)
 
     async def _segment(self, rollout: Rollout, argv: list[str]) -> None:
         turns_before = len(rollout.trace.turns)
@@ -104,7 +115,10 @@ class ClaudeCodeHarness(AgentCLIHarness):
         self.settle(rollout, turns_before, self.exit_failure(finished))
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
-        self.check_tools(rollout)
+        servers = rollout.state["mcp_servers"] = rollout_servers(rollout, self.id)
+        if servers:
+            config = json.dumps(claude_mcp_config(servers), indent=2)
+            (self.dirs(rollout).home / "mcp.json").write_text(config, "utf-8")
         system, rest = split_system(prompt.wire_messages())
         if not rest:
             raise HarnessError("claude-code needs a user message to start from")

@@ -18,7 +18,9 @@ rollout's interception URL over the Responses API, with the rollout's secret::
 
 Its retries are off (the interception server's upstream client retries the model),
 so a re-sent request never becomes a second turn. The task's system prompt (and
-any leading system messages) reaches the agent as ``developer_instructions``.
+any leading system messages) reaches the agent as ``developer_instructions``. The
+rollout's MCP servers are Codex's own (``-c mcp_servers.<name>=...``: see
+``taketurns.harnesses.agent_mcp``).
 
 Options (``--env.<role>.harness_options.<name>=...``): ``sandbox`` (``read-only``,
 ``workspace-write`` or ``danger-full-access``; default ``workspace-write`` where
@@ -43,6 +45,7 @@ from taketurns.harnesses.agent_cli import (
     refuse,
     split_system,
 )
+from taketurns.harnesses.agent_mcp import codex_mcp_args, rollout_servers
 
 SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
 KEY_VAR = "TAKETURNS_API_KEY"
@@ -124,6 +127,7 @@ class CodexHarness(AgentCLIHarness):
             "-m",
             rollout.boundary.model,
             *config,
+            *rollout.state.get("mcp_args", ()),
             *self.args,
         ]
 
@@ -143,7 +147,7 @@ class CodexHarness(AgentCLIHarness):
         return finished
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
-        self.check_tools(rollout)
+        rollout.state["mcp_args"] = codex_mcp_args(rollout_servers(rollout, self.id))
         system, rest = split_system(prompt.wire_messages())
         instructions = "\n\n".join(system) or None
         if not rest:

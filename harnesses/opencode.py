@@ -12,7 +12,8 @@ secret), the rollout's model. Its ``HOME`` and ``XDG_*`` directories are the
 rollout's own (its first run writes caches and a session database there), ``--pure``
 keeps external plugins out, ``--title`` skips the extra title-generation model
 call, and model fetches, sharing, autoupdate and LSP downloads are off. The task's
-system prompt reaches the agent as an instructions file.
+system prompt reaches the agent as an instructions file. The rollout's MCP servers
+are opencode's own (its config's ``mcp`` section: see ``taketurns.harnesses.agent_mcp``).
 
 Retries: opencode re-sends a failed model call itself (up to 5 times, on 429/5xx
 or such a status in the error text) and no setting turns that off, so its rollouts
@@ -42,6 +43,7 @@ from taketurns.harnesses.agent_cli import (
     refuse,
     split_system,
 )
+from taketurns.harnesses.agent_mcp import opencode_mcp_config, rollout_servers
 
 KEY_VAR = "TAKETURNS_API_KEY"
 PROVIDER = "taketurns"
@@ -117,6 +119,8 @@ class OpencodeHarness(AgentCLIHarness):
         instructions = rollout.state.get("instructions")
         if instructions:
             config["instructions"] = [instructions]
+        if rollout.state.get("mcp"):
+            config["mcp"] = rollout.state["mcp"]
         return json.dumps(config)
 
     def _env(self, rollout: Rollout) -> dict[str, str]:
@@ -161,7 +165,7 @@ class OpencodeHarness(AgentCLIHarness):
         return failure
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
-        self.check_tools(rollout)
+        rollout.state["mcp"] = opencode_mcp_config(rollout_servers(rollout, self.id))
         system, rest = split_system(prompt.wire_messages())
         if not rest:
             raise HarnessError("opencode needs a user message to start from")

@@ -5,8 +5,11 @@ items: messages of every role (``developer`` and ``system`` become system messag
 parts ``input_text``/``output_text``/``text``, ``input_image`` by URL, ``refusal`` as
 text), ``function_call`` (joined to the assistant message before it) and
 ``function_call_output`` (a tool message), ``custom_tool_call``/``_output`` (the same,
-the raw input as the arguments). Function tools pass on as chat tool schemas; other
-tools (``web_search``, ``namespace``, ``custom``, ``local_shell``, ...) are dropped, as
+the raw input as the arguments). Function tools pass on as chat tool schemas, and so
+do the functions of a ``namespace`` tool (Codex's MCP servers), named
+``<namespace>__<name>``: their calls go back with ``namespace`` and the own name, and a
+namespaced ``function_call`` in the input reads as the flat name. Other
+tools (``web_search``, ``custom``, ``local_shell``, ...) are dropped, as
 are ``reasoning`` and server-side call items: a chat model can neither see nor call
 them. ``tool_choice`` (``auto``/``none``/``required``/a named function),
 ``parallel_tool_calls``, ``temperature``, ``top_p`` and ``max_output_tokens`` become
@@ -28,7 +31,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from quart import Response
@@ -118,6 +121,9 @@ def _call(item: Json, where: str) -> ToolCall:
     call_id, name = item.get("call_id"), item.get("name")
     if not isinstance(call_id, str) or not isinstance(name, str):
         raise BadRequest(f"{where} needs a string call_id and name")
+    namespace = item.get("namespace")
+    if isinstance(namespace, str) and namespace:
+        name = f"{namespace}__{name}"  # as the namespaced tool was offered
     if item.get("type") == "custom_tool_call":
         arguments = item.get("input", "")
     else:
@@ -169,20 +175,35 @@ def messages_from_input(raw: Any) -> list[Message]:
     return out
 
 
-def _tools(raw: Any) -> list[Json]:
+def _function(tool: Json, where: str, prefix: str = "") -> Json:
+    if not isinstance(tool.get("name"), str):
+        raise BadRequest(f"'{where}' needs a string 'name'")
+    fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+    fn["name"] = prefix + tool["name"]
+    return {"type": "function", "function": fn}
+
+
+def _tools(raw: Any) -> tuple[list[Json], dict[str, tuple[str, str]]]:
+    """The chat tool schemas, and the flat name of each namespaced function (the
+    ``namespace`` tools' members, named ``<namespace>__<name>``): its (namespace,
+    name), so its calls go back to the client namespaced."""
     if raw is None:
-        return []
+        return [], {}
     if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
         raise BadRequest("'tools' must be a list of tool objects")
-    out = []
+    out, namespaced = [], {}
     for i, tool in enumerate(raw):
-        if tool.get("type") != "function":
-            continue  # built-in and namespaced tools: a chat model cannot call them
-        if not isinstance(tool.get("name"), str):
-            raise BadRequest(f"'tools[{i}]' needs a string 'name'")
-        fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
-        out.append({"type": "function", "function": fn})
-    return out
+        if tool.get("type") == "function":
+            out.append(_function(tool, f"tools[{i}]"))
+        elif tool.get("type") == "namespace" and isinstance(tool.get("name"), str):
+            members = tool.get("tools")
+            for j, member in enumerate(members if isinstance(members, list) else ()):
+                if isinstance(member, dict) and member.get("type") == "function":
+                    flat = _function(member, f"tools[{i}].tools[{j}]", f"{tool['name']}__")
+                    out.append(flat)
+                    namespaced[flat["function"]["name"]] = (tool["name"], member["name"])
+        # built-in tools (web_search, custom, ...): a chat model cannot call them
+    return out, namespaced
 
 
 def _tool_choice(raw: Any) -> Any:
@@ -235,9 +256,10 @@ def parse_responses_body(raw: str | bytes, default_model: str) -> Parsed:
     model = body.get("model", default_model)
     if not isinstance(model, str):
         raise BadRequest("'model' must be a string")
-    tools = _tools(body.get("tools"))
+    tools, namespaced = _tools(body.get("tools"))
     request = ModelRequest(model, tuple(messages), tuple(tools), _sampling(body, bool(tools)))
     echo = {k: body.get(k) for k in ("tool_choice", "parallel_tool_calls", "instructions")}
+    echo["namespaced"] = namespaced
     return Parsed(request, bool(body.get("stream")), echo)
 
 
@@ -255,8 +277,9 @@ def _usage(response: ModelResponse) -> Json:
     }
 
 
-def _items(response: ModelResponse) -> list[Json]:
-    """The output items, completed: the text message (if any), then the calls."""
+def _items(response: ModelResponse, namespaced: Mapping[str, tuple[str, str]]) -> list[Json]:
+    """The output items, completed: the text message (if any), then the calls (a call
+    of a namespaced tool with its ``namespace`` and own ``name``)."""
     message = response.message
     items: list[Json] = []
     text = text_of(message.content)
@@ -272,16 +295,17 @@ def _items(response: ModelResponse) -> list[Json]:
             }
         )
     for call in message.tool_calls:
-        items.append(
-            {
-                "id": f"fc_{uuid.uuid4().hex}",
-                "type": "function_call",
-                "status": "completed",
-                "call_id": call.id or f"call_{uuid.uuid4().hex[:24]}",
-                "name": call.name,
-                "arguments": call.arguments,
-            }
-        )
+        item = {
+            "id": f"fc_{uuid.uuid4().hex}",
+            "type": "function_call",
+            "status": "completed",
+            "call_id": call.id or f"call_{uuid.uuid4().hex[:24]}",
+            "name": call.name,
+            "arguments": call.arguments,
+        }
+        if call.name in namespaced:
+            item["namespace"], item["name"] = namespaced[call.name]
+        items.append(item)
     return items
 
 
@@ -311,7 +335,7 @@ def _envelope(parsed: Parsed, id_: str, created: int, status: str) -> Json:
 def _finished(response: ModelResponse, parsed: Parsed, id_: str, created: int) -> Json:
     truncated = response.finish_reason == "length"
     out = _envelope(parsed, id_, created, "incomplete" if truncated else "completed")
-    out["output"] = _items(response)
+    out["output"] = _items(response, parsed.options.get("namespaced") or {})
     out["usage"] = _usage(response)
     if truncated:
         out["incomplete_details"] = {"reason": "max_output_tokens"}
