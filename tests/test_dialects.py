@@ -7,7 +7,7 @@ same dialects."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -43,6 +43,7 @@ from taketurns import (
 from taketurns._http.server import serve
 
 T = TypeVar("T")
+C = TypeVar("C")
 PIXEL = (  # a 1x1 PNG
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 )
@@ -90,14 +91,31 @@ async def in_thread(fn: Callable[[], T]) -> T:
         return await trio.to_thread.run_sync(fn)
 
 
+# every SDK client a test makes, closed after it (an unclosed client's pooled socket
+# is a ResourceWarning, an error here, whenever the collector meets it)
+_CLIENTS: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _CLIENTS:
+        _CLIENTS.pop().close()
+
+
+def _kept(client: C) -> C:
+    _CLIENTS.append(client)
+    return client
+
+
 def oai(endpoint: Endpoint) -> openai.OpenAI:
-    return openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.secret, max_retries=0)
+    return _kept(openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.secret, max_retries=0))
 
 
 def claude(endpoint: Endpoint, **kwargs: Any) -> anthropic.Anthropic:
     root = endpoint.base_url.removesuffix("/v1")
     kwargs.setdefault("api_key", endpoint.secret)
-    return anthropic.Anthropic(base_url=root, max_retries=0, **kwargs)
+    return _kept(anthropic.Anthropic(base_url=root, max_retries=0, **kwargs))
 
 
 # -- Responses ---------------------------------------------------------------------------
@@ -476,13 +494,13 @@ async def test_the_builtin_server_answers_every_dialect() -> None:
         def program() -> tuple[str, str, Any, Any, int]:
             prompt = [{"role": "user", "content": "choose [check] or [bet]"}]
             city = [{"role": "user", "content": "city: Oslo"}]
-            o = openai.OpenAI(base_url=bracket, api_key="x", max_retries=0)
+            o = _kept(openai.OpenAI(base_url=bracket, api_key="x", max_retries=0))
             r = o.responses.create(model="builtin/bracket", input=prompt)
-            a = anthropic.Anthropic(base_url=bracket.removesuffix("/v1"), api_key="x")
+            a = _kept(anthropic.Anthropic(base_url=bracket.removesuffix("/v1"), api_key="x"))
             m = a.messages.create(model="b", max_tokens=9, messages=prompt)
-            ot = openai.OpenAI(base_url=tools, api_key="x", max_retries=0)
+            ot = _kept(openai.OpenAI(base_url=tools, api_key="x", max_retries=0))
             call = ot.responses.create(model="t", input=city, tools=[FN_TOOL]).output[0]
-            at = anthropic.Anthropic(base_url=tools.removesuffix("/v1"), api_key="x")
+            at = _kept(anthropic.Anthropic(base_url=tools.removesuffix("/v1"), api_key="x"))
             use = at.messages.create(model="t", max_tokens=9, messages=city, tools=[CC_TOOL])
             counted = a.messages.count_tokens(model="b", messages=prompt)
             return r.output_text, m.content[0].text, call, use.content[0], counted.input_tokens
