@@ -9,13 +9,12 @@ import json
 import os
 import shutil
 import signal
-import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 from agentprocs import Arrival, dead_after_kill, leftovers
+from agentseats import scratch_root, server  # noqa: F401 - fixtures
 from scripted import ScriptedModel, Sleep, tool_call
 
 from taketurns import (
@@ -26,27 +25,12 @@ from taketurns import (
     Limits,
     Task,
     ToolMessage,
-    open_interception_server,
     text_of,
 )
 from taketurns._exchange.agent import make_harness
 
 ADAPTERS = {"codex": "codex-acp", "claude": "claude-agent-acp"}
 LIMIT = 90  # seconds: claude-agent-acp takes several seconds to start
-
-
-@pytest.fixture(autouse=True)
-def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "tmp"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[InterceptionServer]:
-    async with open_interception_server(graceful_timeout=0.1) as running:
-        yield running
 
 
 def seat(adapter: str, server: InterceptionServer, model: object = None, **limits: int) -> Agent:

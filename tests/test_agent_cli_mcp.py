@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 from agentprocs import leftovers
+from agentseats import scratch_root, server  # noqa: F401 - fixtures
 from httpservers import serve_app
 from scripted import USAGE, ScriptedModel, tool_call
 from test_agent_clis import LIMIT, Shim, agent
@@ -29,7 +28,6 @@ from taketurns import (
     ModelResponse,
     Task,
     ToolMessage,
-    open_interception_server,
     open_mcp_servers,
     text_of,
 )
@@ -43,21 +41,6 @@ TOOL_NAME = {
     "opencode": "counter_bump",
 }
 PID_FILE = "server-pids"
-
-
-@pytest.fixture(autouse=True)
-def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Where this test's rollouts make their scratch directories."""
-    root = tmp_path / "tmp"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[InterceptionServer]:
-    async with open_interception_server(graceful_timeout=0.1) as running:
-        yield running
 
 
 def counter(tmp_path: Path, *, only_once: bool = False, **fields: Any) -> McpServer:

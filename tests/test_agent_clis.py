@@ -14,14 +14,13 @@ import json
 import os
 import shutil
 import sys
-import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 from agentprocs import Arrival, dead_after_kill, leftovers
+from agentseats import scratch_root, server  # noqa: F401 - fixtures
 from scripted import ScriptedModel, Sleep, tool_call
 
 from taketurns import (
@@ -35,7 +34,6 @@ from taketurns import (
     Timeouts,
     ToolMessage,
     UserMessage,
-    open_interception_server,
     read_episodes,
     text_of,
 )
@@ -61,21 +59,6 @@ def real(program: str) -> str:
         "@anthropic-ai/claude-code@2.1.332 opencode-ai@1.18.33` (as .ci/run does)"
     )
     return path
-
-
-@pytest.fixture(autouse=True)
-def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Where this test's rollouts make their scratch directories."""
-    root = tmp_path / "tmp"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[InterceptionServer]:
-    async with open_interception_server(graceful_timeout=0.1) as running:
-        yield running
 
 
 class Shim:

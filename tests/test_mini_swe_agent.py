@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 from agentprocs import leftovers
+from agentseats import scratch_root, server  # noqa: F401 - fixtures
 from scripted import ScriptedModel, tool_call
 
 from taketurns import (
@@ -23,26 +22,11 @@ from taketurns import (
     Limits,
     Task,
     ToolMessage,
-    open_interception_server,
     text_of,
 )
 from taketurns._exchange.agent import make_harness
 
 LIMIT = 120  # seconds: importing litellm takes a while on a loaded machine
-
-
-@pytest.fixture(autouse=True)
-def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "tmp"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[InterceptionServer]:
-    async with open_interception_server(graceful_timeout=0.1) as running:
-        yield running
 
 
 def seat(server: InterceptionServer, model: ScriptedModel, **limits: int) -> Agent:
