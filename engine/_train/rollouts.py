@@ -21,8 +21,9 @@ while ``max_waiting`` finished groups wait for the consumer; the episodes alread
 flight still finish, so a stalled consumer holds at most ``max_waiting`` groups plus
 those the in-flight episodes complete. Leaving the ``async with`` (normally, by an
 exception, or cancelled) cancels every episode in flight: each is closed and scored
-as ``cancelled`` (DESIGN.md "Guaranteed close and scoring") and kept in
-``source.cut_off``; nothing is lost. Episode retries are the eval's
+as ``cancelled`` (DESIGN.md "Guaranteed close and scoring") and kept: in
+``source.cut_off`` while its group is incomplete, in ``source.undelivered`` with its
+group when it was the group's last episode; nothing is lost. Episode retries are the eval's
 (``_eval.play.play_with_retries``): an episode's attempts share its one slot, and
 only the last attempt is written and joins its group.
 
@@ -87,7 +88,8 @@ class RolloutSource:
     is more than N behind the source's tag when it would be handed over is dropped
     into ``stale``. When the source closes, ``cut_off`` receives the episodes of every
     group not yet complete (those in flight cancelled, closed and scored) and
-    ``undelivered`` the complete groups nobody took."""
+    ``undelivered`` the complete groups nobody took, a group that a cancelled episode
+    completed included (read both to see every episode)."""
 
     def __init__(
         self,
