@@ -26,9 +26,8 @@ becomes a metric.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -208,16 +207,6 @@ class JsonlTaskset(Taskset):
             return own
         judged = self.judge.rubric()
         return Rubric(judged.rewards, own.rewards + own.metrics, own.stops)
-
-    @contextlib.asynccontextmanager
-    async def services(self) -> AsyncIterator[None]:
-        """The base services, and the judge's model client closed at the end."""
-        try:
-            async with super().services():
-                yield
-        finally:
-            if self.judge is not None:
-                await self.judge.aclose()
 
     def tasks(self, num_tasks: int) -> Sequence[Task]:
         """The first ``num_tasks`` tasks of the file (all of them if it has fewer)."""

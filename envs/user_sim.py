@@ -24,9 +24,8 @@ traces record how the conversation ended in ``info["ended_by"]``: ``done``,
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -225,16 +224,6 @@ class UserSim(TasksetEnv):
     def judges(self) -> Sequence[Judge]:
         own = () if self.judge is None else (self.judge,)
         return (*super().judges(), *own)
-
-    @contextlib.asynccontextmanager
-    async def services(self) -> AsyncIterator[None]:
-        """The taskset's services, and the judge's model client closed at the end."""
-        try:
-            async with super().services():
-                yield
-        finally:
-            if self.judge is not None:
-                await self.judge.aclose()
 
     def default_harness(self, role: str) -> str:
         return "null" if role == "user" else super().default_harness(role)

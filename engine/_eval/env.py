@@ -95,8 +95,9 @@ class Env(abc.ABC):
     def services(self) -> contextlib.AbstractAsyncContextManager[None]:
         """What the env holds open for a whole eval, in the eval's trio loop (each
         worker's, on a worker backend): entered after ``setup``, left before
-        ``finalize``, also on error or cancellation (shared tool servers, a judge's
-        model client). Default: nothing."""
+        ``finalize``, also on error or cancellation (shared tool servers). The
+        judges' model clients (``judges()``) are closed by the eval after it.
+        Default: nothing."""
         return contextlib.nullcontext()
 
     def judges(self) -> Sequence[Judge]:

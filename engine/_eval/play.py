@@ -67,7 +67,11 @@ async def play_pairs(
     try:
         await env.setup()
         async with env.services():
-            await _serve_pairs(config, plan, pairs, play, limiter, on_started)
+            try:
+                await _serve_pairs(config, plan, pairs, play, limiter, on_started)
+            finally:
+                for judge in env.judges():  # the env's own too (an env is no taskset)
+                    await judge.aclose()  # shielded, idempotent
     finally:
         with trio.CancelScope(shield=True):
             await env.finalize()

@@ -106,8 +106,18 @@ class Taskset(abc.ABC):
     @contextlib.asynccontextmanager
     async def services(self) -> AsyncIterator[None]:
         """What this taskset holds for a whole eval (in each eval process): its
-        ``shared`` MCP servers. The eval runner enters it through ``TasksetEnv``;
-        outside an eval, ``async with taskset.services():`` around the rollouts."""
+        ``shared`` MCP servers, and its judges' model clients, closed on leaving. The
+        eval runner enters it through ``TasksetEnv``; outside an eval, ``async with
+        taskset.services():`` around the rollouts."""
+        try:
+            async with self._shared_servers():
+                yield
+        finally:
+            for judge in self.judges():
+                await judge.aclose()  # shielded, idempotent
+
+    @contextlib.asynccontextmanager
+    async def _shared_servers(self) -> AsyncIterator[None]:
         shared = [s for s in self.mcp_servers(None) if s.placement == "shared"]
         if not shared:
             await trio.lowlevel.checkpoint()

@@ -25,7 +25,7 @@ that verdict (``cached=True``). Scoring runs inside the session's close, shielde
 bounded by the agent's ``timeouts.scoring_s``.
 
 The judge's model client is made on first use, in the trio run that uses it, and
-closed by ``aclose()`` (a taskset or env calls it from its ``services()``).
+closed by ``aclose()`` (the eval closes every judge of ``judges()`` when it ends).
 """
 
 from __future__ import annotations
