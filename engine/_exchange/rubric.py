@@ -121,32 +121,53 @@ class Rubric:
                 return hook.name
         return None
 
-    async def score(
-        self, task: Task, trace: Trace, *, before_wait: Callable[[], None] | None = None
-    ) -> None:
-        """Run every reward and metric once, writing ``rewards``, ``reward`` and
-        ``metrics`` on the trace. A function that raises (or returns a non-number)
-        scores 0.0 and its error is recorded. The caller bounds the time (the
-        session's close); ``before_wait`` is called before the first await of a
-        scorer's awaitable (a coroutine function's, or one a plain function
-        returned): a checkpoint only then."""
+    async def score(self, task: Task, trace: Trace) -> None:
+        """Run every reward and metric once, in order, writing ``rewards``, ``reward``
+        and ``metrics`` on the trace. A function that raises (or returns a
+        non-number) scores 0.0 and its error is recorded. The caller bounds the time
+        (the session's close). A checkpoint only if a scorer's value is awaited."""
+        rest = self.score_now(task, trace)
+        if rest is not None:
+            await rest
+
+    def score_now(self, task: Task, trace: Trace) -> Awaitable[None] | None:
+        """``score``, as far as it goes without waiting: every scorer in order, up to
+        the first whose value is an awaitable (a coroutine function's, or one a
+        plain function returned). None when every scorer is done (nothing waited);
+        else an awaitable that scores the rest: await it at once, in whatever scope
+        bounds the waits (the session's close awaits it in its shielded scope)."""
         total = 0.0
-        for scorer in self.rewards:
+        for i, scorer in enumerate(self.rewards):
             value = _value(scorer, task, trace)
             if not isinstance(value, float):
-                if before_wait is not None:
-                    before_wait()
-                value = await _settle(scorer, trace, value)
+                return self._score_rest(task, trace, i, value, total)
             trace.rewards[scorer.name] = value
             total += scorer.weight * value
             trace.reward = total
-        for scorer in self.metrics:
+        for i, scorer in enumerate(self.metrics):
             value = _value(scorer, task, trace)
             if not isinstance(value, float):
-                if before_wait is not None:
-                    before_wait()
-                value = await _settle(scorer, trace, value)
+                return self._score_rest(task, trace, len(self.rewards) + i, value, total)
             trace.metrics[scorer.name] = value
+        return None
+
+    async def _score_rest(
+        self, task: Task, trace: Trace, at: int, pending: Awaitable[Any], total: float
+    ) -> None:
+        """Scorers ``at`` onwards (rewards, then metrics), the first one's value being
+        ``pending``; ``total`` is the weighted reward so far."""
+        scorers = self.rewards + self.metrics
+        for i in range(at, len(scorers)):
+            scorer = scorers[i]
+            value = pending if i == at else _value(scorer, task, trace)
+            if not isinstance(value, float):
+                value = await _settle(scorer, trace, value)
+            if i < len(self.rewards):
+                trace.rewards[scorer.name] = value
+                total += scorer.weight * value
+                trace.reward = total
+            else:
+                trace.metrics[scorer.name] = value
 
 
 def _value(scorer: _Scorer, task: Task, trace: Trace) -> float | Awaitable[Any]:

@@ -17,7 +17,7 @@ import contextvars
 import enum
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -118,8 +118,6 @@ class ChatSession:
         "_finalizes",
         "_lock",
         "_on_close",
-        "_scoring_deadline",
-        "_scoring_scope",
         "_segment_scope",
         "_state",
         "_trace",
@@ -160,8 +158,6 @@ class ChatSession:
         self._closed: trio.Event | None = None  # made when a close() has to wait
         self._done = False  # the first close() has finished
         self._segment_scope: trio.CancelScope | None = None
-        self._scoring_scope: trio.CancelScope | None = None  # while close() scores
-        self._scoring_deadline = math.inf
         self._finalizes = type(harness).aclose is not Harness.aclose
         self.discard = False  # set by Agent.run for a retried attempt: not scored
         # what a cancellation means when it closes the session (the episode knows)
@@ -328,11 +324,18 @@ class ChatSession:
     async def close(self, *, reason: str = "user_closed") -> Trace:
         """Close the session: idempotent. If the run is still open it is stamped with
         ``reason``; a segment still running is cancelled. Finalize and scoring run
-        exactly once in one cancel scope, shielded from outside cancellation and
-        bounded by ``timeouts.scoring_s`` once the lock is ours (rewards still
-        unfinished then score 0.0, with an error); the trace joins its owner on every
-        path. A later ``close()`` waits for the first one, then returns. A checkpoint:
-        a cancellation pending when close is done is raised then (nothing is lost)."""
+        exactly once; every wait of theirs is in one cancel scope, shielded from
+        outside cancellation and bounded by ``timeouts.scoring_s`` once the lock is
+        ours (rewards still unfinished then score 0.0, with an error); the trace
+        joins its owner on every path. A later ``close()`` waits for the first one,
+        then returns. A checkpoint: a cancellation pending when close is done is
+        raised then (nothing is lost).
+
+        The scope is entered before the close's first wait: at once when it must
+        wait for the lock or finalize the harness, else when a scorer's value has to
+        be awaited. Work before it has no checkpoint, so nothing could cancel it or
+        time it out; a close whose scorers are all plain functions needs no scope
+        (a scope costs as much as a scheduler yield: benchmarks/bench_instructions)."""
         if self._lock.locked() and self in _RUNNING.get():
             await self._refuse("close")  # before anything of the close is done
         if self._closing:
@@ -344,30 +347,56 @@ class ChatSession:
             self._segment_scope.cancel()
         start: float | None = None
         try:
-            with trio.CancelScope(shield=True) as scope:
-                try:
-                    self._lock.acquire_nowait()
-                except trio.WouldBlock:
-                    await self._lock.acquire()  # behind any turn() already waiting
+            if self._finalizes or self._lock.locked():
+                start = await self._close_waiting(reason)
+            else:
+                self._lock.acquire_nowait()
                 try:
                     self._mark_closed(reason)
                     start = trio.current_time()
-                    self._scoring_deadline = start + self.timeouts.scoring_s
-                    self._scoring_scope = scope
-                    if self._finalizes:
-                        await self._finalize()
-                    if not self.discard:
-                        arm = self._arm_scoring_deadline
-                        await self.rubric.score(self.task, self._trace, before_wait=arm)
+                    rest = None if self.discard else self.rubric.score_now(self.task, self._trace)
+                    if rest is not None:
+                        await self._score_rest(rest, start)
                 finally:
-                    self._scoring_scope = None
                     self._lock.release()
-            if scope.cancelled_caught:
-                self._scoring_timed_out()
         finally:
             self._joined(trio.current_time() if start is None else start)
         await trio.lowlevel.checkpoint()  # after the close is done: nothing is lost
         return self._trace
+
+    async def _close_waiting(self, reason: str) -> float:
+        """The close of a session whose lock is busy (a turn runs or waits) or whose
+        harness finalizes: all of it in the shielded scope. Returns when scoring
+        started (the lock was ours)."""
+        with trio.CancelScope(shield=True) as scope:
+            try:
+                self._lock.acquire_nowait()
+            except trio.WouldBlock:
+                await self._lock.acquire()  # behind any turn() already waiting
+            try:
+                self._mark_closed(reason)
+                start = trio.current_time()
+                scope.deadline = start + self.timeouts.scoring_s
+                if self._finalizes:
+                    try:
+                        await self.harness.aclose(self.rollout)
+                    except Exception as exc:  # recorded; scoring still runs
+                        self._trace.errors.append(ErrorInfo.of("harness", exc))
+                if not self.discard:
+                    await self.rubric.score(self.task, self._trace)
+            finally:
+                self._lock.release()
+        if scope.cancelled_caught:
+            self._scoring_timed_out()
+        return start
+
+    async def _score_rest(self, rest: Awaitable[None], start: float) -> None:
+        """The scorers that wait (``Rubric.score_now``'s rest), in the shielded scope
+        bounded by ``timeouts.scoring_s`` from ``start``."""
+        with trio.CancelScope(shield=True, deadline=start + self.timeouts.scoring_s) as scope:
+            await rest
+        if scope.cancelled_caught:
+            self._scoring_timed_out()
 
     async def _wait_closed(self) -> None:
         """A later close(): returns once the first one is done; a checkpoint."""
@@ -397,24 +426,6 @@ class ChatSession:
             self._done = True
             if self._closed is not None:
                 self._closed.set()
-
-    async def _finalize(self) -> None:
-        """The harness's ``aclose`` (it overrides the base no-op), under the scoring
-        deadline; its error is recorded, and scoring still runs."""
-        self._arm_scoring_deadline()
-        try:
-            await self.harness.aclose(self.rollout)
-        except Exception as exc:
-            self._trace.errors.append(ErrorInfo.of("harness", exc))
-
-    def _arm_scoring_deadline(self) -> None:
-        """Bound the close's scope by ``timeouts.scoring_s`` from its start. Called
-        just before the first wait of finalize or scoring: a deadline can only strike
-        at a checkpoint, so arming it then is the same deadline, without its cost (a
-        third of a close) when nothing waits."""
-        scope = self._scoring_scope
-        if scope is not None and scope.deadline == math.inf:
-            scope.deadline = self._scoring_deadline
 
     def _scoring_timed_out(self) -> None:
         trace = self._trace

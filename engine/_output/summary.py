@@ -67,9 +67,10 @@ class _Means:
         self.n: dict[str, int] = defaultdict(int)
 
     def add(self, values: Mapping[str, Any]) -> None:
+        sums, n = self.sums, self.n
         for k, v in values.items():
-            self.sums[k] += float(v)
-            self.n[k] += 1
+            sums[k] += float(v)
+            n[k] += 1
 
     def means(self) -> dict[str, float]:
         return {k: self.sums[k] / self.n[k] for k in sorted(self.sums)}
@@ -100,8 +101,11 @@ class _AgentStats:
         delta = reward - self.mean
         self.mean += delta / self.traces
         self.m2 += delta * (reward - self.mean)
-        self.rewards.add(t.get("rewards") or {})
-        self.metrics.add(t.get("metrics") or {})
+        rewards, metrics = t.get("rewards"), t.get("metrics")
+        if rewards:
+            self.rewards.add(rewards)
+        if metrics:
+            self.metrics.add(metrics)
         self.stops[str(t.get("stop_condition"))] += 1
         self.errors += 1 if _count(t.get("errors")) else 0
         self.turns += _count(t.get("turns"))
