@@ -212,6 +212,37 @@ def test_a_full_disk_is_one_line_and_loses_nothing(
         assert kept[e["id"]] == e  # nothing already written was lost or rewritten
 
 
+_PARTIAL_WRITE = """
+import os, resource, signal, sys
+from taketurns import RunDir
+from taketurns._errors import OutputError
+run = RunDir(sys.argv[1])
+run.open()
+run.append_lines([b'{"id": "whole"}'])
+size = os.path.getsize(run.episodes_path)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit: EFBIG, not a signal
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, size + 100))
+try:
+    run.append_lines([b"x" * 5000, b"y" * 10])  # the kernel takes the first 100 bytes
+except OutputError as exc:
+    print("refused", exc.__cause__ is None)
+print("size", os.path.getsize(run.episodes_path) - size)
+"""
+
+
+def test_a_partial_write_is_cut_back_to_the_last_whole_record(tmp_path: Path) -> None:
+    # a file-size limit makes the kernel accept part of a write, then refuse the rest
+    # (as a filling disk does): in its own process, the limit being process-wide
+    done = subprocess.run(
+        [sys.executable, "-c", _PARTIAL_WRITE, str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["refused", "True", "size", "0"]
+    assert (tmp_path / "run" / "episodes.jsonl").read_bytes() == b'{"id": "whole"}\n'
+
+
 # -- moved directories and config refusals ---------------------------------------------------
 
 

@@ -315,14 +315,17 @@ class RunDir:
         data = b"".join(line + b"\n" for line in lines)
         if not data:
             return
-        start = os.lseek(fd, 0, os.SEEK_END)
+        written = 0
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view) :]
+                n = os.write(fd, view)  # O_APPEND: at the end, which only we move (flock)
+                written += n
+                view = view[n:]
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, start)
+            if written:  # where this call began: found only when needed (a syscall)
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
             raise OutputError(str(self.episodes_path), str(self.path), exc) from None
 
     def close(self) -> None:
