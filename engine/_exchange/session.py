@@ -331,11 +331,12 @@ class ChatSession:
         then returns. A checkpoint: a cancellation pending when close is done is
         raised then (nothing is lost).
 
-        The scope is entered before the close's first wait: at once when it must
-        wait for the lock or finalize the harness, else when a scorer's value has to
-        be awaited. Work before it has no checkpoint, so nothing could cancel it or
-        time it out; a close whose scorers are all plain functions needs no scope
-        (a scope costs as much as a scheduler yield: benchmarks/bench_instructions)."""
+        The scope, and the lock, are taken before the close's first wait: at once
+        when it must wait for the lock or finalize the harness, else when a scorer's
+        value has to be awaited. Work before that has no checkpoint, so nothing could
+        cancel it, time it out, or run beside it; a close whose scorers are all plain
+        functions needs neither (a scope costs as much as a scheduler yield, the lock
+        a third of that: benchmarks/bench_instructions.py)."""
         if self._lock.locked() and self in _RUNNING.get():
             await self._refuse("close")  # before anything of the close is done
         if self._closing:
@@ -349,16 +350,16 @@ class ChatSession:
         try:
             if self._finalizes or self._lock.locked():
                 start = await self._close_waiting(reason)
-            else:
-                self._lock.acquire_nowait()
-                try:
-                    self._mark_closed(reason)
-                    start = trio.current_time()
-                    rest = None if self.discard else self.rubric.score_now(self.task, self._trace)
-                    if rest is not None:
+            else:  # the lock is free, and stays so until this task yields
+                self._mark_closed(reason)
+                start = trio.current_time()
+                rest = None if self.discard else self.rubric.score_now(self.task, self._trace)
+                if rest is not None:
+                    self._lock.acquire_nowait()  # a turn() now waits for the scoring
+                    try:
                         await self._score_rest(rest, start)
-                finally:
-                    self._lock.release()
+                    finally:
+                        self._lock.release()
         finally:
             self._joined(trio.current_time() if start is None else start)
         await trio.lowlevel.checkpoint()  # after the close is done: nothing is lost
