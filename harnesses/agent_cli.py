@@ -44,6 +44,7 @@ from taketurns import (
     AssistantMessage,
     ErrorInfo,
     HarnessError,
+    McpTool,
     Message,
     ModelEndpointError,
     Rollout,
@@ -183,11 +184,24 @@ class AgentCLIHarness(ServedHarness):
         return env
 
     def check_tools(self, rollout: Rollout) -> None:
-        if rollout.tools:
+        """Refuse a rollout that offers tools: this harness's agent has only its own.
+        The message says which kind was offered (MCP servers' tools, or Python ones)."""
+        if not rollout.tools:
+            return
+        servers = sorted(
+            {t.connection.server.name for t in rollout.tools if isinstance(t, McpTool)}
+        )
+        if servers:
             raise HarnessError(
-                f"harness {self.id!r} runs the agent's own tools; it cannot call the "
-                "rollout's Python tools (use the tools or program harness for those)"
+                f"harness {self.id!r} runs the agent's own tools; it cannot hand the "
+                f"taskset's MCP servers ({', '.join(servers)}) to its agent: use codex, "
+                "claude-code or opencode (their own MCP configuration takes them), or "
+                "the tools or program harness"
             )
+        raise HarnessError(
+            f"harness {self.id!r} runs the agent's own tools; it cannot call the "
+            "rollout's Python tools (use the tools or program harness for those)"
+        )
 
     # -- one segment --------------------------------------------------------------------
 

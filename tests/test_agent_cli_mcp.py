@@ -22,6 +22,8 @@ from scripted import USAGE, ScriptedModel, tool_call
 from test_agent_clis import LIMIT, Shim, agent
 
 from taketurns import (
+    Agent,
+    AgentConfig,
     AssistantMessage,
     InterceptionServer,
     McpServer,
@@ -31,6 +33,7 @@ from taketurns import (
     open_mcp_servers,
     text_of,
 )
+from taketurns._exchange.agent import make_harness
 from taketurns.envs.mcp_counter import make_server
 from taketurns.harnesses.agent_mcp import claude_mcp_config, codex_mcp_args
 
@@ -209,6 +212,28 @@ async def test_python_tools_and_shared_stdio_servers_are_refused(
         assert reply.stop_condition == "harness_error"
         assert "shared stdio server" in s.trace.errors[0].message
     assert shim.runs() == []  # refused before any agent started
+
+
+async def test_a_harness_without_native_mcp_names_the_servers_it_cannot_take(
+    server: InterceptionServer, tmp_path: Path
+) -> None:
+    acp = Agent(
+        "agent",
+        AgentConfig(model="builtin/echo"),
+        harness=make_harness("acp", {"agent": "codex"}, field="env.agent"),
+        services={"interception": server},
+    )
+    with trio.fail_after(LIMIT):
+        async with (
+            open_mcp_servers([counter(tmp_path)]) as (tools, _),
+            acp.chat(Task(0, prompt="hi"), tools=tools) as s,
+        ):
+            reply = await s.turn()
+    assert reply.stop_condition == "harness_error"
+    message = s.trace.errors[0].message
+    assert "taskset's MCP servers (counter)" in message
+    assert "Python tools" not in message
+    assert s.trace.turns == []  # refused before any agent started
 
 
 def test_the_cli_configurations_name_every_field(tmp_path: Path) -> None:

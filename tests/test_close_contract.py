@@ -217,6 +217,34 @@ async def test_close_called_in_a_cancelled_scope_closes_then_raises(autojump_clo
     assert session.trace.rewards == {"awaitable_reward": 1.0}
 
 
+@pytest.mark.parametrize("shape", sorted(EXPECTED))
+async def test_a_turn_during_the_close_waits_for_the_scoring_then_is_refused(
+    shape: str, autojump_clock: Any
+) -> None:
+    # the close holds the session from its first wait on (a scorer that waits): a
+    # turn() coming in meanwhile runs no segment, and is refused once the close is done
+    calls: list[str] = []
+    joined: list[Trace] = []
+    session = _agent(shape, calls, joined, delay=0.1).chat(TASK)
+    await session.turn()
+    refused: list[tuple[float, int]] = []
+
+    async def late_turn() -> None:
+        with pytest.raises(SessionClosed):
+            await session.turn("too late")
+        refused.append((trio.current_time(), len(joined)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(session.close)
+        await trio.testing.wait_all_tasks_blocked()  # the close is done, or scoring
+        await late_turn()
+    waited = 0.1 if shape in WAITING else 0.0
+    assert refused == [(pytest.approx(waited), 1)]
+    assert joined == [session.trace]
+    assert len(session.trace.turns) == 1
+    assert session.trace.rewards == {f"{shape}_reward": EXPECTED[shape]}
+
+
 async def test_finalize_runs_exactly_once_under_concurrent_closes(autojump_clock: Any) -> None:
     harness = CloseRecordingHarness()
     joined: list[Trace] = []

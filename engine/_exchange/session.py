@@ -5,9 +5,10 @@ Each ``turn()`` runs exactly one harness segment under the session's lock (a
 ``turn()`` or ``close()`` from inside the session's own running segment (a tool calling
 back into its session, in the segment's task or a task it spawned) is refused with
 ``SessionError``: it could only wait for itself.
-``close()`` runs finalize and scoring exactly once, in one shielded cancel scope bounded
-by ``timeouts.scoring_s``, then hands the trace to its owner, whatever the scorers are
-and however the close came about. Leaving ``async with agent.chat(task)`` closes the
+``close()`` runs finalize and scoring exactly once, every wait of theirs in one shielded
+cancel scope bounded by ``timeouts.scoring_s`` (entered at the first wait: what runs
+before it cannot be interrupted anyway), then hands the trace to its owner, whatever
+the scorers are and however the close came about. Leaving ``async with agent.chat(task)`` closes the
 session however the block is left.
 """
 
