@@ -105,9 +105,10 @@ async def _serve_pairs(
             on_started()
         async with trio.open_nursery() as episodes:
             for i, (task, rollout) in enumerate(pairs):
-                # taken here, released by the episode's done(): holds for the whole episode. While
-                # there is room, admit without yielding (so -c episodes really are
-                # open at once), checkpointing now and then to stay responsive.
+                # taken here, released by the episode's done(): holds for the whole
+                # episode. While there is room, admit without yielding (so -c episodes
+                # really are open at once), checkpointing now and then to stay
+                # responsive.
                 token = (task.idx, rollout)
                 try:
                     limiter.acquire_on_behalf_of_nowait(token)

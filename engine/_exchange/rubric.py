@@ -137,37 +137,36 @@ class Rubric:
         else an awaitable that scores the rest: await it at once, in whatever scope
         bounds the waits (the session's close awaits it in its shielded scope)."""
         total = 0.0
-        for i, scorer in enumerate(self.rewards):
+        for i, scorer in enumerate(self.rewards + self.metrics):
             value = _value(scorer, task, trace)
             if not isinstance(value, float):
                 return self._score_rest(task, trace, i, value, total)
-            trace.rewards[scorer.name] = value
-            total += scorer.weight * value
-            trace.reward = total
-        for i, scorer in enumerate(self.metrics):
-            value = _value(scorer, task, trace)
-            if not isinstance(value, float):
-                return self._score_rest(task, trace, len(self.rewards) + i, value, total)
-            trace.metrics[scorer.name] = value
+            total = self._record(trace, i, value, total)
         return None
 
     async def _score_rest(
         self, task: Task, trace: Trace, at: int, pending: Awaitable[Any], total: float
     ) -> None:
-        """Scorers ``at`` onwards (rewards, then metrics), the first one's value being
-        ``pending``; ``total`` is the weighted reward so far."""
+        """Scorers ``at`` onwards, the first one's value being ``pending``; ``total``
+        is the weighted reward so far."""
         scorers = self.rewards + self.metrics
         for i in range(at, len(scorers)):
-            scorer = scorers[i]
-            value = pending if i == at else _value(scorer, task, trace)
+            value = pending if i == at else _value(scorers[i], task, trace)
             if not isinstance(value, float):
-                value = await _settle(scorer, trace, value)
-            if i < len(self.rewards):
-                trace.rewards[scorer.name] = value
-                total += scorer.weight * value
-                trace.reward = total
-            else:
-                trace.metrics[scorer.name] = value
+                value = await _settle(scorers[i], trace, value)
+            total = self._record(trace, i, value, total)
+
+    def _record(self, trace: Trace, i: int, value: float, total: float) -> float:
+        """Write scorer ``i``'s value (rewards first, then metrics); returns the
+        weighted reward so far."""
+        if i < len(self.rewards):
+            scorer = self.rewards[i]
+            trace.rewards[scorer.name] = value
+            total += scorer.weight * value
+            trace.reward = total
+        else:
+            trace.metrics[self.metrics[i - len(self.rewards)].name] = value
+        return total
 
 
 def _value(scorer: _Scorer, task: Task, trace: Trace) -> float | Awaitable[Any]:

@@ -8,8 +8,8 @@ back into its session, in the segment's task or a task it spawned) is refused wi
 ``close()`` runs finalize and scoring exactly once, every wait of theirs in one shielded
 cancel scope bounded by ``timeouts.scoring_s`` (entered at the first wait: what runs
 before it cannot be interrupted anyway), then hands the trace to its owner, whatever
-the scorers are and however the close came about. Leaving ``async with agent.chat(task)`` closes the
-session however the block is left.
+the scorers are and however the close came about. Leaving ``async with
+agent.chat(task)`` closes the session however the block is left.
 """
 
 from __future__ import annotations
