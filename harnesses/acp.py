@@ -36,8 +36,6 @@ argv, default ``["codex-acp"]`` / ``["claude-agent-acp"]``), ``permissions``
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -48,9 +46,9 @@ import trio
 from taketurns import HarnessError, Message, Prompt, Rollout
 from taketurns.harnesses.acp_rpc import AcpConnection, AcpError, AcpGone, choose_permission
 from taketurns.harnesses.agent_cli import (
-    REAP_S,
     AgentCLIHarness,
     check_strings,
+    kill_and_reap,
     prompt_text,
     refuse,
     split_system,
@@ -77,13 +75,8 @@ class _Live:
 
     async def aclose(self) -> None:
         """Kill the process group, reap it, close the pipes; shielded."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            self.process.kill()
+        await kill_and_reap(self.process)
         with trio.CancelScope(shield=True):
-            with trio.move_on_after(REAP_S):
-                await self.process.wait()
             for stream in (self.process.stdin, self.process.stdout):
                 if stream is not None:
                     await stream.aclose()

@@ -125,9 +125,14 @@ def segment_messages(trace: Trace, start: int) -> list[Message]:
     return out
 
 
-def _kill_group(process: trio.Process) -> None:
+async def kill_and_reap(process: trio.Process) -> None:
+    """Kill ``process``'s whole group (it was started in a session of its own: the
+    agent and whatever it spawned) and reap it, waiting up to ``REAP_S``; shielded,
+    so cleanup finishes under cancellation too."""
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(process.pid, signal.SIGKILL)
+    with trio.CancelScope(shield=True), trio.move_on_after(REAP_S):
+        await process.wait()
 
 
 class AgentCLIHarness(ServedHarness):
@@ -232,9 +237,7 @@ class AgentCLIHarness(ServedHarness):
         try:
             returncode = await process.wait()
         finally:
-            _kill_group(process)  # cancelled: the agent; exited: what it left behind
-            with trio.CancelScope(shield=True), trio.move_on_after(REAP_S):
-                await process.wait()
+            await kill_and_reap(process)  # cancelled: the agent; exited: what it left
             self.end_segment(rollout)
         secret = self.endpoint(rollout).secret
         return Finished(
