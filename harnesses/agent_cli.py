@@ -142,6 +142,9 @@ class AgentCLIHarness(ServedHarness):
 
     binary: ClassVar[str]
     install: ClassVar[str]
+    # a runaway agent (one claude-code segment once made 624 calls through its
+    # sub-agents) ends as ``max_segment_turns``; ``limits.max_segment_turns`` changes it
+    segment_turns = 100
 
     def __init__(
         self,

@@ -148,6 +148,9 @@ class Harness(abc.ABC):
     ``shutdown``."""
 
     id: ClassVar[str] = ""
+    # the default of ``limits.max_segment_turns`` for this harness's agents (None: no
+    # cap); an agent's own ``limits.max_segment_turns`` overrides it
+    segment_turns: ClassVar[int | None] = None
 
     @abc.abstractmethod
     async def launch(self, rollout: Rollout, prompt: Any) -> None:

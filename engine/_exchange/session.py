@@ -274,6 +274,7 @@ class ChatSession:
         self._state = SessionState.READY
         rollout, trace = self.rollout, self._trace
         boundary = rollout.boundary
+        boundary.segment_start = len(trace.turns)
         condition = None if boundary._unlimited else await boundary.refusal()
         if condition is None and self._closing:
             condition = self._close_reason  # close() came in while a stop hook ran
