@@ -54,6 +54,14 @@ async def test_no_card_prompt_or_key_on_any_command_line(
             nursery.cancel_scope.cancel()
     (run,) = shim.runs()
     assert run["pid"] in seen  # the CLI itself was running (the shim exec'd it)
+    # what turns sub-agents off reached the CLI (argv is fine for flags)
+    if harness == "codex":
+        assert "features.multi_agent=false" in run["argv"]
+    elif harness == "claude-code":
+        assert run["argv"][run["argv"].index("--disallowedTools") + 1] == "Agent"
+    else:
+        config = json.loads(run["env"]["OPENCODE_CONFIG_CONTENT"])
+        assert config["permission"] == {"task": "deny"}
     request = json.dumps([str(m.content) for m in model.requests[0].messages])
     assert "CARD-MARK-Kq7" in request  # they reached the model, not the command line
     assert "PROMPT-MARK-p3x" in request
