@@ -65,9 +65,47 @@ async def test_no_card_prompt_or_key_on_any_command_line(
     request = json.dumps([str(m.content) for m in model.requests[0].messages])
     assert "CARD-MARK-Kq7" in request  # they reached the model, not the command line
     assert "PROMPT-MARK-p3x" in request
+    assert_nowhere(seen, secret)
+
+
+def assert_nowhere(seen: dict[int, bytes], secret: str) -> None:
     for marker in ("CARD-MARK-Kq7", "Your card: K", "PROMPT-MARK-p3x", "INFO-MARK-z9", secret):
         holders = [pid for pid, line in seen.items() if marker.encode() in line]
         assert holders == [], (marker, [seen[pid][:200] for pid in holders])
+
+
+@pytest.mark.parametrize(
+    ("harness", "options"),
+    [("acp", {"agent": "codex"}), ("acp", {"agent": "claude"}), ("mini-swe-agent", {})],
+)
+async def test_no_card_prompt_or_key_on_an_adapters_command_line(
+    harness: str, options: dict[str, Any], server: InterceptionServer
+) -> None:
+    """The same for the ACP adapters (the prompt goes over JSON-RPC on stdin) and
+    mini-swe-agent (task and system prompt in files), one-shot."""
+    system = rules_prompt(1, "K", 1) + " CARD-MARK-Kq7"
+    prompt = ask_text([]) + " PROMPT-MARK-p3x"
+    model = Arrival(Sleep(120), "too late")
+    seat = Agent(
+        "agent",
+        AgentConfig(model="builtin/echo"),
+        client=model,
+        harness=make_harness(harness, options, field="x"),
+        services={"interception": server},
+    )
+    task = Task(0, prompt=prompt, system_prompt=system, info={"card": "INFO-MARK-z9"})
+    with trio.fail_after(3 * LIMIT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(seat.run, task)
+            await model.arrived.wait()
+            (session,) = seat.sessions
+            secret = session.rollout.state["endpoint"].secret
+            seen = cmdlines()
+            nursery.cancel_scope.cancel()
+    request = json.dumps([str(m.content) for m in model.requests[0].messages])
+    assert "CARD-MARK-Kq7" in request
+    assert "PROMPT-MARK-p3x" in request
+    assert_nowhere(seen, secret)
 
 
 def offered_tools(trace: Any) -> set[str]:
