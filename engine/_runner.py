@@ -39,6 +39,7 @@ from taketurns._eval.episode import Episode
 from taketurns._eval.plan import Plan, make_env
 from taketurns._eval.play import play_pairs
 from taketurns._exchange.task import Task
+from taketurns._output.failures import LiveFailures
 from taketurns._output.progress import EvalProgress
 from taketurns._output.records import episode_line
 from taketurns._output.rundir import RunDir, Tidied
@@ -106,6 +107,7 @@ async def run_eval(
     summary: dict[str, Any] = {}
     planned = len(tasks) * config.rollouts
     bar = writer.bar = EvalProgress(planned, done=planned - len(todo), enabled=progress)
+    writer.live = LiveFailures(bar.note if progress else notify)
     try:
         run_dir.open()
         with bar:
@@ -168,6 +170,7 @@ class _Writer:
         self.written = 0
         self.failure: list[OutputError] = []
         self.bar: EvalProgress | None = None
+        self.live = LiveFailures(None)
         self.cancel = trio.CancelScope()
 
     def record_lines(self, batch: list[tuple[bytes, dict[str, Any]]]) -> None:
@@ -181,6 +184,7 @@ class _Writer:
             return
         for _, digested in batch:
             self.finished.add(digested)
+            self.live.add(digested.get("failure"))
             if self.bar is not None:
                 self.bar.add(digested)
         self.written += len(batch)

@@ -43,6 +43,7 @@ from taketurns._eval.plan import Plan, env_class, make_env, preflight
 from taketurns._eval.taskset import Taskset
 from taketurns._exchange.outcome import describe_cause
 from taketurns._gc import tuned_gc
+from taketurns._output.failures import failure_lines
 from taketurns._output.rundir import RunDir
 from taketurns._output.summary import render
 from taketurns._runner import Interrupted, run_eval
@@ -255,6 +256,8 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     if s.get("failed"):
         line = escape(_failed_line(s, run_dir.path))
         console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
+        for text in failure_lines(s, run_dir.path):
+            console.print(text, highlight=False, markup=False, soft_wrap=True)
         return 1
     return 0
 

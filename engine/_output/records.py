@@ -20,7 +20,7 @@ from cattrs.gen import make_dict_structure_fn, override
 from taketurns._eval.episode import Episode
 from taketurns._exchange.outcome import record_cause
 from taketurns._exchange.task import Task
-from taketurns._exchange.trace import JudgeCall, Trace, Turn, Usage
+from taketurns._exchange.trace import ErrorInfo, JudgeCall, Trace, Turn, Usage
 from taketurns._models.messages import Message
 from taketurns._models.wire import from_wire, register_messages, to_wire
 
@@ -126,7 +126,7 @@ def _trace_out(trace: Trace) -> dict[str, Any]:
         "reward": trace.reward,
         "metrics": trace.metrics,
         "stop_condition": trace.stop_condition,
-        "errors": [{"kind": e.kind, "message": e.message, "type": e.type} for e in trace.errors],
+        "errors": [_error_out(e) for e in trace.errors],
         "info": trace.info,
         "timing": {
             "started_at": timing.started_at,
@@ -136,6 +136,16 @@ def _trace_out(trace: Trace) -> dict[str, Any]:
         },
         "usage": _usage_out(trace.usage),
         "judge_calls": [_judge_out(call, wire) for call in trace.judge_calls],
+    }
+
+
+def _error_out(error: ErrorInfo) -> dict[str, str]:
+    return {
+        "kind": error.kind,
+        "message": error.message,
+        "type": error.type,
+        "where": error.where,
+        "traceback": error.traceback,
     }
 
 
@@ -242,7 +252,7 @@ def _episode_out(episode: Episode) -> dict[str, Any]:
         "cause": episode.cause,
         "attempts": episode.attempts,
         "stop": episode.stop,
-        "errors": [{"kind": e.kind, "message": e.message, "type": e.type} for e in episode.errors],
+        "errors": [_error_out(e) for e in episode.errors],
         "traces": [_trace_out(t) for t in episode.traces],
         "timing": {
             "started_at": timing.started_at,
