@@ -34,6 +34,7 @@ from taketurns._backends.processes import run_on_processes
 from taketurns._backends.ray import run_on_ray
 from taketurns._config.options import EvalConfig
 from taketurns._errors import OutputError, TaketurnsError, sole_error
+from taketurns._eval.brake import Brake
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
 from taketurns._eval.plan import Plan, make_env
@@ -64,6 +65,9 @@ class EvalRun:
     run_dir: RunDir
     written: int
     tidied: Tidied = attrs.field(factory=Tidied)
+    # why the run stopped admitting episodes before the end (``_eval.brake``), if it did:
+    # the pairs it did not play run on ``--resume``
+    stopped: str | None = None
 
 
 async def _watch_signals(cancel: trio.CancelScope, task_status: Any) -> None:
@@ -108,6 +112,8 @@ async def run_eval(
     planned = len(tasks) * config.rollouts
     bar = writer.bar = EvalProgress(planned, done=planned - len(todo), enabled=progress)
     writer.live = LiveFailures(bar.note if progress else notify)
+    writer.brake = Brake(config.max_failures, planned=len(todo), endpoint=config.base_url or "")
+    writer.local = config.backend == "local"
     try:
         run_dir.open()
         with bar:
@@ -116,9 +122,16 @@ async def run_eval(
                     async with trio.open_nursery() as nursery:
                         if handle_signals:
                             await nursery.start(_watch_signals, writer.cancel)
-                        await _on_backend(
-                            config, env, plan, todo, writer.record_lines, lambda: bar.phase("eval")
-                        )
+                        with writer.braked:
+                            await _on_backend(
+                                config,
+                                env,
+                                plan,
+                                todo,
+                                writer.record_lines,
+                                lambda: bar.phase("eval"),
+                                writer.stop_admitting,
+                            )
                         nursery.cancel_scope.cancel()
                 interrupted = writer.cancel.cancelled_caught and not writer.failure
             finally:
@@ -128,7 +141,9 @@ async def run_eval(
                 # also when the run is cancelled from outside: what was written is summed
                 wall_s = time.monotonic() - start
                 bar.phase("writing summary and report" if report else "writing summary")
-                summary = _finish(run_dir, writer.finished, wall_s, interrupted, writer.failure)
+                summary = _finish(
+                    run_dir, writer.finished, wall_s, interrupted, writer.failure, writer.brake
+                )
                 if report and not writer.failure:
                     _write_report(run_dir, writer.failure)
                 bar.phase("done")
@@ -140,7 +155,7 @@ async def run_eval(
         raise Interrupted(
             f"interrupted; {writer.written} episodes written this run to {run_dir.path}"
         )
-    return EvalRun(summary, run_dir, writer.written, tidied)
+    return EvalRun(summary, run_dir, writer.written, tidied, writer.brake.reason)
 
 
 def _tidy(run_dir: RunDir, finished: Summarizer, notify: Callable[[str], None] | None) -> Tidied:
@@ -172,6 +187,10 @@ class _Writer:
         self.bar: EvalProgress | None = None
         self.live = LiveFailures(None)
         self.cancel = trio.CancelScope()
+        self.brake = Brake(None, planned=0)
+        self.local = True
+        self.stop_admitting = trio.Event()  # the local backend admits no more episodes
+        self.braked = trio.CancelScope()  # a worker backend is stopped (as by a signal)
 
     def record_lines(self, batch: list[tuple[bytes, dict[str, Any]]]) -> None:
         if self.failure:
@@ -185,9 +204,23 @@ class _Writer:
         for _, digested in batch:
             self.finished.add(digested)
             self.live.add(digested.get("failure"))
+            if self.brake.add(digested):
+                self._stop()
             if self.bar is not None:
                 self.bar.add(digested)
         self.written += len(batch)
+
+    def _stop(self) -> None:
+        """The brake tripped: admit no more episodes. The local backend lets the
+        running ones finish; a worker backend is stopped as by a signal (its running
+        episodes are cancelled; ``--resume`` reruns them)."""
+        self.stop_admitting.set()
+        if not self.local:
+            self.braked.cancel()
+        say = self.live.say
+        if say is not None:
+            ending = "letting the running episodes finish" if self.local else "stopping the workers"
+            say(f"stopping: {self.brake.reason}; {ending}")
 
 
 def _finish(
@@ -196,12 +229,16 @@ def _finish(
     wall_s: float,
     interrupted: bool,
     failure: list[OutputError],
+    brake: Brake,
 ) -> dict[str, Any]:
     """Sum up what was written (also when the run is cancelled from outside) and
-    write the summary. A write failure is added to ``failure`` (the run's first
-    error is the one that counts), never raised over another error."""
+    write the summary (``stopped``: why the brake stopped the run, if it did). A
+    write failure is added to ``failure`` (the run's first error is the one that
+    counts), never raised over another error."""
     summary = finished.result(wall_s=wall_s)
     summary["interrupted"] = interrupted
+    if brake.reason is not None:
+        summary["stopped"] = brake.reason
     try:
         run_dir.write_summary(summary)
     except OutputError as exc:
@@ -225,6 +262,7 @@ async def _on_backend(
     todo: Sequence[tuple[Task, int]],
     record_lines: Callable[[list[tuple[bytes, dict[str, Any]]]], None],
     on_started: Callable[[], None],
+    stop_admitting: trio.Event,
 ) -> None:
     """Play ``todo`` where ``config.backend`` says; each finished episode reaches
     ``record_lines`` as its JSONL line and summary digest. ``on_started``: the local
@@ -238,7 +276,9 @@ async def _on_backend(
         def record(episode: Episode) -> None:
             record_lines([(episode_line(episode), digest(episode))])
 
-        await play_pairs(config, env, plan, todo, record, on_started=on_started)
+        await play_pairs(
+            config, env, plan, todo, record, on_started=on_started, stop_admitting=stop_admitting
+        )
 
 
 def _owed(

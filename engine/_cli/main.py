@@ -253,6 +253,9 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     else:
         done = "nothing to do: every (task, rollout) pair was already written"
     console.print(f"[green]wrote {run_dir.path}[/] ({done})", highlight=False, soft_wrap=True)
+    if result.stopped:
+        line = escape(_stopped_line(result.stopped, s, config, run_dir.path))
+        console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
     if s.get("failed"):
         line = escape(_failed_line(s, run_dir.path))
         console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
@@ -270,6 +273,15 @@ def _failed_line(summary: Mapping[str, Any], path: Path) -> str:
         f"{summary['failed']} of {summary['episodes']} episodes failed, mostly because "
         f"{describe_cause(main_cause)} ({count}); their rewards are left out of the means. "
         f"Rerun them with --resume -o {path}"
+    )
+
+
+def _stopped_line(reason: str, summary: Mapping[str, Any], config: EvalConfig, path: Path) -> str:
+    """``stopped early: <why>; 250 pairs not played. Once ... --resume -o DIR``"""
+    left = config.num_tasks * config.rollouts - int(summary.get("episodes") or 0)
+    return (
+        f"stopped early: {reason}; {left} (task, rollout) pairs were not played. Once the "
+        f"cause is fixed, continue with --resume -o {path} (failed episodes run again too)"
     )
 
 

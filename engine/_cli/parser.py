@@ -37,6 +37,7 @@ FLAGS = {
     "backend": "backend",
     "workers": "workers",
     "ray_address": "ray_address",
+    "max_failures": "max_failures",
 }
 # how a run executes, not what it computes: --resume may change them (output_dir: a
 # run directory may be moved; older config.toml files named it)
@@ -60,6 +61,7 @@ _EVAL_HELP = {
     "backend": ("B", "where episodes run: local, ray, or processes (on this machine)"),
     "workers": ("N", "worker processes or Ray tasks"),
     "ray_address": ("ADDR", "Ray cluster to join"),
+    "max_failures": ("N|P%", "stop admitting episodes once more than N (P%) failed"),
 }
 _NONE_MEANS = {
     "base_url": "none: the built-in model",
@@ -67,6 +69,7 @@ _NONE_MEANS = {
     "max_concurrent_calls": "no cap",
     "workers": "one per CPU",
     "ray_address": "$RAY_ADDRESS, else a private local instance",
+    "max_failures": "stop when the endpoint fails 10 episodes in a row",
 }
 
 

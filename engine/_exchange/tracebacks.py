@@ -5,8 +5,9 @@ place to look first (``where``: file:line of the innermost frame in the user's c
 envs and harnesses), the standard library and installed libraries, looking through
 the exception and its causes (the root cause first): a ``KeyError`` raised in an
 env's ``run``, a reward dividing by zero, points at that line. When no frame is the
-user's (an endpoint failing inside httpx), the innermost frame outside the engine and
-the standard library is used, else the innermost frame of all.
+user's, the innermost frame of the exception itself that is outside the engine and
+the standard library (user code installed as a library), else its innermost frame
+(an endpoint failing: where the engine raised, not inside httpx).
 """
 
 from __future__ import annotations
@@ -49,15 +50,16 @@ def where(exc: BaseException) -> str:
     """``file:line in function`` to look at first for ``exc`` (see the module
     docstring), or "" when no frame is known."""
     chain = _chain(exc)
-    frames = [traceback.extract_tb(e.__traceback__) for e in reversed(chain)]  # root first
-    for wanted in (_is_user, _is_not_engine_or_stdlib):
-        for stack in frames:
-            for frame in reversed(stack):
-                if wanted(frame.filename):
-                    return _shown(frame)
-    for stack in frames:
-        if stack:
-            return _shown(stack[-1])
+    for e in reversed(chain):  # the root cause first
+        for frame in reversed(traceback.extract_tb(e.__traceback__)):
+            if _is_user(frame.filename):
+                return _shown(frame)
+    own = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(own):  # user code installed as a library
+        if _is_not_engine_or_stdlib(frame.filename):
+            return _shown(frame)
+    if own:
+        return _shown(own[-1])
     return ""
 
 
