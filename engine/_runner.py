@@ -33,6 +33,8 @@ import trio
 from taketurns._backends.processes import run_on_processes
 from taketurns._backends.ray import run_on_ray
 from taketurns._config.options import EvalConfig
+from taketurns._config.reference import absolute
+from taketurns._config.settings import dump_toml
 from taketurns._errors import OutputError, TaketurnsError, sole_error
 from taketurns._eval.brake import Brake
 from taketurns._eval.env import Env
@@ -94,17 +96,20 @@ async def run_eval(
     """Run every (task, rollout) pair not yet in ``run_dir`` and write the summary.
 
     Holds the run directory's lock for the whole run (taking it unless ``prepare``
-    did; released at the end). Before playing, ``run_dir.tidy()`` sets aside damaged
-    lines and cancelled or failed episodes, so their pairs run again; ``notify`` gets
-    its one-line note. Raises ``ConfigError`` before any episode starts (also when
-    another process holds the directory); ``Interrupted`` after a signal (with every
-    finished and cancelled episode written); ``OutputError`` when the directory cannot
-    be written (the run stops; what was written is kept)."""
+    did; released at the end). Writes ``config.toml`` as the CLI does when the
+    directory has none, so the CLI can ``--resume`` the run. Before playing,
+    ``run_dir.tidy()`` sets aside damaged lines and cancelled or failed episodes, so
+    their pairs run again; ``notify`` gets its one-line note. Raises ``ConfigError``
+    before any episode starts (also when another process holds the directory);
+    ``Interrupted`` after a signal (with every finished and cancelled episode
+    written); ``OutputError`` when the directory cannot be written (the run stops;
+    what was written is kept)."""
     env = env if env is not None else make_env(config)
     plan = plan if plan is not None else Plan(config, env)
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
     writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
     tidied = _tidy(run_dir, writer.finished, notify)
+    _keep_config(run_dir, config)
     todo = _owed(tasks, config.rollouts, tidied.pairs)
     start = time.monotonic()
     interrupted = True  # until the episodes' loop ends on its own
@@ -171,6 +176,20 @@ def _tidy(run_dir: RunDir, finished: Summarizer, notify: Callable[[str], None] |
     if notify is not None and note:
         notify(note)
     return tidied
+
+
+def _keep_config(run_dir: RunDir, config: EvalConfig) -> None:
+    """Write ``config.toml`` as the CLI does (so ``--resume`` can continue a run
+    started from Python) unless the directory holds one already (the CLI wrote it, or
+    this is a resume); on an error the lock is released. Raises ``OutputError``."""
+    if run_dir.config_path.exists():
+        return
+    try:
+        stored = attrs.evolve(config, env_id=absolute(config.env_id), output_dir=None)
+        run_dir.write_config(dump_toml(stored))
+    except BaseException:
+        run_dir.unlock()
+        raise
 
 
 class _Writer:

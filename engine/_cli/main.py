@@ -16,7 +16,6 @@ disk; ``--resume`` continues).
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import sys
 import time
@@ -33,7 +32,8 @@ from rich.markup import escape
 
 from taketurns._backends.processes import WorkerError
 from taketurns._backends.shards import WorkerLost
-from taketurns._cli.parser import EXECUTION, FLAGS, parser
+from taketurns._cli.parser import FLAGS, parser
+from taketurns._cli.resume import OUTPUTS, compare, newest_run, run_dir_name
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
 from taketurns._config.registry import envs, tasksets
@@ -78,17 +78,12 @@ def _default_dir(name: str, model: str) -> Path:
     """``outputs/<env>--<model>--<time>``, with ``-2``, ``-3``... when two runs start
     in the same second."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("outputs") / f"{_safe(name)}--{_safe(model)}--{stamp}"
+    base = OUTPUTS / run_dir_name(name, model, stamp)
     path, n = base, 1
     while path.exists():
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
-
-
-def _safe(text: str) -> str:
-    """``text`` as a file name a shell need not quote (``duel:Duel`` -> ``duel.Duel``)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text.replace(":", ".")).strip("_")
 
 
 def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalConfig, str]:
@@ -141,8 +136,9 @@ def _is_taskset(env_id: str) -> bool:
 
 def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> RunDir:
     """The run directory, prepared and locked: a fresh one gets config.toml; a resumed
-    one must hold the same config. The stored config never names the directory, so
-    a run directory can be moved or copied and resumed where it is."""
+    one must hold the same config but for how the run executes (``_cli.resume``: the
+    change is recorded). The stored config never names the directory, so a run
+    directory can be moved or copied and resumed where it is."""
     out = args.output_dir or config.output_dir or _default_dir(name, config.model)
     config.output_dir = str(out)
     run_dir = RunDir(out)
@@ -151,15 +147,20 @@ def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> Ru
         text = dump_toml(attrs.evolve(config, output_dir=None))
         if args.resume and run_dir.config_path.exists():
             stored = _normalised(read_toml(run_dir.config_path), config)
-            changed = _differences(stored, tomllib.loads(text))
-            if changed:
+            refused, changed = compare(stored, tomllib.loads(text))
+            if refused:
                 raise ConfigError(
                     [
-                        f"--resume: the config differs from {run_dir.config_path}; resume "
-                        "with the same options (or none: the stored config is reused):",
-                        *changed,
+                        f"--resume: the config differs from {run_dir.config_path} in what "
+                        "the run computes; resume with the same options (or none: the stored "
+                        "config is reused; how it runs, e.g. -c, --base-url, timeouts, may "
+                        "change, and -n/-r may grow):",
+                        *refused,
                     ]
                 )
+            run_dir.record_resume(changed)
+            if changed:
+                run_dir.write_config(text)
         else:
             run_dir.write_config(text)
     except BaseException:
@@ -179,34 +180,10 @@ def _normalised(stored: dict[str, Any], config: EvalConfig) -> dict[str, Any]:
     return tomllib.loads(dump_toml(attrs.evolve(again, output_dir=None)))
 
 
-def _differences(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
-    """One line per option whose value differs: its dotted path and both values."""
-    old, new = _flat(_semantic(stored)), _flat(_semantic(given))
-    return [
-        f"{key}: {_shown(old, key)} in the stored config, {_shown(new, key)} now"
-        for key in sorted(old.keys() | new.keys())
-        if old.get(key, _UNSET) != new.get(key, _UNSET)
-    ]
-
-
-_UNSET = object()
-
-
-def _shown(values: Mapping[str, Any], key: str) -> str:
-    return repr(values[key]) if key in values else "unset"
-
-
-def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, Mapping) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
+    if args.resume and not args.output_dir and not args.config and args.env:
+        name = reference_name(args.env) if is_reference(args.env) else args.env
+        args.output_dir = str(newest_run(name, args.model))
     config, name = _load_config(args, extra)
     env = make_env(config)
     plan = Plan(config, env)
@@ -296,10 +273,6 @@ def _report(run_dir: Path, console: Console) -> int:
 
     console.print(f"wrote {write_report(run_dir, notify=note)}")
     return 0
-
-
-def _semantic(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if k not in (*EXECUTION, "output_dir")}
 
 
 def _is_own_dir(output_dir: object, folder: Path) -> bool:

@@ -17,6 +17,8 @@ Safety (each a test in tests/test_rundir.py):
   ``duplicates.jsonl``. Side files are appended and synced before the main file is
   replaced; nothing is deleted.
 - **Movable.** Nothing in the directory names its own path.
+- **Resumes are recorded.** Each ``--resume`` appends a line to ``resumes.jsonl``
+  (when, and the options it changed: ``_cli.resume``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,7 @@ CANCELLED = "cancelled.jsonl"
 FAILED = "failed.jsonl"
 DAMAGED = "damaged.jsonl"
 DUPLICATES = "duplicates.jsonl"
+RESUMES = "resumes.jsonl"
 LOCK = ".lock"
 _SIDE = {"cancelled": CANCELLED, "failed": FAILED, "duplicate": DUPLICATES}
 
@@ -177,6 +181,8 @@ class RunDir:
         ``resume`` or ``overwrite`` (which removes the previous run's files)."""
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"-o {self.path}: exists and is not a directory")
+        if resume and not self.config_path.exists():  # refused before the lock makes it
+            raise ConfigError(f"--resume: {self.path} holds no {CONFIG}; nothing to resume")
         self.lock()
         try:
             busy = any(p.name != LOCK for p in self.path.iterdir())
@@ -188,8 +194,8 @@ class RunDir:
             if resume and not self.config_path.exists():
                 raise ConfigError(f"--resume: {self.path} holds no {CONFIG}; nothing to resume")
             if overwrite and not resume:
-                names = (EPISODES, SUMMARY, CONFIG, "report.html", DAMAGED, *_SIDE.values())
-                for name in names:
+                names = (EPISODES, SUMMARY, CONFIG, RESUMES, "report.html", DAMAGED)
+                for name in names + tuple(_SIDE.values()):
                     (self.path / name).unlink(missing_ok=True)
         except BaseException:
             self.unlock()
@@ -281,6 +287,16 @@ class RunDir:
         return len(self.tidy().cancelled)
 
     # -- writing -----------------------------------------------------------------------
+
+    def record_resume(self, changed: dict[str, Any]) -> None:
+        """Append one line to ``resumes.jsonl``: when this resume started and the
+        options it changed (``{path: [old, new]}``, ``_cli.resume``). Raises
+        ``OutputError``."""
+        entry = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changed}
+        try:
+            self._append_synced(self.path / RESUMES, [orjson.dumps(entry, default=str) + b"\n"])
+        except OSError as exc:
+            raise OutputError(str(self.path / RESUMES), str(self.path), exc) from None
 
     def write_config(self, text: str) -> None:
         self.replace_file(self.config_path, text.encode())
