@@ -303,8 +303,9 @@ def loads_episode(line: str | bytes) -> Episode:
 
 
 def parse_record(raw: bytes) -> dict[str, Any] | None:
-    """One ``episodes.jsonl`` line as its record, or None when it is damaged (not
-    JSON, not an object, or without an integer ``task.idx`` and ``rollout``)."""
+    """One ``episodes.jsonl`` line as its record, or None when it is damaged: not
+    JSON, not an object, without an integer ``task.idx`` and ``rollout``, or valid
+    JSON in the wrong shape (``_well_shaped``: ``"reward": "x"``, ``"turns": 5``)."""
     try:
         found = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -315,11 +316,74 @@ def parse_record(raw: bytes) -> dict[str, Any] | None:
     idx = task.get("idx") if isinstance(task, dict) else None
     if type(idx) is not int or type(found.get("rollout")) is not int:
         return None
+    if not _well_shaped(found):
+        return None
     for trace in found.get("traces") or ():
-        turns = trace.get("turns") if isinstance(trace, dict) else None
-        if isinstance(turns, list) and not expand_turns(turns):
+        if not expand_turns(trace.get("turns") or []):
             return None
     return found
+
+
+# The types of the fields the engine reads back (the summary, a resume, the report,
+# export), each checked when present: a record that has one of another type is
+# damaged, set aside like a torn line, never a traceback further on.
+_EPISODE_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "env": (str,),
+    "ok": (bool,),
+    "cause": (str, type(None)),
+    "stop": (str, type(None)),
+    "attempts": (int,),
+    "errors": (list,),
+    "traces": (list, type(None)),
+    "info": (dict, type(None)),
+}
+_TRACE_TYPES: dict[str, tuple[type, ...]] = {
+    "agent": (dict,),
+    "episode": (dict,),
+    "task": (dict,),
+    "turns": (list, type(None)),
+    "messages": (list, type(None)),
+    "rewards": (dict, type(None)),
+    "metrics": (dict, type(None)),
+    "stop_condition": (str, type(None)),
+    "errors": (list, type(None)),
+    "usage": (dict, type(None)),
+    "info": (dict, type(None)),
+    "judge_calls": (list, type(None)),
+}
+
+
+def _typed(record: dict[str, Any], types: dict[str, tuple[type, ...]]) -> bool:
+    return all(isinstance(record[k], kinds) for k, kinds in types.items() if k in record) and all(
+        isinstance(e, dict) for e in record.get("errors") or ()
+    )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _well_shaped(record: dict[str, Any]) -> bool:
+    """Whether every field the engine reads back has its type (see above)."""
+    if not _typed(record, _EPISODE_TYPES):
+        return False
+    for trace in record.get("traces") or ():
+        if not isinstance(trace, dict) or not _typed(trace, _TRACE_TYPES):
+            return False
+        if "reward" in trace and not _number(trace["reward"]):
+            return False
+        for scores in (trace.get("rewards") or {}, trace.get("metrics") or {}):
+            if not all(_number(v) for v in scores.values()):
+                return False
+        if not all(_number(v) for v in (trace.get("usage") or {}).values()):
+            return False
+        if not all(isinstance(t, dict) for t in trace.get("turns") or ()):
+            return False
+        name = (trace.get("agent") or {}).get("name", "")
+        if not isinstance(name, str):
+            return False
+    return True
 
 
 def read_episodes(
