@@ -109,7 +109,7 @@ async def run_eval(
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
     writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
     tidied = _tidy(run_dir, writer.finished, notify)
-    _keep_config(run_dir, config)
+    _keep_config(run_dir, config, notify)
     todo = _owed(tasks, config.rollouts, tidied.pairs)
     start = time.monotonic()
     interrupted = True  # until the episodes' loop ends on its own
@@ -178,15 +178,23 @@ def _tidy(run_dir: RunDir, finished: Summarizer, notify: Callable[[str], None] |
     return tidied
 
 
-def _keep_config(run_dir: RunDir, config: EvalConfig) -> None:
+def _keep_config(run_dir: RunDir, config: EvalConfig, notify: Callable[[str], None] | None) -> None:
     """Write ``config.toml`` as the CLI does (so ``--resume`` can continue a run
     started from Python) unless the directory holds one already (the CLI wrote it, or
-    this is a resume); on an error the lock is released. Raises ``OutputError``."""
+    this is a resume). A config TOML cannot hold (a Python object among its options)
+    is not written: ``notify`` hears it. On an error the lock is released. Raises
+    ``OutputError``."""
     if run_dir.config_path.exists():
         return
     try:
         stored = attrs.evolve(config, env_id=absolute(config.env_id), output_dir=None)
-        run_dir.write_config(dump_toml(stored))
+        try:
+            text = dump_toml(stored)
+        except (TypeError, ValueError) as exc:
+            if notify is not None:
+                notify(f"{run_dir.config_path.name} not written ({exc}): the CLI cannot resume")
+            return
+        run_dir.write_config(text)
     except BaseException:
         run_dir.unlock()
         raise

@@ -58,7 +58,8 @@ class Brake:
             return False
         if self.allowed is not None and self.failed > self.allowed:
             shown = self.limit if isinstance(self.limit, int) else f"{self.limit} ({self.allowed})"
-            self.reason = f"{self.failed} episodes failed, more than --max-failures {shown}"
+            episodes = "episode" if self.failed == 1 else "episodes"
+            self.reason = f"{self.failed} {episodes} failed, more than --max-failures {shown}"
             return True
         if self.limit is None and self.model_in_a_row >= ENDPOINT_DOWN_AFTER:
             at = f" at {self.endpoint}" if self.endpoint else ""
