@@ -82,7 +82,7 @@ _EVAL_HELP = {
     "backend": ("B", "where episodes run: local, ray, or processes (on this machine)"),
     "workers": ("N", "worker processes or Ray tasks"),
     "ray_address": ("ADDR", "Ray cluster to join"),
-    "max_failures": ("N|P%", "stop admitting episodes once more than N (P%) failed"),
+    "max_failures": ("N|P%", "stop admitting episodes once more than N (P%%) failed"),
 }
 _NONE_MEANS = {
     "base_url": "none: the built-in model",
