@@ -118,3 +118,27 @@ def test_a_traceback_is_capped_and_keeps_its_end() -> None:
 def test_an_error_never_raised_has_no_traceback() -> None:
     info = ErrorInfo.of("model", RuntimeError("boom"))
     assert (info.where, info.traceback) == ("", "")
+
+
+def test_live_failure_lines_are_one_per_new_kind_and_rate_limited() -> None:
+    from taketurns._output.failures import MAX_LIVE, MIN_GAP_S, LiveFailures
+
+    said: list[str] = []
+    now = [0.0]
+    live = LiveFailures(said.append, clock=lambda: now[0])
+
+    def failure(kind: int) -> dict[str, object]:
+        return {"cause": "env", "type": "KeyError", "where": f"env.py:{kind} in run"}
+
+    live.add(failure(1))
+    live.add(failure(1))  # the same kind: never said twice
+    live.add(failure(2))  # a new kind, too soon after the last line: held
+    assert said == ["failed: the env raised: KeyError at env.py:1 in run"]
+    for kind in range(3, 3 + 2 * MAX_LIVE):
+        now[0] += MIN_GAP_S
+        live.add(failure(kind))
+    assert len(said) == MAX_LIVE
+    assert live.held == 1 + MAX_LIVE + 1
+    assert len(live.kinds.kinds) == 2 + 2 * MAX_LIVE
+    (first,) = [k for k in live.kinds.result() if k["where"] == "env.py:1 in run"]
+    assert first["count"] == 2

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from taketurns._eval.episode import Episode
     from taketurns._exchange.trace import ErrorInfo
 
-__all__ = ["FailureKinds", "LiveFailures", "failure_lines", "first_failure"]
+__all__ = ["FailureKinds", "LiveFailures", "describe", "failure_lines", "first_failure"]
 
 MIN_GAP_S = 1.0  # between two live failure lines
 MAX_LIVE = 10  # live failure lines in one run
