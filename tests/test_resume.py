@@ -148,3 +148,36 @@ def test_a_run_started_from_python_is_resumed_by_the_cli(tmp_path: Path) -> None
     assert eval_cli("--resume", "-o", str(out), "-n", "5") == 0
     assert pairs(out) == [(i, 0) for i in range(5)]
     assert (out / "episodes.jsonl").read_bytes().startswith(before)
+
+
+def test_a_roles_endpoint_may_change_its_model_may_not() -> None:
+    from taketurns._cli.resume import compare
+
+    stored = {
+        "num_tasks": 4,
+        "model": "m",
+        "env": {"player": {"base_url": "http://a/v1", "model": "x", "sampling": {"seed": 1}}},
+    }
+    given = {
+        "num_tasks": 4,
+        "model": "m",
+        "concurrency": 8,
+        "env": {
+            "player": {
+                "base_url": "http://b/v1",
+                "api_key_var": "KEY",
+                "model": "y",
+                "sampling": {"seed": 2},
+            }
+        },
+    }
+    refused, changed = compare(stored, given)
+    assert changed == {
+        "concurrency": [None, 8],
+        "env.player.api_key_var": [None, "KEY"],
+        "env.player.base_url": ["http://a/v1", "http://b/v1"],
+    }
+    assert refused == [
+        "env.player.model: 'x' in the stored config, 'y' now",
+        "env.player.sampling.seed: 1 in the stored config, 2 now",
+    ]
