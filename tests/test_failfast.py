@@ -125,3 +125,20 @@ def test_a_bad_max_failures_is_refused_by_name(bad: object) -> None:
 
     with pytest.raises(ConfigError, match=r"max_failures = .*percentage"):
         load_eval_config(EvalConfig, file_data={"env_id": "x", "max_failures": bad})
+
+
+def test_max_failures_stops_worker_processes_too(tmp_path: Path) -> None:
+    """On a worker backend the workers are stopped as on Ctrl-C: their running
+    episodes are written as cancelled, and a resume reruns them."""
+    out = tmp_path / "run"
+    buggy = Path(__file__).with_name("buggyenv.py")
+    args = ["eval", f"{buggy}:BuggyEnv", "-n", "60", "-c", "2", "-o", str(out), "--no-progress"]
+    args += ["--backend", "processes", "--workers", "2", "--max-failures", "1"]
+    with _taketurns(*args) as ev:
+        _, stderr = ev.communicate(timeout=120)
+    assert ev.returncode == 1, stderr
+    assert "stopping: 2 episodes failed, more than --max-failures 1; stopping the workers" in stderr
+    records = list(read_episodes(out / "episodes.jsonl"))
+    assert len(records) < 60
+    assert {r["cause"] for r in records} <= {"env", "cancelled"}
+    assert json.loads((out / "summary.json").read_text())["stopped"].startswith("2 episodes")
