@@ -14,6 +14,11 @@ With ``handle_signals=True`` (the CLI), SIGINT/SIGTERM/SIGHUP cancel the running
 which are closed, scored and written as cancelled (also by worker processes; on Ray:
 not written, ``--resume`` reruns them); a second signal exits at once.
 
+Fail fast (``_eval.brake``): once too many of the run's episodes failed
+(``max_failures``, or by default a model endpoint that is down) no further episode is
+admitted; the local backend lets the running ones finish, a worker backend is stopped
+as by a signal; ``EvalRun.stopped`` and the summary's ``stopped`` say why.
+
 ``run_eval`` changes no process-global state: the CLI, which owns its process, tunes
 the garbage collector around it (``_gc.tuned_gc``).
 """

@@ -142,3 +142,18 @@ def test_live_failure_lines_are_one_per_new_kind_and_rate_limited() -> None:
     assert len(live.kinds.kinds) == 2 + 2 * MAX_LIVE
     (first,) = [k for k in live.kinds.result() if k["where"] == "env.py:1 in run"]
     assert first["count"] == 2
+
+
+def test_where_looks_inside_an_exception_group() -> None:
+    def inner() -> None:
+        raise ValueError("first")
+
+    try:
+        try:
+            inner()
+        except ValueError as exc:
+            raise ExceptionGroup("two", [exc, KeyError("second")]) from None
+    except ExceptionGroup as group:
+        found = where(group)
+    assert found.startswith(f"{__file__}:")
+    assert found.endswith(" in inner")

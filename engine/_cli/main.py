@@ -7,7 +7,8 @@
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
-failure, ``_exchange.outcome``; everything is written and ``--resume`` reruns them) or
+failure, ``_exchange.outcome``; everything is written and ``--resume`` reruns them; also
+when too many failed and the run stopped early, ``_eval.brake``) or
 the run directory could not be written (a full disk), 2 bad config or usage (also a
 run directory another process is writing), 130 interrupted (finished episodes are on
 disk; ``--resume`` continues).

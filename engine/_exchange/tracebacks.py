@@ -63,14 +63,17 @@ def where(exc: BaseException) -> str:
     return ""
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    """``exc`` and its causes / contexts, outermost first (no cycles)."""
+def _chain(exc: BaseException, seen: set[int] | None = None) -> list[BaseException]:
+    """``exc`` and its causes / contexts, outermost first, each exception group
+    followed by its first member's chain (no cycles)."""
     chain: list[BaseException] = []
-    seen: set[int] = set()
+    seen = set() if seen is None else seen
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         chain.append(current)
+        if isinstance(current, BaseExceptionGroup) and current.exceptions:
+            chain += _chain(current.exceptions[0], seen)
         current = current.__cause__ or (
             None if current.__suppress_context__ else current.__context__
         )
