@@ -219,6 +219,9 @@ def test_cli_kuhn_with_a_stalled_endpoint_fails_and_is_rerun(tmp_path: Path) -> 
         summary = json.loads((out / "summary.json").read_text())
         assert summary["failed_by_cause"] == {"model": 1}
         assert summary["agents"]["player0"]["reward_mean"] is None  # no ok trace: no mean
+        page = (out / "report.html").read_text()
+        reward_row = page.split('data-row="reward_mean"')[1].split("</tr>")[0]
+        assert reward_row.count('<td class="na">-</td>') == 2
         # --resume reruns the failed episode (the endpoint answers now)
         endpoint.decide = lambda call: OK
         assert kuhn_cli(endpoint.base_url, out, "--resume") == 0

@@ -201,9 +201,10 @@ class EvalConfig:
     # played again, up to ``episode_retries`` more times, before it is recorded failed
     episode_retries: int = attrs.field(default=0, validator=_non_negative)
     retry_causes: list[str] = attrs.field(factory=lambda: ["model", "harness"], validator=_causes)
-    # the model client's: seconds each network operation may take, retries of a failed
-    # call (429, 408, 5xx, connection errors, timeouts) and the first backoff (doubled
-    # each retry, with jitter, capped at 30 s; a server's Retry-After wins)
+    # the model clients' (the judges' too): seconds one attempt may take (connect to
+    # last byte), retries of a failed call (429, 408, 5xx, connection errors,
+    # timeouts) and the first backoff (doubled each retry, with jitter, capped at 30 s;
+    # a server's Retry-After wins)
     request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
     request_retries: int = attrs.field(default=3, validator=_non_negative)
     request_backoff_s: float = attrs.field(default=0.5, validator=_non_negative)
