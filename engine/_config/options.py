@@ -11,12 +11,13 @@ from typing import Any
 
 import attrs
 
+from taketurns._errors import OptionError
+
 __all__ = [
     "AgentConfig",
     "EnvConfig",
     "EvalConfig",
     "Limits",
-    "OptionError",
     "Sampling",
     "Timeouts",
     "at_least",
@@ -43,15 +44,6 @@ def literal(raw: str) -> Any:
 def _literals(value: dict[str, Any]) -> dict[str, Any]:
     """Command-line values in an options table, read as TOML literals."""
     return {k: literal(v) if isinstance(v, Raw) else v for k, v in value.items()}
-
-
-class OptionError(ValueError):
-    """Raised by config validators: ``field`` was given ``value``; ``accepted`` says
-    what would do. ``taketurns._config.settings`` renders it with the option's dotted path."""
-
-    def __init__(self, field: str, value: Any, accepted: str) -> None:
-        self.field, self.value, self.accepted = field, value, accepted
-        super().__init__(f"{field} = {value!r} is not accepted; expected {accepted}")
 
 
 def at_least(minimum: float, *, exclusive: bool = False) -> Any:

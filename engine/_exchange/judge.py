@@ -40,8 +40,8 @@ from typing import Any
 import attrs
 import trio
 
-from taketurns._config.options import AgentConfig, EvalConfig, OptionError, Sampling, at_least
-from taketurns._errors import ConfigError, ModelEndpointError, ScoringError
+from taketurns._config.options import AgentConfig, EvalConfig, Sampling, at_least
+from taketurns._errors import ConfigError, ModelEndpointError, OptionError, ScoringError
 from taketurns._exchange.rubric import Rubric, reward
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import JudgeCall, Trace
