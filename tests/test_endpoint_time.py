@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
+import faultserver
 import pytest
 import trio
 from faultserver import OK, Call, Fault, FaultyEndpoint, in_thread
@@ -22,17 +24,23 @@ from scripted import ScriptedModel, Sleep, ToolLoopHarness, make_agent
 from taketurns import (
     Agent,
     AgentConfig,
+    Agents,
+    Env,
+    EnvConfig,
     Episode,
     EpisodeInfo,
     ModelClient,
+    OpenAIClient,
     Task,
     Timeouts,
     Trace,
+    open_interception_server,
     read_episodes,
     run_episode,
 )
 from taketurns._cli.main import main
 from taketurns.envs.kuhn import KuhnConfig, KuhnPoker
+from taketurns.harnesses.program import ProgramHarness
 
 PROMPTED = Task(0, "prompted", prompt="What is two plus two?")
 
@@ -170,6 +178,41 @@ async def test_kuhn_at_the_episode_timeout_scores_no_stall(autojump_clock: trio.
     assert p1.errors == []
 
 
+@attrs.define
+class SoloConfig(EnvConfig):
+    solo: AgentConfig = attrs.field(factory=AgentConfig)
+
+
+class Forgetful(Env):
+    """Opens a session and never closes it: the episode closes it."""
+
+    config_class = SoloConfig
+
+    def tasks(self, num_tasks: int) -> list[Task]:
+        return [PROMPTED]
+
+    async def run(self, task: Task, agents: Agents) -> None:
+        session = agents.solo.chat(task)
+        await session.turn()
+
+
+async def test_a_session_left_open_waiting_at_the_episode_timeout_fails_too(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    env = Forgetful()
+
+    def make(role: str, config: AgentConfig, info: EpisodeInfo, on_close: Any) -> Agent:
+        client = ScriptedModel(Sleep(60), "late")
+        return Agent(role, config, client=client, episode=info, on_close=on_close)
+
+    episode = Episode("forgetful/0/0", "forgetful", PROMPTED)
+    await run_episode(env, episode, make, timeout=5)
+    assert (episode.ok, episode.cause, episode.stop) == (False, "model", "episode_timeout")
+    [trace] = episode.traces
+    assert trace.stop_condition == "model_error"
+    assert "the episode_timeout fired" in model_errors(trace)[0]
+
+
 async def test_an_episode_timeout_while_the_env_runs_stays_an_outcome(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -188,7 +231,34 @@ async def test_an_episode_timeout_while_the_env_runs_stays_an_outcome(
     assert {t.stop_condition for t in traces.values()} == {"episode_timeout"}
 
 
-# -- the CLI against a real stalling endpoint ---------------------------------------------------
+# -- real HTTP: an agent program through the interception server, and the CLI -----------------
+
+
+async def test_a_program_waiting_on_a_stalled_endpoint_is_a_model_failure(
+    nursery: trio.Nursery,
+) -> None:
+    """The out-of-process path: the program's request reaches the boundary through the
+    interception server, the real endpoint stalls, the segment times out."""
+    endpoint = await faultserver.start(nursery, lambda call: Fault("stall", delay=60.0))
+    config = AgentConfig(model="faulty", harness="program", timeouts=Timeouts(segment_s=8))
+    with trio.fail_after(60):
+        async with (
+            OpenAIClient(endpoint.base_url, timeout=120, retries=0) as client,
+            open_interception_server(graceful_timeout=0.1) as server,
+        ):
+            agent = Agent(
+                "agent",
+                config,
+                client=client,
+                harness=ProgramHarness(),
+                services={"interception": server},
+            )
+            async with agent.chat(PROMPTED) as session:
+                reply = await session.turn()
+    assert len(endpoint.calls) == 1  # the program's request reached the endpoint
+    assert (reply.stopped, reply.stop_condition) == (True, "model_error")
+    [message] = model_errors(session.trace)
+    assert "the segment_timeout fired while the model endpoint was being waited on" in message
 
 
 def stall_after_preflight(call: Call) -> Fault:
