@@ -3,12 +3,12 @@
 An episode is one trio nursery holding its chat sessions. However ``env.run`` ends
 (returning, raising, timing out, cancelled) every session it opened is closed and
 scored exactly once and its trace joins ``episode.traces``; the outcome is recorded
-on the episode (``ok``, ``cause``, ``errors``, ``stop``), never lost. The episode
-timeout is an outcome (stop ``episode_timeout``) for a session whose agent, tools or
-env were running when it fired; a session that was waiting on its model endpoint
-then fails with cause ``model`` (time on the endpoint is never held against it). Whether it is ok
+on the episode (``ok``, ``cause``, ``errors``, ``stop``), never lost. Whether it is ok
 is decided by ``taketurns._exchange.outcome`` (the one place that draws the line
-between a failure and an outcome).
+between a failure and an outcome). The episode timeout is an outcome (stop
+``episode_timeout``) for a session whose agent, tools or env were running when it
+fired; a session that was waiting on its model endpoint then fails with cause
+``model`` (time on the endpoint is never held against the model).
 """
 
 from __future__ import annotations

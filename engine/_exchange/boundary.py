@@ -135,12 +135,11 @@ class ModelBoundary:
         trace.errors.append(
             ErrorInfo(
                 "model",
-                f"the {which} fired while the model endpoint was being waited on (the request "
-                f"for turn {wait.index}, sent {when - wait.sent:.3g}s before, had no answer "
-                "yet); "
-                "time on the endpoint is never held against the model, so the run failed "
-                "instead of ending by the timeout: give the endpoint more time, or set "
-                "--request-timeout below the timeout so a stalled request is retried",
+                f"the {which} fired while the model endpoint was being waited on (the "
+                f"request for turn {wait.index}, sent {when - wait.sent:.3g}s before, had no "
+                "answer yet); time on the endpoint is never held against the model, so the "
+                "run failed instead of ending by the timeout: give the endpoint more time, "
+                "or set --request-timeout below the timeout so a stalled request is retried",
                 "TooSlowError",
             )
         )
