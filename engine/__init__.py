@@ -28,7 +28,6 @@ from taketurns._config.options import (
     EnvConfig,
     EvalConfig,
     Limits,
-    OptionError,
     Sampling,
     Timeouts,
     at_least,
@@ -38,9 +37,13 @@ from taketurns._config.registry import envs as env_registry
 from taketurns._config.registry import harnesses as harness_registry
 from taketurns._config.registry import tasksets as taskset_registry
 from taketurns._errors import (
+    AsyncioCancelled,
+    BadRequest,
     ConfigError,
     HarnessError,
+    Interrupted,
     ModelEndpointError,
+    OptionError,
     OutputError,
     RolloutStopped,
     ScoringError,
@@ -48,9 +51,13 @@ from taketurns._errors import (
     SessionError,
     SessionOver,
     TaketurnsError,
+    ToolArgumentError,
     TurnError,
+    WorkerDied,
+    WorkerError,
+    WorkerLost,
 )
-from taketurns._eval.aio import AsyncioCancelled, run_asyncio
+from taketurns._eval.aio import run_asyncio
 from taketurns._eval.env import Env, register_env, roles_of
 from taketurns._eval.episode import Episode, run_episode
 from taketurns._eval.taskset import (
@@ -116,7 +123,7 @@ if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._models.openai import OpenAIClient
     from taketurns._output.records import read_episodes
     from taketurns._output.rundir import RunDir
-    from taketurns._runner import EvalRun, Interrupted, run_eval
+    from taketurns._runner import EvalRun, run_eval
     from taketurns._train.export import export_samples
 
 # Names whose modules pull in the HTTP stack (hypercorn, quart, httpx2) or the eval
@@ -124,7 +131,6 @@ if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
 # for in-process work.
 _LAZY = {
     "EvalRun": "taketurns._runner",
-    "Interrupted": "taketurns._runner",
     "RunDir": "taketurns._output.rundir",
     "load_eval_config": "taketurns._config.settings",
     "read_episodes": "taketurns._output.records",
@@ -154,6 +160,7 @@ __all__ = [
     "Agents",
     "AssistantMessage",
     "AsyncioCancelled",
+    "BadRequest",
     "BuiltinModel",
     "ChatSession",
     "ConfigError",
@@ -213,6 +220,7 @@ __all__ = [
     "TextPart",
     "Timeouts",
     "Tool",
+    "ToolArgumentError",
     "ToolCall",
     "ToolMessage",
     "Trace",
@@ -222,6 +230,9 @@ __all__ = [
     "TurnTokens",
     "Usage",
     "UserMessage",
+    "WorkerDied",
+    "WorkerError",
+    "WorkerLost",
     "as_tools",
     "at_least",
     "can_chat",

@@ -40,7 +40,7 @@ from taketurns._backends.ray import run_on_ray
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute
 from taketurns._config.settings import dump_toml
-from taketurns._errors import OutputError, TaketurnsError, sole_error
+from taketurns._errors import Interrupted, OutputError, TaketurnsError, sole_error
 from taketurns._eval.brake import Brake
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
@@ -53,11 +53,7 @@ from taketurns._output.records import episode_line
 from taketurns._output.rundir import RunDir, Tidied
 from taketurns._output.summary import Summarizer, digest
 
-__all__ = ["EvalRun", "Interrupted", "run_eval"]
-
-
-class Interrupted(Exception):
-    """The eval was stopped by SIGINT/SIGTERM/SIGHUP; finished episodes are on disk."""
+__all__ = ["EvalRun", "run_eval"]
 
 
 # the signals that stop an eval (SIGHUP: the terminal closed)

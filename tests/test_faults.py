@@ -397,13 +397,15 @@ async def test_episode_timeout_cancels_mid_turn(tmp_path: Path) -> None:
     episodes = check_run(out, pairs(6), ledger)
     for e in episodes:
         if e["task"]["idx"] % 2:
-            # a timeout is an outcome, not a failure
-            assert (e["ok"], e["cause"], e["stop"]) == (True, None, "episode_timeout")
+            # the timeout caught b waiting on the endpoint: a model failure, not an
+            # outcome (time on the endpoint is never held against the model)
+            assert (e["ok"], e["cause"], e["stop"]) == (False, "model", "episode_timeout")
             assert [err["kind"] for err in e["errors"]] == ["timeout"]
             a, b = traces_by_role(e)["a"], traces_by_role(e)["b"]
-            assert a["stop_condition"] == b["stop_condition"] == "episode_timeout"
+            assert (a["stop_condition"], b["stop_condition"]) == ("episode_timeout", "model_error")
             assert len(a["turns"]) == 1  # the second call (b's) was cancelled mid-request
             assert b["turns"] == []
+            assert "the episode_timeout fired" in b["errors"][0]["message"]
         else:
             assert e["ok"]
     timed_out = sum(1 for e in episodes if e["stop"] == "episode_timeout")

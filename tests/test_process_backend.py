@@ -32,8 +32,8 @@ from taketurns import (
     read_episodes,
     run_eval,
 )
-from taketurns._backends.processes import WorkerDied, WorkerError
-from taketurns._backends.shards import MAX_LOST, Ledger, Shard, WorkerLost, deal
+from taketurns._backends.shards import MAX_LOST, Ledger, Shard, deal
+from taketurns._errors import WorkerDied, WorkerError, WorkerLost
 
 LIMIT = 60  # seconds any one subprocess step may take on a loaded machine
 

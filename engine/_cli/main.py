@@ -31,15 +31,13 @@ import trio
 from rich.console import Console
 from rich.markup import escape
 
-from taketurns._backends.processes import WorkerError
-from taketurns._backends.shards import WorkerLost
 from taketurns._cli.parser import FLAGS, parser
 from taketurns._cli.resume import OUTPUTS, compare, newest_run, run_dir_name
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
 from taketurns._config.registry import envs, tasksets
 from taketurns._config.settings import dump_toml, load_eval_config, read_toml
-from taketurns._errors import ConfigError, OutputError
+from taketurns._errors import ConfigError, Interrupted, OutputError, WorkerError, WorkerLost
 from taketurns._eval.plan import Plan, env_class, make_env, preflight
 from taketurns._eval.taskset import Taskset
 from taketurns._exchange.outcome import describe_cause
@@ -47,7 +45,7 @@ from taketurns._gc import tuned_gc
 from taketurns._output.failures import failure_lines
 from taketurns._output.rundir import RunDir
 from taketurns._output.summary import render
-from taketurns._runner import Interrupted, run_eval
+from taketurns._runner import run_eval
 from taketurns._train.cli import export_command
 
 __all__ = ["main"]

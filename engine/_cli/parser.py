@@ -74,7 +74,7 @@ _EVAL_HELP = {
     "episode_timeout": ("S", "seconds an episode may take"),
     "episode_retries": ("N", "play an episode that failed by infrastructure up to N more times"),
     "retry_causes": ("C,C", "failure causes a retry reruns (model, harness, env, scoring)"),
-    "request_timeout": ("S", "seconds each model request's network step may wait"),
+    "request_timeout": ("S", "seconds one model request may take, connect to last byte"),
     "request_retries": ("N", "retries of a failed model call (429, 5xx, timeouts)"),
     "request_backoff": ("S", "first wait before a retry, doubled each retry (max 30)"),
     "preflight_timeout": ("S", "seconds for the endpoint check before the first episode"),

@@ -12,12 +12,13 @@ from typing import Any
 
 import attrs
 
+from taketurns._errors import OptionError
+
 __all__ = [
     "AgentConfig",
     "EnvConfig",
     "EvalConfig",
     "Limits",
-    "OptionError",
     "Sampling",
     "Timeouts",
     "at_least",
@@ -44,15 +45,6 @@ def literal(raw: str) -> Any:
 def _literals(value: dict[str, Any]) -> dict[str, Any]:
     """Command-line values in an options table, read as TOML literals."""
     return {k: literal(v) if isinstance(v, Raw) else v for k, v in value.items()}
-
-
-class OptionError(ValueError):
-    """Raised by config validators: ``field`` was given ``value``; ``accepted`` says
-    what would do. ``taketurns._config.settings`` renders it with the option's dotted path."""
-
-    def __init__(self, field: str, value: Any, accepted: str) -> None:
-        self.field, self.value, self.accepted = field, value, accepted
-        super().__init__(f"{field} = {value!r} is not accepted; expected {accepted}")
 
 
 def at_least(minimum: float, *, exclusive: bool = False) -> Any:
@@ -232,9 +224,10 @@ class EvalConfig:
     # played again, up to ``episode_retries`` more times, before it is recorded failed
     episode_retries: int = attrs.field(default=0, validator=_non_negative)
     retry_causes: list[str] = attrs.field(factory=lambda: ["model", "harness"], validator=_causes)
-    # the model client's: seconds each network operation may take, retries of a failed
-    # call (429, 408, 5xx, connection errors, timeouts) and the first backoff (doubled
-    # each retry, with jitter, capped at 30 s; a server's Retry-After wins)
+    # the model clients' (the judges' too): seconds one attempt may take (connect to
+    # last byte), retries of a failed call (429, 408, 5xx, connection errors,
+    # timeouts) and the first backoff (doubled each retry, with jitter, capped at 30 s;
+    # a server's Retry-After wins)
     request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
     request_retries: int = attrs.field(default=3, validator=_non_negative)
     request_backoff_s: float = attrs.field(default=0.5, validator=_non_negative)

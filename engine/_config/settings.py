@@ -20,8 +20,8 @@ import cattrs
 import tomli_w
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
-from taketurns._config.options import EvalConfig, OptionError, Raw, literal
-from taketurns._errors import ConfigError
+from taketurns._config.options import EvalConfig, Raw, literal
+from taketurns._errors import ConfigError, OptionError
 
 __all__ = ["Raw", "apply_override", "dump_toml", "load_eval_config", "read_toml", "structure"]
 

@@ -88,6 +88,7 @@ async def preflight(
                 "it longer with --preflight-timeout S"
             )
     for judge in env.judges():
+        judge.take_request_options(config)
         await judge.preflight()
 
 
@@ -100,6 +101,8 @@ class Plan:
         self.roles = {r: resolve_role(config, env, r, a) for r, a in env.roles.items()}
         self.clients: dict[tuple[Any, ...], ModelClient] = {}  # one per distinct endpoint
         self.services: dict[str, Any] = {}  # filled by the runner (interception server)
+        for judge in env.judges():  # an endpoint judge's requests follow the run's
+            judge.take_request_options(config)
         shared = config.max_concurrent_calls
         shared_limiter = trio.CapacityLimiter(shared) if shared else None
         # one prototype agent per role; each episode binds its own copy

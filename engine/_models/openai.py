@@ -67,8 +67,8 @@ class OpenAIClient(ModelClient):
 
     ``base_url`` is the API root, e.g. ``http://localhost:8000/v1``. The API key is
     ``api_key``, else the environment variable named by ``api_key_var``; with neither, no
-    ``Authorization`` header is sent. ``timeout`` bounds each network operation (connect,
-    each read, each write, and waiting for a pooled connection). A failed attempt is
+    ``Authorization`` header is sent. ``timeout`` bounds each attempt as a whole, from
+    waiting for a pooled connection to the answer's last byte. A failed attempt is
     retried up to ``retries`` times; the wait before retry ``n`` (from 1) is a server's
     ``Retry-After`` when given, else ``backoff * 2**(n-1)`` less up to 25% jitter; every
     wait is capped at ``max_backoff``. The connection pool holds ``concurrency``
@@ -187,13 +187,19 @@ class OpenAIClient(ModelClient):
         return max(0.0, min(wait, self.max_backoff))
 
     async def _attempt(self, body: bytes, attempt: int) -> ModelResponse:
+        """One attempt, bounded as a whole by ``timeout``: waiting for a connection,
+        connecting, sending and reading the answer to its last byte (httpx2's own
+        timeouts bound each step only, so a server trickling bytes never trips them)."""
         headers = {RETRY_COUNT_HEADER: str(attempt)} if attempt else None
         try:
             self._turn = (self._turn + 1) % len(self._pools)
             pool = self._pools[self._turn]
-            response = await pool.post(self._target, content=body, headers=headers)
+            with trio.move_on_after(self.timeout) as scope:
+                response = await pool.post(self._target, content=body, headers=headers)
         except httpx2.HTTPError as exc:
             raise self._transport_failure(exc) from exc
+        if scope.cancelled_caught:
+            raise self._transport_failure(httpx2.TimeoutException("the whole request"))
         if response.status_code != 200:
             raise self._status_failure(response)
         return _parse_response(response, self._url)

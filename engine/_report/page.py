@@ -238,7 +238,7 @@ def _cell(agent: str, stat: str, value: object, text: str, extra: str = "") -> s
 def _reward_cell(agent: str, stats: Json) -> str:
     mean, stderr = as_float(stats.get("reward_mean")), as_float(stats.get("reward_stderr"))
     if mean is None:
-        return '<td class="na">–</td>'
+        return '<td class="na">-</td>'
     text = f"{mean:+.3f} ± {stderr or 0.0:.3f}"
     return _cell(agent, "reward_mean", mean, text, f' data-stderr="{esc(stderr)}"')
 
@@ -282,7 +282,7 @@ def _agent_rows(agents: Json) -> list[tuple[str, str, list[str]]]:
             if sub:
                 value = as_dict(value).get(sub, 0 if field == "stop_conditions" else None)
             if value is None:
-                cells.append('<td class="na">–</td>')
+                cells.append('<td class="na">-</td>')
             else:
                 cells.append(_cell(name, stat, value, shown(value)))
         rows.append((label, stat, cells))
