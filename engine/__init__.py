@@ -33,6 +33,7 @@ from taketurns._config.options import (
     Timeouts,
     at_least,
     int_between,
+    one_of,
 )
 from taketurns._config.registry import envs as env_registry
 from taketurns._config.registry import harnesses as harness_registry
@@ -238,6 +239,7 @@ __all__ = [
     "messages_from_wire",
     "messages_to_wire",
     "metric",
+    "one_of",
     "open_interception_server",
     "open_mcp_servers",
     "open_rollouts",

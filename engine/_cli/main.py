@@ -33,7 +33,7 @@ from rich.markup import escape
 
 from taketurns._backends.processes import WorkerError
 from taketurns._backends.shards import WorkerLost
-from taketurns._cli.parser import EXECUTION, FLAGS, parser
+from taketurns._cli.parser import EXECUTION, FLAGS, parser, unknown_argument
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
 from taketurns._config.registry import envs, tasksets
@@ -60,10 +60,7 @@ def _split_overrides(extra: Sequence[str]) -> list[tuple[str, str]]:
     while items:
         item = items.pop(0)
         if not item.startswith("--") or "." not in item.split("=", 1)[0]:
-            raise ConfigError(
-                f"{item!r}: unknown argument; options of a config section are dotted, "
-                "e.g. --env.invalid_retries=2 or --sampling.temperature 0.7"
-            )
+            raise ConfigError(unknown_argument(item, "eval"))
         key, eq, value = item[2:].partition("=")
         if not eq:
             if not items:
@@ -328,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "eval":
             return _eval(args, extra, console)
         if extra:
-            raise ConfigError(f"unknown arguments: {' '.join(extra)}")
+            raise ConfigError([unknown_argument(item, args.command) for item in extra])
         if args.command == "serve":
             return _serve(args, console)
         if args.command == "report":

@@ -14,9 +14,10 @@ from typing import Any
 import attrs
 
 from taketurns._config.options import EvalConfig
+from taketurns._config.suggest import did_you_mean
 from taketurns._train.cli import add_export_command
 
-__all__ = ["EXECUTION", "FLAGS", "parser"]
+__all__ = ["EXECUTION", "FLAGS", "flag_names", "parser", "unknown_argument"]
 
 # flag (argparse dest) -> EvalConfig field
 FLAGS = {
@@ -159,3 +160,29 @@ def parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1", help="(default: 127.0.0.1)")
     srv.add_argument("--port", type=int, default=8000, help="0 picks a free port (default: 8000)")
     return top
+
+
+def flag_names(command: str) -> list[str]:
+    """Every option string ``taketurns COMMAND`` takes (``--concurrency``, ``-c``, ...)."""
+    top = parser()
+    for action in top._actions:  # argparse keeps sub-commands on a private attribute
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices[command]
+            return [name for a in sub._actions for name in a.option_strings]
+    return []
+
+
+def unknown_argument(item: str, command: str) -> str:
+    """The message for an argument ``taketurns COMMAND`` does not take: the flags it
+    is close to, else where the flags and the dotted options are listed."""
+    given = item.split("=", 1)[0]
+    hint = did_you_mean(given, [f for f in flag_names(command) if f.startswith("--")], quote="")
+    if hint:
+        return f"{item!r}: unknown argument; {hint} (taketurns {command} --help lists the flags)"
+    dotted = (
+        "; options of a config section are dotted, e.g. --env.invalid_retries=2 or "
+        "--sampling.temperature 0.7 (taketurns envs lists them)"
+        if command == "eval"
+        else ""
+    )
+    return f"{item!r}: unknown argument; taketurns {command} --help lists the flags{dotted}"
