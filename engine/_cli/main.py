@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from rich.markup import escape
 from taketurns._backends.processes import WorkerError
 from taketurns._backends.shards import WorkerLost
 from taketurns._cli.parser import EXECUTION, FLAGS, parser, unknown_argument
+from taketurns._cli.served_model import asks_for_model, served_model
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
 from taketurns._config.registry import envs, tasksets
@@ -87,9 +88,12 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text.replace(":", ".")).strip("_")
 
 
-def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalConfig, str]:
+def _load_config(
+    args: argparse.Namespace, extra: Sequence[str], *, say: Callable[[str], None] = print
+) -> tuple[EvalConfig, str]:
     """The validated eval config (file < flags < dotted overrides) and the name the run
-    goes by (a bare taskset id runs under the single-agent env)."""
+    goes by (a bare taskset id runs under the single-agent env). ``--base-url`` without
+    a model anywhere: the model is the one the server lists (``served_model``)."""
     overrides = _split_overrides(extra)
     flags = [(field, getattr(args, flag)) for flag, field in FLAGS.items()]
     overrides = [(f, str(v)) for f, v in flags if v is not None] + overrides
@@ -119,6 +123,8 @@ def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalCo
     file_data = {**file_data, "env_id": env_id}
     env_cls = env_class(env_id, field="env")
     config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
+    if "model" not in file_data and args.model is None and asks_for_model(config):
+        config.model = served_model(config, say=say)
     return config, name
 
 
@@ -203,7 +209,7 @@ def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
-    config, name = _load_config(args, extra)
+    config, name = _load_config(args, extra, say=lambda text: console.print(text, highlight=False))
     env = make_env(config)
     plan = Plan(config, env)
     if config.backend == "ray":

@@ -39,6 +39,12 @@ def resolve_role(config: EvalConfig, env: Env, role: str, agent: AgentConfig) ->
 
 def _client_for(config: EvalConfig, role: str, agent: AgentConfig) -> ModelClient:
     if agent.base_url is None:
+        if not is_builtin(agent.model) and agent.model == config.model:
+            raise ConfigError(
+                f"model = {agent.model!r} (--model): an endpoint model needs its server's "
+                "URL: --base-url URL (base_url in a config file), e.g. "
+                "--base-url http://localhost:8000/v1; without one use builtin/<policy>"
+            )
         if not is_builtin(agent.model):
             raise ConfigError(
                 f"env.{role}.model = {agent.model!r}: an endpoint model needs a base URL "
