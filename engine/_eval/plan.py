@@ -104,6 +104,7 @@ class Plan:
     def __init__(self, config: EvalConfig, env: Env) -> None:
         self.env = env
         self.roles = {r: resolve_role(config, env, r, a) for r, a in env.roles.items()}
+        _refuse_dropped_tools(env, self.roles)
         self.clients: dict[tuple[Any, ...], ModelClient] = {}  # one per distinct endpoint
         self.services: dict[str, Any] = {}  # filled by the runner (interception server)
         shared = config.max_concurrent_calls
@@ -149,6 +150,18 @@ class Plan:
                 await client.aclose()
             for harness in {id(a.harness): a.harness for a in self.agents.values()}.values():
                 await harness.shutdown()
+
+
+def _refuse_dropped_tools(env: Env, roles: dict[str, AgentConfig]) -> None:
+    """A role the env gives tools (its default harness is ``tools``) set to the
+    ``null`` harness, which calls none, is refused: tools are never dropped silently."""
+    for role, agent in roles.items():
+        if agent.harness == "null" and env.default_harness(role) == "tools":
+            raise ConfigError(
+                f"env.{role}.harness = 'null': this env offers {role} tools, which the null "
+                f"harness never calls; use --env.{role}.harness=tools (the default here) or "
+                "another harness that takes tools"
+            )
 
 
 def env_class(env_id: str, *, field: str = "env_id") -> type[Env]:
