@@ -33,6 +33,7 @@ from rich.markup import escape
 
 from taketurns._backends.processes import WorkerError
 from taketurns._backends.shards import WorkerLost
+from taketurns._cli.interrupts import quiet_interrupts
 from taketurns._cli.parser import EXECUTION, FLAGS, parser, unknown_argument
 from taketurns._cli.served_model import asks_for_model, served_model
 from taketurns._config.options import EvalConfig
@@ -296,6 +297,18 @@ def _is_own_dir(output_dir: object, folder: Path) -> bool:
     return Path(output_dir).resolve() == folder.resolve()
 
 
+def _cannot_listen(host: str, port: int, group: BaseExceptionGroup[OSError]) -> str:
+    """``--host/--port: cannot listen on H:P (the OS's reason); ...`` from the first
+    ``OSError`` inside trio's (possibly nested) exception groups."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return (
+        f"--host/--port: cannot listen on {host}:{port} ({error}); is another server "
+        "there? pick another port with --port (0: any free port)"
+    )
+
+
 def _serve(args: argparse.Namespace, console: Console) -> int:
     from taketurns._http.server import serve
     from taketurns._models.builtin import BuiltinModel
@@ -317,16 +330,15 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     try:
         trio.run(run)
     except* OSError as group:
-        where = f"{args.host}:{args.port}"
-        raise ConfigError(
-            f"--host/--port: cannot listen on {where} ({group.exceptions[0]})"
-        ) from None
+        raise ConfigError(_cannot_listen(args.host, args.port, group)) from None
     return 0
 
 
+@quiet_interrupts
 def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
-    console = Console(stderr=True)
+    # soft_wrap: a message is never hard-wrapped (at 80 columns off a terminal)
+    console = Console(stderr=True, soft_wrap=True)
     try:
         if args.command == "eval":
             return _eval(args, extra, console)
