@@ -350,10 +350,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(Path(args.dir), console)
         if args.command == "export":
             return export_command(args, console)
-        from taketurns._cli.catalog import print_catalog
+        from taketurns._cli.catalog import print_catalog, print_entry
 
         out = Console()
-        print_catalog(out if out.is_terminal else Console(width=160))
+        out = out if out.is_terminal else Console(width=160)
+        if args.id:
+            print_entry(out, args.id)
+        else:
+            print_catalog(out)
         return 0
     except ConfigError as exc:
         console.print("[red]error:", highlight=False)

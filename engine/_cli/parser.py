@@ -111,12 +111,23 @@ def _add_eval_flags(ev: argparse.ArgumentParser) -> None:
         )
 
 
+def _version() -> str:
+    """The installed distribution's version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("taketurns")
+    except PackageNotFoundError:  # imported from a source tree, not installed
+        return "(not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
     """The whole command line: ``eval``, ``envs``, ``report``, ``serve``."""
     top = argparse.ArgumentParser(
         prog="taketurns",
         description="Run, record and score multi-turn LLM rollouts (trio-based).",
     )
+    top.add_argument("--version", action="version", version=f"taketurns {_version()}")
     sub = top.add_subparsers(dest="command", required=True)
     ev = sub.add_parser(
         "eval",
@@ -147,7 +158,8 @@ def parser() -> argparse.ArgumentParser:
     mode.add_argument("--resume", action="store_true", help="continue the run in -o DIR")
     mode.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
     ev.add_argument("--no-progress", action="store_true", help="no progress line")
-    sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
+    envs = sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
+    envs.add_argument("id", nargs="?", help="show one env, taskset or harness")
     rep = sub.add_parser("report", help="write DIR/report.html for a run directory")
     rep.add_argument("dir", help="run directory (holds episodes.jsonl)")
     add_export_command(sub)
