@@ -33,6 +33,8 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         (["eval", "single-agent", "--env.taskset=retail-lit"], "did you mean 'retail-lite'?"),
         (["eval", "kuhn-poker", "--env.player0.harness=tool"], "did you mean 'tools'?"),
         (["eval", "kuhn-poker", "--concurency", "4"], "did you mean --concurrency?"),
+        (["eval", "kuhn-poker", "--env.player0.harness=program",
+          "--env.player0.harness_options.comand=x"], "did you mean 'command'? its options: "),
         (["eval", "kuhn-poker", "--bakend=ray"], "did you mean --backend?"),
         (["eval", "kuhn-poker", "--env.plyer0.model=M"], "did you mean 'player0'?"),
         (["eval", "kuhn-poker", "--sampling.temprature=1"], "did you mean 'temperature'?"),
