@@ -40,6 +40,7 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         (["eval", "kuhn-poker", "--sampling.temprature=1"], "did you mean 'temperature'?"),
         (["eval", "kuhn-poker", "--env.player0.max_turns=3"], "did you mean 'limits.max_turns'?"),
         (["eval", "kuhn-poker", "--backend=rayy"], "or processes; did you mean 'ray'?"),
+        (["eval", "textarena-selfplay", "--env.game=TicTacToe"], "did you mean 'TicTacToe-v0'?"),
         (["report", "x", "--formt=a"], "'--formt=a': unknown argument; taketurns report --help"),
     ],
 )  # fmt: skip
