@@ -90,7 +90,7 @@ def _safe(text: str) -> str:
 
 
 def _load_config(
-    args: argparse.Namespace, extra: Sequence[str], *, say: Callable[[str], None] = print
+    args: argparse.Namespace, extra: Sequence[str], *, say: Callable[[str], None] | None = None
 ) -> tuple[EvalConfig, str]:
     """The validated eval config (file < flags < dotted overrides) and the name the run
     goes by (a bare taskset id runs under the single-agent env). ``--base-url`` without
@@ -125,7 +125,7 @@ def _load_config(
     env_cls = env_class(env_id, field="env")
     config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
     if "model" not in file_data and args.model is None and asks_for_model(config):
-        config.model = served_model(config, say=say)
+        config.model = served_model(config, say=say or partial(print, file=sys.stderr))
     return config, name
 
 

@@ -15,7 +15,6 @@ import trio
 from taketurns._config.options import EvalConfig
 from taketurns._errors import ConfigError, ModelEndpointError
 from taketurns._eval.env import roles_of
-from taketurns._models.openai import OpenAIClient
 
 __all__ = ["asks_for_model", "served_model"]
 
@@ -33,6 +32,8 @@ def served_model(config: EvalConfig, *, say: Callable[[str], None]) -> str:
     """The one model the server at ``config.base_url`` lists, asked within
     ``config.preflight_timeout_s``. Raises ``ConfigError`` naming ``--model`` when it
     lists none or several, or cannot be asked."""
+    from taketurns._models.openai import OpenAIClient  # httpx2: only when asked
+
     url = str(config.base_url)
     limit = config.preflight_timeout_s
 
