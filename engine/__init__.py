@@ -21,6 +21,9 @@ tests), ``taketurns.envs`` and ``taketurns.harnesses`` (built-in envs and harnes
 written against this public API exactly as a plugin would be).
 """
 
+# first: a Ctrl-C while the ``taketurns`` command imports the package is one line
+from taketurns import _startup  # noqa: F401, I001  (before every other import)
+
 import typing
 
 from taketurns._config.options import (

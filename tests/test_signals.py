@@ -114,3 +114,46 @@ def test_is_interrupt() -> None:
     assert is_interrupt(BaseExceptionGroup("g", [KeyboardInterrupt(), KeyboardInterrupt()]))
     assert not is_interrupt(BaseExceptionGroup("g", [KeyboardInterrupt(), ValueError()]))
     assert not is_interrupt(ValueError())
+
+
+# a process started as the command: `sys.orig_argv` as the console script has it
+AS_THE_COMMAND = """
+import os, signal, sys
+sys.orig_argv = [sys.executable, "/somewhere/bin/taketurns", "eval", "kuhn-poker"]
+import taketurns  # the package's first import sets the start-up handler
+assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+{after}
+os.kill(os.getpid(), signal.SIGINT)
+signal.pause()
+"""
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    "command", ['"/somewhere/bin/taketurns"', '"-X", "utf8", "-m", "taketurns"']
+)
+def test_sigint_while_the_command_imports_is_one_line(command: str) -> None:
+    code = AS_THE_COMMAND.replace('"/somewhere/bin/taketurns"', command).format(after="")
+    proc = _python(code)
+    assert (proc.returncode, proc.stderr) == (130, "interrupted while starting; nothing was run\n")
+
+
+def test_main_takes_signals_back_and_a_library_import_changes_nothing() -> None:
+    # once main runs, Python's handler is back (a KeyboardInterrupt for trio to handle)
+    after = (
+        "from taketurns._startup import started; started()\n"
+        "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler"
+    )
+    proc = _python(AS_THE_COMMAND.format(after=after))
+    assert proc.returncode != 0
+    assert "KeyboardInterrupt" in proc.stderr
+    library = _python(
+        "import signal, taketurns\n"
+        "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler"
+    )
+    assert library.returncode == 0, library.stderr

@@ -13,6 +13,8 @@ import functools
 import sys
 from collections.abc import Callable
 
+from taketurns._startup import started
+
 __all__ = ["INTERRUPTED", "is_interrupt", "quiet_interrupts"]
 
 INTERRUPTED = (
@@ -33,6 +35,7 @@ def quiet_interrupts(main: Callable[..., int]) -> Callable[..., int]:
 
     @functools.wraps(main)
     def guarded(*args: object, **kwargs: object) -> int:
+        started()  # Python's SIGINT handler again (taketurns._startup)
         try:
             return main(*args, **kwargs)
         except BaseException as exc:
