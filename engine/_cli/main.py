@@ -7,7 +7,8 @@
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
-failure, ``_exchange.outcome``; everything is written and ``--resume`` reruns them) or
+failure, ``_exchange.outcome``; everything is written and ``--resume`` reruns them; also
+when too many failed and the run stopped early, ``_eval.brake``) or
 the run directory could not be written (a full disk), 2 bad config or usage (also a
 run directory another process is writing), 130 interrupted (finished episodes are on
 disk; ``--resume`` continues).
@@ -16,7 +17,6 @@ disk; ``--resume`` continues).
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import sys
 import time
@@ -34,7 +34,8 @@ from rich.markup import escape
 from taketurns._backends.processes import WorkerError
 from taketurns._backends.shards import WorkerLost
 from taketurns._cli.interrupts import quiet_interrupts
-from taketurns._cli.parser import EXECUTION, FLAGS, parser, unknown_argument
+from taketurns._cli.parser import FLAGS, parser, unknown_argument
+from taketurns._cli.resume import OUTPUTS, compare, newest_run, run_dir_name
 from taketurns._cli.served_model import asks_for_model, served_model
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
@@ -45,6 +46,7 @@ from taketurns._eval.plan import Plan, env_class, make_env, preflight
 from taketurns._eval.taskset import Taskset
 from taketurns._exchange.outcome import describe_cause
 from taketurns._gc import tuned_gc
+from taketurns._output.failures import failure_lines
 from taketurns._output.rundir import RunDir
 from taketurns._output.summary import render
 from taketurns._runner import Interrupted, run_eval
@@ -76,17 +78,12 @@ def _default_dir(name: str, model: str) -> Path:
     """``outputs/<env>--<model>--<time>``, with ``-2``, ``-3``... when two runs start
     in the same second."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("outputs") / f"{_safe(name)}--{_safe(model)}--{stamp}"
+    base = OUTPUTS / run_dir_name(name, model, stamp)
     path, n = base, 1
     while path.exists():
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
-
-
-def _safe(text: str) -> str:
-    """``text`` as a file name a shell need not quote (``duel:Duel`` -> ``duel.Duel``)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text.replace(":", ".")).strip("_")
 
 
 def _load_config(
@@ -144,8 +141,9 @@ def _is_taskset(env_id: str) -> bool:
 
 def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> RunDir:
     """The run directory, prepared and locked: a fresh one gets config.toml; a resumed
-    one must hold the same config. The stored config never names the directory, so
-    a run directory can be moved or copied and resumed where it is."""
+    one must hold the same config but for how the run executes (``_cli.resume``: the
+    change is recorded). The stored config never names the directory, so a run
+    directory can be moved or copied and resumed where it is."""
     out = args.output_dir or config.output_dir or _default_dir(name, config.model)
     config.output_dir = str(out)
     run_dir = RunDir(out)
@@ -154,15 +152,20 @@ def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> Ru
         text = dump_toml(attrs.evolve(config, output_dir=None))
         if args.resume and run_dir.config_path.exists():
             stored = _normalised(read_toml(run_dir.config_path), config)
-            changed = _differences(stored, tomllib.loads(text))
-            if changed:
+            refused, changed = compare(stored, tomllib.loads(text))
+            if refused:
                 raise ConfigError(
                     [
-                        f"--resume: the config differs from {run_dir.config_path}; resume "
-                        "with the same options (or none: the stored config is reused):",
-                        *changed,
+                        f"--resume: the config differs from {run_dir.config_path} in what "
+                        "the run computes; resume with the same options (or none: the stored "
+                        "config is reused; how it runs, e.g. -c, --base-url, timeouts, may "
+                        "change, and -n/-r may grow):",
+                        *refused,
                     ]
                 )
+            run_dir.record_resume(changed)
+            if changed:
+                run_dir.write_config(text)
         else:
             run_dir.write_config(text)
     except BaseException:
@@ -182,34 +185,10 @@ def _normalised(stored: dict[str, Any], config: EvalConfig) -> dict[str, Any]:
     return tomllib.loads(dump_toml(attrs.evolve(again, output_dir=None)))
 
 
-def _differences(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
-    """One line per option whose value differs: its dotted path and both values."""
-    old, new = _flat(_semantic(stored)), _flat(_semantic(given))
-    return [
-        f"{key}: {_shown(old, key)} in the stored config, {_shown(new, key)} now"
-        for key in sorted(old.keys() | new.keys())
-        if old.get(key, _UNSET) != new.get(key, _UNSET)
-    ]
-
-
-_UNSET = object()
-
-
-def _shown(values: Mapping[str, Any], key: str) -> str:
-    return repr(values[key]) if key in values else "unset"
-
-
-def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, Mapping) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
+    if args.resume and not args.output_dir and not args.config and args.env:
+        name = reference_name(args.env) if is_reference(args.env) else args.env
+        args.output_dir = str(newest_run(name, args.model))
     config, name = _load_config(args, extra, say=lambda text: console.print(text, highlight=False))
     env = make_env(config)
     plan = Plan(config, env)
@@ -256,9 +235,14 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     else:
         done = "nothing to do: every (task, rollout) pair was already written"
     console.print(f"[green]wrote {run_dir.path}[/] ({done})", highlight=False, soft_wrap=True)
+    if result.stopped:
+        line = escape(_stopped_line(result.stopped, s, config, run_dir.path))
+        console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
     if s.get("failed"):
         line = escape(_failed_line(s, run_dir.path))
         console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
+        for text in failure_lines(s, run_dir.path):
+            console.print(text, highlight=False, markup=False, soft_wrap=True)
         return 1
     return 0
 
@@ -274,6 +258,15 @@ def _failed_line(summary: Mapping[str, Any], path: Path) -> str:
     )
 
 
+def _stopped_line(reason: str, summary: Mapping[str, Any], config: EvalConfig, path: Path) -> str:
+    """``stopped early: <why>; 250 pairs not played. Once ... --resume -o DIR``"""
+    left = config.num_tasks * config.rollouts - int(summary.get("episodes") or 0)
+    return (
+        f"stopped early: {reason}; {left} (task, rollout) pairs were not played. Once the "
+        f"cause is fixed, continue with --resume -o {path} (failed episodes run again too)"
+    )
+
+
 def _report(run_dir: Path, console: Console) -> int:
     from taketurns._report.page import write_report
 
@@ -285,10 +278,6 @@ def _report(run_dir: Path, console: Console) -> int:
 
     console.print(f"wrote {write_report(run_dir, notify=note)}")
     return 0
-
-
-def _semantic(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if k not in (*EXECUTION, "output_dir")}
 
 
 def _is_own_dir(output_dir: object, folder: Path) -> bool:

@@ -38,10 +38,32 @@ FLAGS = {
     "backend": "backend",
     "workers": "workers",
     "ray_address": "ray_address",
+    "max_failures": "max_failures",
 }
-# how a run executes, not what it computes: --resume may change them (output_dir: a
-# run directory may be moved; older config.toml files named it)
-EXECUTION = ("backend", "workers", "ray_address", "output_dir", "episode_retries", "retry_causes")
+# how a run executes, not what it computes: --resume may change them (``_cli.resume``;
+# output_dir: a run directory may be moved; older config.toml files named it)
+EXECUTION = (
+    "concurrency",
+    "base_url",
+    "api_key_var",
+    "request_timeout_s",
+    "request_retries",
+    "request_backoff_s",
+    "preflight_timeout_s",
+    "episode_timeout_s",
+    "episode_retries",
+    "retry_causes",
+    "max_concurrent_calls",
+    "max_failures",
+    "backend",
+    "workers",
+    "ray_address",
+    "interception_host",
+    "interception_port",
+    "interception_public_url",
+    "interception_max_body_bytes",
+    "output_dir",
+)
 
 _EVAL_HELP = {
     "num_tasks": ("N", "tasks to run"),
@@ -61,6 +83,7 @@ _EVAL_HELP = {
     "backend": ("B", "where episodes run: local, ray, or processes (on this machine)"),
     "workers": ("N", "worker processes or Ray tasks"),
     "ray_address": ("ADDR", "Ray cluster to join"),
+    "max_failures": ("N|P%", "stop admitting episodes once more than N (P%%) failed"),
 }
 _NONE_MEANS = {
     "base_url": "none: the built-in model",
@@ -68,6 +91,7 @@ _NONE_MEANS = {
     "max_concurrent_calls": "no cap",
     "workers": "one per CPU",
     "ray_address": "$RAY_ADDRESS, else a private local instance",
+    "max_failures": "stop when the endpoint fails 10 episodes in a row",
 }
 
 

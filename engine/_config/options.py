@@ -7,6 +7,7 @@ same way as one loaded from a file.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -137,6 +138,36 @@ def _causes(inst: object, attribute: attrs.Attribute[Any], value: list[str]) -> 
             raise OptionError(attribute.name, value, f"a list of {', '.join(allowed)}")
 
 
+def parse_limit(value: Any) -> int | str | None:
+    """A ``max_failures`` value: None, an integer >= 0, or ``"P%"`` with 0 <= P <= 100
+    (as text: a count may come as ``"12"``). Raises ``ValueError`` otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(value)
+        return value
+    if not isinstance(value, str):
+        raise ValueError(value)
+    text = value.strip()
+    if text.endswith("%"):
+        percent = float(text[:-1])
+        if not 0 <= percent <= 100 or math.isnan(percent):
+            raise ValueError(value)
+        return f"{percent:g}%"
+    return parse_limit(int(text))
+
+
+def _failure_limit(value: Any) -> int | str | None:
+    """An attrs converter: ``max_failures`` as ``parse_limit`` reads it."""
+    try:
+        return parse_limit(value)
+    except ValueError:
+        raise OptionError("max_failures", value, 'an integer >= 0 or a percentage ("5%")') from None
+
+
 @attrs.define
 class Sampling:
     """Request fields sent with every model call; None means "the endpoint's default".
@@ -245,6 +276,10 @@ class EvalConfig:
     # OpenAI-style error); generous: an agent CLI's request with a few images fits
     interception_max_body_bytes: int = attrs.field(default=32 * 1024 * 1024, validator=_positive)
     output_dir: str | None = None
+    # stop admitting episodes once more than this many of the run's episodes failed:
+    # N, or "P%" of the episodes the run plays; None: stop when the model endpoint is
+    # plainly down (``_eval.brake``)
+    max_failures: int | str | None = attrs.field(default=None, converter=_failure_limit)
     # where episodes run: this process, Ray workers (taketurns._backends.ray) or worker
     # processes on this machine (taketurns._backends.processes); how many workers (None: one
     # per CPU); the address of the Ray cluster (None: RAY_ADDRESS, else a private

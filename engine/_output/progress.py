@@ -109,6 +109,10 @@ class EvalProgress:
             if self._plain and label != "done":  # "done": the last line, printed at exit
                 self._log()
 
+    def note(self, text: str) -> None:
+        """Print one line above the progress line (never wrapped, never markup)."""
+        self._console.print(Text(text, style="red"), soft_wrap=True)
+
     def add(self, digested: Mapping[str, Any]) -> None:
         """Count one finished episode, given its ``summary.digest``."""
         self.label = "eval"

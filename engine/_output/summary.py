@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from taketurns._exchange.outcome import record_cause
+from taketurns._output.failures import FailureKinds, first_failure
 
 if TYPE_CHECKING:
     from taketurns._eval.episode import Episode
@@ -31,9 +32,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def digest(episode: Episode) -> dict[str, Any]:
     """What ``summarize`` reads of an episode, taken from the live record (so a run
-    need not read its own output back)."""
+    need not read its own output back). ``failure``: the error that made it fail
+    (``failures.first_failure``), None when it did not."""
     return {
         "ok": episode.ok,
+        "failure": first_failure(episode),
         "cause": episode.cause,
         "stop": episode.stop,
         "traces": [
@@ -154,9 +157,11 @@ class Summarizer:
         self.failed_agents: dict[str, _Means] = defaultdict(_Means)
         self.causes: Counter[str] = Counter()
         self.stops: Counter[str] = Counter()
+        self.failures = FailureKinds()
 
     def add(self, e: Mapping[str, Any]) -> None:
         self.total += 1
+        self.failures.add(e.get("failure"))
         self.stops[str(e.get("stop"))] += 1
         cause = record_cause(e)
         if cause is not None:
@@ -177,6 +182,8 @@ class Summarizer:
             "failed": failed,
             "failed_by_cause": dict(self.causes.most_common()),
             "episode_stops": dict(self.stops),
+            # the first failure of each kind (digests carry it; records read back do not)
+            "failures": self.failures.result(),
             "agents": {},
         }
         for name in sorted(self.agents.keys() | self.failed_agents.keys()):

@@ -59,8 +59,7 @@ def write_report(
         raise ConfigError(
             f"report {run_dir}: no episodes.jsonl there; pass the -o directory of an eval"
         )
-    config_path = run_dir / "config.toml"
-    config_text = config_path.read_text(encoding="utf-8") if config_path.is_file() else ""
+    config_text = _text(run_dir / "config.toml", notify)
     try:
         config: Json = tomllib.loads(config_text)
     except tomllib.TOMLDecodeError:
@@ -72,10 +71,8 @@ def write_report(
     note = _damaged_note(damaged)
     if note and notify is not None:
         notify(note)
-    summary_path = run_dir / "summary.json"
-    if summary_path.is_file():
-        summary: Json = json.loads(summary_path.read_text(encoding="utf-8"))
-    else:
+    summary = _summary(run_dir / "summary.json", notify)
+    if summary is None:
         if scan.summary.rollouts is None:
             scan.summary.rollouts = 1 + scan.max_rollout
         summary = scan.summary.result()
@@ -90,6 +87,41 @@ def write_report(
             tmp.unlink(missing_ok=True)
         raise OutputError(str(out), str(run_dir), exc) from None
     return out
+
+
+def _text(path: Path, notify: Callable[[str], None] | None) -> str:
+    """``path``'s text ("" when absent or unreadable); bytes that are not UTF-8 are
+    shown replaced, and ``notify`` hears one line about it."""
+    try:
+        data = path.read_bytes() if path.is_file() else b""
+    except OSError as exc:
+        if notify is not None:
+            notify(f"{path.name}: cannot be read ({exc.strerror or exc}); left out")
+        return ""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if notify is not None:
+            notify(
+                f"{path.name}: not UTF-8 text (byte {exc.start}); shown with replacement characters"
+            )
+        return data.decode("utf-8", "replace")
+
+
+def _summary(path: Path, notify: Callable[[str], None] | None) -> Json | None:
+    """``summary.json`` as written by the eval, or None (recomputed) when it is
+    absent or not a JSON object (``notify`` hears why)."""
+    if not path.is_file():
+        return None
+    try:
+        found = json.loads(_text(path, notify) or "null")
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        if notify is not None:
+            notify(f"{path.name}: not a JSON object; recomputed from episodes.jsonl")
+        return None
+    return found
 
 
 def _damaged_note(lines: list[int]) -> str:
