@@ -21,6 +21,9 @@ tests), ``taketurns.envs`` and ``taketurns.harnesses`` (built-in envs and harnes
 written against this public API exactly as a plugin would be).
 """
 
+# first: a Ctrl-C while the ``taketurns`` command imports the package is one line
+from taketurns import _startup  # noqa: F401, I001  (before every other import)
+
 import typing
 
 from taketurns._config.options import (
@@ -32,6 +35,7 @@ from taketurns._config.options import (
     Timeouts,
     at_least,
     int_between,
+    one_of,
 )
 from taketurns._config.registry import envs as env_registry
 from taketurns._config.registry import harnesses as harness_registry
@@ -249,6 +253,7 @@ __all__ = [
     "messages_from_wire",
     "messages_to_wire",
     "metric",
+    "one_of",
     "open_interception_server",
     "open_mcp_servers",
     "open_rollouts",

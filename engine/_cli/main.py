@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,8 +31,10 @@ import trio
 from rich.console import Console
 from rich.markup import escape
 
-from taketurns._cli.parser import FLAGS, parser
+from taketurns._cli.interrupts import quiet_interrupts
+from taketurns._cli.parser import FLAGS, parser, unknown_argument
 from taketurns._cli.resume import OUTPUTS, compare, newest_run, run_dir_name
+from taketurns._cli.served_model import asks_for_model, served_model
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
 from taketurns._config.registry import envs, tasksets
@@ -60,10 +62,7 @@ def _split_overrides(extra: Sequence[str]) -> list[tuple[str, str]]:
     while items:
         item = items.pop(0)
         if not item.startswith("--") or "." not in item.split("=", 1)[0]:
-            raise ConfigError(
-                f"{item!r}: unknown argument; options of a config section are dotted, "
-                "e.g. --env.invalid_retries=2 or --sampling.temperature 0.7"
-            )
+            raise ConfigError(unknown_argument(item, "eval"))
         key, eq, value = item[2:].partition("=")
         if not eq:
             if not items:
@@ -85,9 +84,12 @@ def _default_dir(name: str, model: str) -> Path:
     return path
 
 
-def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalConfig, str]:
+def _load_config(
+    args: argparse.Namespace, extra: Sequence[str], *, say: Callable[[str], None] | None = None
+) -> tuple[EvalConfig, str]:
     """The validated eval config (file < flags < dotted overrides) and the name the run
-    goes by (a bare taskset id runs under the single-agent env)."""
+    goes by (a bare taskset id runs under the single-agent env). ``--base-url`` without
+    a model anywhere: the model is the one the server lists (``served_model``)."""
     overrides = _split_overrides(extra)
     flags = [(field, getattr(args, flag)) for flag, field in FLAGS.items()]
     overrides = [(f, str(v)) for f, v in flags if v is not None] + overrides
@@ -117,6 +119,8 @@ def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalCo
     file_data = {**file_data, "env_id": env_id}
     env_cls = env_class(env_id, field="env")
     config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
+    if "model" not in file_data and args.model is None and asks_for_model(config):
+        config.model = served_model(config, say=say or partial(print, file=sys.stderr))
     return config, name
 
 
@@ -183,7 +187,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     if args.resume and not args.output_dir and not args.config and args.env:
         name = reference_name(args.env) if is_reference(args.env) else args.env
         args.output_dir = str(newest_run(name, args.model))
-    config, name = _load_config(args, extra)
+    config, name = _load_config(args, extra, say=lambda text: console.print(text, highlight=False))
     env = make_env(config)
     plan = Plan(config, env)
     if config.backend == "ray":
@@ -280,6 +284,18 @@ def _is_own_dir(output_dir: object, folder: Path) -> bool:
     return Path(output_dir).resolve() == folder.resolve()
 
 
+def _cannot_listen(host: str, port: int, group: BaseExceptionGroup[OSError]) -> str:
+    """``--host/--port: cannot listen on H:P (the OS's reason); ...`` from the first
+    ``OSError`` inside trio's (possibly nested) exception groups."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return (
+        f"--host/--port: cannot listen on {host}:{port} ({error}); is another server "
+        "there? pick another port with --port (0: any free port)"
+    )
+
+
 def _serve(args: argparse.Namespace, console: Console) -> int:
     from taketurns._http.server import serve
     from taketurns._models.builtin import BuiltinModel
@@ -301,31 +317,34 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     try:
         trio.run(run)
     except* OSError as group:
-        where = f"{args.host}:{args.port}"
-        raise ConfigError(
-            f"--host/--port: cannot listen on {where} ({group.exceptions[0]})"
-        ) from None
+        raise ConfigError(_cannot_listen(args.host, args.port, group)) from None
     return 0
 
 
+@quiet_interrupts
 def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
-    console = Console(stderr=True)
+    # soft_wrap: a message is never hard-wrapped (at 80 columns off a terminal)
+    console = Console(stderr=True, soft_wrap=True)
     try:
         if args.command == "eval":
             return _eval(args, extra, console)
         if extra:
-            raise ConfigError(f"unknown arguments: {' '.join(extra)}")
+            raise ConfigError([unknown_argument(item, args.command) for item in extra])
         if args.command == "serve":
             return _serve(args, console)
         if args.command == "report":
             return _report(Path(args.dir), console)
         if args.command == "export":
             return export_command(args, console)
-        from taketurns._cli.catalog import print_catalog
+        from taketurns._cli.catalog import print_catalog, print_entry
 
         out = Console()
-        print_catalog(out if out.is_terminal else Console(width=160))
+        out = out if out.is_terminal else Console(width=160)
+        if args.id:
+            print_entry(out, args.id)
+        else:
+            print_catalog(out)
         return 0
     except ConfigError as exc:
         console.print("[red]error:", highlight=False)

@@ -14,9 +14,10 @@ from typing import Any
 import attrs
 
 from taketurns._config.options import EvalConfig
+from taketurns._config.suggest import did_you_mean
 from taketurns._train.cli import add_export_command
 
-__all__ = ["EXECUTION", "FLAGS", "parser"]
+__all__ = ["EXECUTION", "FLAGS", "flag_names", "parser", "unknown_argument"]
 
 # flag (argparse dest) -> EvalConfig field
 FLAGS = {
@@ -134,12 +135,23 @@ def _add_eval_flags(ev: argparse.ArgumentParser) -> None:
         )
 
 
+def _version() -> str:
+    """The installed distribution's version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("taketurns")
+    except PackageNotFoundError:  # imported from a source tree, not installed
+        return "(not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
     """The whole command line: ``eval``, ``envs``, ``report``, ``serve``."""
     top = argparse.ArgumentParser(
         prog="taketurns",
         description="Run, record and score multi-turn LLM rollouts (trio-based).",
     )
+    top.add_argument("--version", action="version", version=f"taketurns {_version()}")
     sub = top.add_subparsers(dest="command", required=True)
     ev = sub.add_parser(
         "eval",
@@ -170,7 +182,8 @@ def parser() -> argparse.ArgumentParser:
     mode.add_argument("--resume", action="store_true", help="continue the run in -o DIR")
     mode.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
     ev.add_argument("--no-progress", action="store_true", help="no progress line")
-    sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
+    envs = sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
+    envs.add_argument("id", nargs="?", help="show one env, taskset or harness")
     rep = sub.add_parser("report", help="write DIR/report.html for a run directory")
     rep.add_argument("dir", help="run directory (holds episodes.jsonl)")
     add_export_command(sub)
@@ -183,3 +196,29 @@ def parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1", help="(default: 127.0.0.1)")
     srv.add_argument("--port", type=int, default=8000, help="0 picks a free port (default: 8000)")
     return top
+
+
+def flag_names(command: str) -> list[str]:
+    """Every option string ``taketurns COMMAND`` takes (``--concurrency``, ``-c``, ...)."""
+    top = parser()
+    for action in top._actions:  # argparse keeps sub-commands on a private attribute
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices[command]
+            return [name for a in sub._actions for name in a.option_strings]
+    return []
+
+
+def unknown_argument(item: str, command: str) -> str:
+    """The message for an argument ``taketurns COMMAND`` does not take: the flags it
+    is close to, else where the flags and the dotted options are listed."""
+    given = item.split("=", 1)[0]
+    hint = did_you_mean(given, [f for f in flag_names(command) if f.startswith("--")], quote="")
+    if hint:
+        return f"{item!r}: unknown argument; {hint} (taketurns {command} --help lists the flags)"
+    dotted = (
+        "; options of a config section are dotted, e.g. --env.invalid_retries=2 or "
+        "--sampling.temperature 0.7 (taketurns envs lists them)"
+        if command == "eval"
+        else ""
+    )
+    return f"{item!r}: unknown argument; taketurns {command} --help lists the flags{dotted}"

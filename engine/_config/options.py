@@ -8,10 +8,12 @@ same way as one loaded from a file.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
+from taketurns._config.suggest import choices_text, did_you_mean
 from taketurns._errors import OptionError
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "Timeouts",
     "at_least",
     "int_between",
+    "one_of",
 ]
 
 
@@ -67,7 +70,30 @@ def _one_of(*choices: str) -> Any:
 
     def check(inst: object, attribute: attrs.Attribute[Any], value: str) -> None:
         if value not in choices:
-            raise OptionError(attribute.name, value, " or ".join(choices))
+            hint = did_you_mean(str(value), choices)
+            raise OptionError(
+                attribute.name, value, " or ".join(choices) + (f"; {hint}" if hint else "")
+            )
+
+    return check
+
+
+def one_of(
+    choices: Sequence[str] | Callable[[], Sequence[str]],
+    *,
+    what: str = "a value",
+    listing: str | None = None,
+) -> Any:
+    """An attrs validator: one of ``choices`` (or of what ``choices()`` returns, asked
+    only when a value is checked: a heavy import stays lazy). A refused value is
+    answered with the near misses ("did you mean"); a long list is not spelled out but
+    named by ``listing``, the command that prints it (``taketurns envs ID``)."""
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        names = list(choices() if callable(choices) else choices)
+        if value not in names:
+            text = choices_text(str(value), names, what=what, listing=listing)
+            raise OptionError(attribute.name, value, text)
 
     return check
 

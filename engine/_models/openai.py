@@ -181,6 +181,33 @@ class OpenAIClient(ModelClient):
                 f"preflight: model {model!r} at {self.base_url} did not answer: {exc}"
             ) from None
 
+    async def models(self) -> list[str]:
+        """The ids the server lists at ``GET {base_url}/models`` (one attempt, no
+        retries: a caller bounds it in time). Raises ``ModelEndpointError`` saying
+        why when the server cannot be reached or answers otherwise than a model list."""
+        url = f"{self.base_url}/models"
+        try:
+            response = await self._pools[0].get(url)
+        except httpx2.HTTPError as exc:
+            raise ModelEndpointError(
+                f"could not reach {url} ({type(exc).__name__}: {exc})", retryable=True
+            ) from exc
+        if response.status_code != 200:
+            raise ModelEndpointError(
+                f"{url} answered HTTP {response.status_code}: {_error_detail(response)}",
+                status=response.status_code,
+                retryable=False,
+            )
+        try:
+            data = orjson.loads(response.content)
+            return [str(entry["id"]) for entry in data["data"]]
+        except (ValueError, TypeError, KeyError):
+            raise ModelEndpointError(
+                f"{url} answered HTTP 200 without a model list ({_snip(response.text)!r})",
+                status=200,
+                retryable=False,
+            ) from None
+
     def _delay(self, retry: int, wait: float | None) -> float:
         if wait is None:
             wait = self.backoff * 2 ** (retry - 1) * (1 - 0.25 * random.random())
