@@ -231,6 +231,10 @@ async def test_the_calls_go_through_the_tools_harness_to_the_episode_backends() 
     assert backends.instances.keys() == set(entry["involved_classes"])
 
 
+def results(trace: Trace) -> list[str]:
+    return [text_of(m.content) for m in trace.messages if isinstance(m, ToolMessage)]
+
+
 async def test_concurrent_episodes_never_share_backend_state() -> None:
     # 64 rollouts of one task, all in flight at once (the model holds every first
     # call until 64 are waiting): each must pass on its own backends
@@ -241,6 +245,10 @@ async def test_concurrent_episodes_never_share_backend_state() -> None:
         episodes = await play_all([(env, task, r, client) for r in range(64)], concurrency=64)
     assert client.open.is_set()
     assert [e.traces[0].info["bfcl"]["valid"] for e in episodes] == [True] * 64
+    # every rollout's tools answered as a lone rollout's do (on shared backends the
+    # second `mkdir` or `mv` would answer differently)
+    alone = await play(env, task, GroundTruth(["base"]))
+    assert {tuple(results(e.traces[0])) for e in episodes} == {tuple(results(alone.traces[0]))}
     backends = [e.traces[0].state["bfcl"] for e in episodes]
     instances = [id(i) for b in backends for i in b.instances.values()]
     assert len(set(instances)) == len(instances) == 64 * len(task.info["involved_classes"])
