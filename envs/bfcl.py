@@ -101,10 +101,11 @@ class BfclMultiTurn(Env):
     async def run(self, task: Task, agents: Agents) -> None:
         entry, _ = self._entry(task)
         more = bfcl().prompts.DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
-        session: Any = None
-        backends = Backends(entry, step=lambda: len(session.trace.turns))
+        backends = Backends(entry)
         state = {"bfcl": backends}
         async with agents.assistant.chat(task, tools=backends.tools(), state=state) as session:
+            trace = session.trace
+            backends.step = lambda: len(trace.turns)  # a call's step: the model call made it
             for turn, messages in enumerate(entry["question"]):
                 if backends.offer_held_back(turn):
                     session.rollout.tools = tuple(backends.tools())

@@ -195,9 +195,9 @@ class Backends:
     the ones ``miss_func`` holds back until ``turn``. ``calls[turn]`` are the
     executed calls of each user turn as BFCL call strings, one list per model call
     (``step`` tells which model call made a call: the number of model calls recorded
-    so far)."""
+    so far, set by the env)."""
 
-    def __init__(self, entry: Mapping[str, Any], *, step: Callable[[], int]) -> None:
+    def __init__(self, entry: Mapping[str, Any]) -> None:
         self.entry = entry
         self.long_context = "long_context" in entry["id"]
         self.functions: list[dict[str, Any]] = copy.deepcopy(entry["function"])
@@ -218,7 +218,7 @@ class Backends:
                 if not method.startswith("_"):
                     self.methods[method] = bound  # a later class wins, as in BFCL
         self.turn = 0
-        self._step = step
+        self.step: Callable[[], int] = lambda: 0
         self.calls: list[list[tuple[int, str]]] = []
 
     def offer_held_back(self, turn: int) -> bool:
@@ -243,7 +243,7 @@ class Backends:
         except ValueError as exc:
             return f"Error during execution: the arguments are not valid JSON ({exc})"
         self.start_turn(self.turn)
-        self.calls[self.turn].append((self._step(), call_string(name, args)))
+        self.calls[self.turn].append((self.step(), call_string(name, args)))
         try:
             return _result_text(self.methods[name](**args))
         except Exception as exc:

@@ -43,9 +43,9 @@ from taketurns._cli.main import main
 if importlib.util.find_spec("bfcl_eval") is None:
     raise ImportError("needs bfcl_eval: pip install --no-deps bfcl-eval==2026.3.23")
 
-from taketurns.envs import bfcl_backends  # noqa: E402 - after the dependency check
-from taketurns.envs.bfcl import BfclConfig, BfclMultiTurn  # noqa: E402
-from taketurns.envs.bfcl_backends import CATEGORIES, Backends, backend_class, bfcl  # noqa: E402
+from taketurns.envs import bfcl_backends  # after the dependency check
+from taketurns.envs.bfcl import BfclConfig, BfclMultiTurn
+from taketurns.envs.bfcl_backends import CATEGORIES, Backends, backend_class, bfcl
 
 Key = tuple[tuple[str, ...], frozenset[str]]
 MORE = "I have updated some more functions you can choose from. What about now?"
@@ -61,7 +61,8 @@ def _tool_call(n: int, call: str, classes: Sequence[str]) -> ToolCall:
     as the model's tool call with named JSON arguments (positional ones named by the
     backend method's signature; the later class wins a shared name, as in BFCL)."""
     node = ast.parse(call, mode="eval").body
-    assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name), call
+    assert isinstance(node, ast.Call), call
+    assert isinstance(node.func, ast.Name), call
     name = node.func.id
     owner = [c for c in classes if hasattr(backend_class(c), name)][-1]
     params = list(inspect.signature(getattr(backend_class(owner), name)).parameters)[1:]
@@ -74,8 +75,8 @@ class GroundTruth(ModelClient):
     """Answers each user turn with BFCL's possible-answer calls for it (all in one
     model call), then, once they have run, with a short text. The task is found from
     the user turns so far and the tools offered (tasks of one category that open
-    alike are answered alike; categories reuse each other's words with other answers). ``gate``: the first calls wait
-    until that many are in flight at once."""
+    alike are answered alike; categories reuse each other's words with other
+    answers). ``gate``: the first calls wait until that many are in flight at once."""
 
     def __init__(self, categories: Sequence[str], *, gate: int = 0) -> None:
         self.answers: dict[Key, tuple[list[str], list[str]]] = {}
@@ -85,7 +86,9 @@ class GroundTruth(ModelClient):
                 offered = {d["name"] for d in entry["function"]}
                 for turn, messages in enumerate(entry["question"]):
                     said += tuple(m["content"] for m in messages) or (MORE,)
-                    offered |= {d["name"] for d in entry.get("missed_function", {}).get(str(turn), [])}
+                    offered |= {
+                        d["name"] for d in entry.get("missed_function", {}).get(str(turn), [])
+                    }
                     answer = (truth[turn], entry["involved_classes"])
                     # tasks may open alike; then they are answered alike
                     key = (said, frozenset(offered))
@@ -112,9 +115,7 @@ class GroundTruth(ModelClient):
         return ModelResponse(AssistantMessage(None, tool_calls), finish_reason="tool_calls")
 
 
-async def play(
-    env: BfclMultiTurn, task: Task, client: ModelClient, *, rollout: int = 0
-) -> Episode:
+async def play(env: BfclMultiTurn, task: Task, client: ModelClient, *, rollout: int = 0) -> Episode:
     """One episode through ``run_episode``: the engine's session, tools harness and
     rubric, the model in process."""
 
@@ -206,7 +207,7 @@ async def test_the_ground_truth_scores_what_bfcl_scores_it_on_800_tasks_but_one(
     rewards = [e.traces[0].rewards["valid"] for e in episodes]
     assert sum(rewards) == 799
     assert all(e.traces[0].stop_condition == "user_closed" for e in episodes)
-    print(f"800 ground-truth episodes at -c 64: {took:.1f} s")  # noqa: T201
+    print(f"800 ground-truth episodes at -c 64: {took:.1f} s")
     leftover = [k for k in vars(bfcl().executor) if k.startswith("taketurns_")]
     assert leftover == []  # the checker's instances are dropped from BFCL's globals
 
@@ -261,7 +262,8 @@ async def test_one_episode_changing_state_leaves_the_next_one_fresh() -> None:
     second = await play(env, task, GroundTruth(["base"]), rollout=1)
     one, two = first.traces[0].state["bfcl"], second.traces[0].state["bfcl"]
     fs1, fs2 = one.instances["GorillaFileSystem"], two.instances["GorillaFileSystem"]
-    assert fs1 is not fs2 and fs1 == fs2  # the same calls on fresh copies, same state
+    assert fs1 is not fs2
+    assert fs1 == fs2  # the same calls on fresh copies, same state
     assert first.traces[0].info["bfcl"] == second.traces[0].info["bfcl"]
 
 
@@ -339,7 +341,8 @@ def test_call_strings_run_nothing_but_the_call() -> None:
     text = bfcl_backends.call_string("cd", evil)
     assert text == f"cd(**{evil!r})"
     node = ast.parse(text, mode="eval").body
-    assert isinstance(node, ast.Call) and [k.arg for k in node.keywords] == [None]
+    assert isinstance(node, ast.Call)
+    assert [k.arg for k in node.keywords] == [None]
 
 
 def test_tools_carry_bfcls_docs_in_openai_types() -> None:
@@ -347,16 +350,30 @@ def test_tools_carry_bfcls_docs_in_openai_types() -> None:
     docs = {d["name"]: d for d in entry["function"]}
     tool = bfcl_backends.openai_tool(docs["mv"])
     function = tool["function"]
-    assert function["description"].endswith("Note that the provided function is in Python 3 syntax.")
+    assert function["description"].endswith(
+        "Note that the provided function is in Python 3 syntax."
+    )
     assert function["parameters"]["type"] == "object"
     assert function["parameters"]["required"] == docs["mv"]["parameters"]["required"]
     math = bfcl_backends.openai_tool(
-        {"name": "f", "description": "", "parameters": {"type": "dict", "properties": {
-            "x": {"type": "float", "description": "X."},
-            "xs": {"type": "array", "items": {"type": "float"}, "description": "Xs."}}}}
+        {
+            "name": "f",
+            "description": "",
+            "parameters": {
+                "type": "dict",
+                "properties": {
+                    "x": {"type": "float", "description": "X."},
+                    "xs": {"type": "array", "items": {"type": "float"}, "description": "Xs."},
+                },
+            },
+        }
     )
     props = math["function"]["parameters"]["properties"]
-    assert props["x"] == {"type": "number", "format": "float", "description": "X. This is a float type value."}
+    assert props["x"] == {
+        "type": "number",
+        "format": "float",
+        "description": "X. This is a float type value.",
+    }
     assert props["xs"]["items"] == {"type": "number"}
 
 
