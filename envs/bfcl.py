@@ -24,7 +24,9 @@ by attribute) or the ``missing_items``; then ``calls`` (the BFCL call strings).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import importlib.util
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import attrs
@@ -35,12 +37,15 @@ from taketurns import (
     AssistantMessage,
     Env,
     EnvConfig,
+    McpServer,
+    McpTool,
     OptionError,
     ScoringError,
     Task,
     Trace,
     UserMessage,
     metric,
+    open_mcp_servers,
     reward,
     stop,
 )
@@ -54,12 +59,32 @@ def _category(inst: object, attribute: attrs.Attribute[Any], value: object) -> N
         raise OptionError(attribute.name, value, f"one of {', '.join(CATEGORIES)}")
 
 
+def _tools(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in ("python", "mcp"):
+        raise OptionError(attribute.name, value, "python or mcp")
+    if value == "mcp" and importlib.util.find_spec("mcp") is None:
+        raise OptionError(
+            attribute.name, value, "python (the MCP SDK is missing: pip install 'taketurns[mcp]')"
+        )
+
+
 @attrs.define
 class BfclConfig(EnvConfig):
-    """``category``: BFCL's multi-turn category (200 tasks each)."""
+    """``category``: BFCL's multi-turn category (200 tasks each). ``tools``: ``python``
+    (the functions as in-process tools) or ``mcp`` (served over MCP from the eval's
+    process, for agents that call tools themselves: ``codex``, ``claude-code``)."""
 
     assistant: AgentConfig = attrs.field(factory=AgentConfig)
     category: str = attrs.field(default="base", validator=_category)
+    tools: str = attrs.field(default="python", validator=_tools)
+
+
+async def _offered(backends: Backends, mcp: Any) -> list[Any]:
+    """The tools offered now: in process, or listed from the episode's MCP server."""
+    if mcp is None:
+        return list(backends.tools())
+    listed = await mcp.client.list_tools()
+    return [McpTool(mcp, tool) for tool in listed.tools]
 
 
 class BfclMultiTurn(Env):
@@ -71,6 +96,7 @@ class BfclMultiTurn(Env):
         super().__init__(config)
         self.entries = entries(self.config.category)  # ConfigError without bfcl-eval
         self.step_limit_calls = bfcl().prompts.MAXIMUM_STEP_LIMIT + 1
+        self.face: Any = None  # with tools = "mcp": the McpFace while services() are held
 
     def default_harness(self, role: str) -> str:
         return "tools"
@@ -98,17 +124,45 @@ class BfclMultiTurn(Env):
             )
         return entry, truth
 
+    def services(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """With ``tools = "mcp"``: the MCP server of this eval's episodes."""
+        return self._serving() if self.config.tools == "mcp" else contextlib.nullcontext()
+
+    @contextlib.asynccontextmanager
+    async def _serving(self) -> AsyncIterator[None]:
+        from taketurns.envs.bfcl_mcp import McpFace
+
+        face = McpFace()
+        async with face.serving():
+            self.face = face
+            try:
+                yield
+            finally:
+                self.face = None
+
     async def run(self, task: Task, agents: Agents) -> None:
-        entry, _ = self._entry(task)
+        backends = Backends(self._entry(task)[0])
+        if self.config.tools == "python":
+            await self._play(task, backends, agents, None)
+            return
+        if self.face is None:
+            raise RuntimeError("tools = 'mcp' serves through env.services(): run under an eval")
+        with self.face.episode(backends) as url:
+            async with open_mcp_servers([McpServer("bfcl", url=url)]) as (_, connections):
+                await self._play(task, backends, agents, connections["bfcl"])
+
+    async def _play(self, task: Task, backends: Backends, agents: Agents, mcp: Any) -> None:
+        """The exchange: each user turn one ``session.turn``; ``mcp``: the episode's
+        MCP connection (the tools are listed from it), or None for in-process tools."""
         more = bfcl().prompts.DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
-        backends = Backends(entry)
         state = {"bfcl": backends}
-        async with agents.assistant.chat(task, tools=backends.tools(), state=state) as session:
+        tools = await _offered(backends, mcp)
+        async with agents.assistant.chat(task, tools=tools, state=state) as session:
             trace = session.trace
             backends.step = lambda: len(trace.turns)  # a call's step: the model call made it
-            for turn, messages in enumerate(entry["question"]):
+            for turn, messages in enumerate(backends.entry["question"]):
                 if backends.offer_held_back(turn):
-                    session.rollout.tools = tuple(backends.tools())
+                    session.rollout.tools = tuple(await _offered(backends, mcp))
                     messages = [{"role": "user", "content": more}]
                 backends.start_turn(turn)
                 said = [UserMessage(m["content"]) for m in messages]

@@ -237,11 +237,19 @@ class Backends:
             self.calls.append([])
 
     def execute(self, name: str, raw_arguments: str) -> str:
-        """Run one call of an offered function; the text the model reads."""
+        """Run one call of an offered function, its arguments as JSON text; the text
+        the model reads."""
         try:
             args = parse_arguments(raw_arguments)
         except ValueError as exc:
             return f"Error during execution: the arguments are not valid JSON ({exc})"
+        return self.run(name, args)
+
+    def offers(self, name: str) -> bool:
+        return any(doc["name"] == name for doc in self.functions)
+
+    def run(self, name: str, args: Mapping[str, Any]) -> str:
+        """Run one call of an offered function; the text the model reads."""
         self.start_turn(self.turn)
         self.calls[self.turn].append((self.step(), call_string(name, args)))
         try:
