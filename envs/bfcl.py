@@ -34,7 +34,6 @@ import attrs
 from taketurns import (
     AgentConfig,
     Agents,
-    AssistantMessage,
     Env,
     EnvConfig,
     McpServer,
@@ -206,10 +205,9 @@ class BfclMultiTurn(Env):
     @stop
     def step_limit(self, trace: Trace) -> bool:
         """BFCL's per-turn cap: no model call past ``MAXIMUM_STEP_LIMIT`` + 1 in one
-        user turn."""
-        made = 0
-        for message in reversed(trace.messages):
-            if isinstance(message, UserMessage):
-                break
-            made += isinstance(message, AssistantMessage)
-        return made >= self.step_limit_calls
+        user turn (counted as recorded model calls, so an agent CLI's own loop and
+        sub-agents count too)."""
+        backends = trace.state.get("bfcl")
+        if not isinstance(backends, Backends):
+            return False
+        return len(trace.turns) - backends.turn_began >= self.step_limit_calls

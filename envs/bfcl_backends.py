@@ -219,6 +219,7 @@ class Backends:
                     self.methods[method] = bound  # a later class wins, as in BFCL
         self.turn = 0
         self.step: Callable[[], int] = lambda: 0
+        self.turn_began = 0  # the number of model calls made before this user turn
         self.calls: list[list[tuple[int, str]]] = []
 
     def offer_held_back(self, turn: int) -> bool:
@@ -232,7 +233,11 @@ class Backends:
         return [BfclTool(self, doc) for doc in self.functions]
 
     def start_turn(self, turn: int) -> None:
-        self.turn = turn
+        """Calls from now on belong to user turn ``turn``."""
+        self.turn, self.turn_began = turn, self.step()
+        self._grow(turn)
+
+    def _grow(self, turn: int) -> None:
         while len(self.calls) <= turn:
             self.calls.append([])
 
@@ -250,7 +255,7 @@ class Backends:
 
     def run(self, name: str, args: Mapping[str, Any]) -> str:
         """Run one call of an offered function; the text the model reads."""
-        self.start_turn(self.turn)
+        self._grow(self.turn)
         self.calls[self.turn].append((self.step(), call_string(name, args)))
         try:
             return _result_text(self.methods[name](**args))
@@ -260,7 +265,7 @@ class Backends:
     def model_result(self, turns: int) -> list[list[list[str]]]:
         """The calls of the first ``turns`` user turns as BFCL's decoded model result:
         per turn, per model call, the call strings."""
-        self.start_turn(max(turns - 1, 0))
+        self._grow(max(turns - 1, 0))
         result = []
         for calls in self.calls[:turns]:
             steps = itertools.groupby(calls, key=lambda c: c[0])
