@@ -53,12 +53,10 @@ class OneCallAtATime(ModelClient):
         messages = request.messages
         asked = [i for i, m in enumerate(messages) if isinstance(m, UserMessage)]
         last = max(i for i in asked if any(t in text_of(messages[i].content) for t in self.texts))
-        turn = sum(
-            1 for i in asked if any(t in text_of(messages[i].content) for t in self.texts)
-        ) - 1
-        self.offered.append(
-            {t["function"]["name"].removeprefix(PREFIX) for t in request.tools}
+        turn = (
+            sum(1 for i in asked if any(t in text_of(messages[i].content) for t in self.texts)) - 1
         )
+        self.offered.append({t["function"]["name"].removeprefix(PREFIX) for t in request.tools})
         done = sum(isinstance(m, ToolMessage) for m in messages[last:])
         calls = self.truth[turn]
         if done >= len(calls):
@@ -105,7 +103,7 @@ async def test_an_agent_cli_plays_a_miss_func_task_over_mcp(
     assert trace.rewards["valid"] == 1.0
     names = [[[c.split("(")[0] for c in step] for step in turn] for turn in verdict["calls"]]
     assert names == [[[c.split("(")[0]] for c in turn] for turn in truth]  # a call a step
-    (turn, held), *_ = entry["missed_function"].items()
+    ((_, held),) = entry["missed_function"].items()
     name = held[0]["name"]
     # the held-back function is listed from its turn on, by the agent's own MCP client
     before = [o for o in model.offered if "cd" in o and name not in o]
