@@ -1,7 +1,7 @@
 """``bfcl-multi-turn``: the Berkeley Function Calling Leaderboard's multi-turn
 categories on the exchange, scored by BFCL's own checker.
 
-One agent (``assistant``) chats each task; the env is the user. Each of the task's
+One agent (``agent``) chats each task; the env is the user. Each of the task's
 user turns is one ``session.turn(...)``; inside a turn the agent's harness (``tools``
 by default) runs its own loop of model calls and tool calls until the model answers
 without a call. The tools are the task's BFCL functions, run against the episode's
@@ -73,7 +73,7 @@ class BfclConfig(EnvConfig):
     (the functions as in-process tools) or ``mcp`` (served over MCP from the eval's
     process, for agents that call tools themselves: ``codex``, ``claude-code``)."""
 
-    assistant: AgentConfig = attrs.field(factory=AgentConfig)
+    agent: AgentConfig = attrs.field(factory=AgentConfig)
     category: str = attrs.field(default="base", validator=_category)
     tools: str = attrs.field(default="python", validator=_tools)
 
@@ -156,7 +156,7 @@ class BfclMultiTurn(Env):
         more = bfcl().prompts.DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
         state = {"bfcl": backends}
         tools = await _offered(backends, mcp)
-        async with agents.assistant.chat(task, tools=tools, state=state) as session:
+        async with agents.agent.chat(task, tools=tools, state=state) as session:
             trace = session.trace
             backends.step = lambda: len(trace.turns)  # a call's step: the model call made it
             for turn, messages in enumerate(backends.entry["question"]):

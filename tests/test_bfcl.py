@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import html
 import importlib.util
 import inspect
 import json
@@ -410,4 +411,9 @@ def test_the_cli_runs_it_on_the_builtin_model(
         (trace,) = record["traces"]
         assert trace["agent"]["harness"] == "tools"
         assert trace["info"]["bfcl"]["id"] == record["task"]["name"]
-        assert trace["rewards"]["valid"] in (0.0, 1.0)
+        assert trace["rewards"]["valid"] == 0.0  # builtin/bracket answers in text
+        assert trace["info"]["bfcl"]["error_type"] == "multi_turn:empty_turn_model_response"
+    # the report's transcripts show BFCL's verdict with the user turns
+    report = (tmp_path / "run/report.html").read_text()
+    assert report.count("multi_turn:empty_turn_model_response") >= 3
+    assert html.escape(records[0]["traces"][0]["messages"][0]["content"][:40]) in report

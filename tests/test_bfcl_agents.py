@@ -85,7 +85,7 @@ async def test_an_agent_cli_plays_a_miss_func_task_over_mcp(
             role,
             AgentConfig(model="builtin/echo"),
             client=model,
-            harness=make_harness(harness, options, field="env.assistant"),
+            harness=make_harness(harness, options, field="env.agent"),
             services={"interception": server},
             episode=info,
             rubric=env.rubric(role),
