@@ -200,10 +200,9 @@ class Backends:
     def __init__(self, entry: Mapping[str, Any]) -> None:
         self.entry = entry
         self.long_context = "long_context" in entry["id"]
-        self.functions: list[dict[str, Any]] = copy.deepcopy(entry["function"])
-        self.held_back: dict[str, list[dict[str, Any]]] = copy.deepcopy(
-            entry.get("missed_function", {})
-        )
+        # the docs are shared and never changed; the lists are this episode's own
+        self.functions: list[dict[str, Any]] = list(entry["function"])
+        self.held_back = {k: list(v) for k, v in entry.get("missed_function", {}).items()}
         self.instances: dict[str, Any] = {}
         self.methods: dict[str, Any] = {}  # public method name -> bound method
         stateless = bfcl().backends.STATELESS_CLASSES
