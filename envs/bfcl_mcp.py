@@ -49,6 +49,7 @@ class McpFace:
         config = Config()
         config.bind = ["127.0.0.1:0"]
         config.graceful_timeout = 0.5
+        config.backlog = 2048  # episodes connect at once: hypercorn's 100 drops connections
         config.errorlog = log
         config.accesslog = None
         async with trio.open_nursery() as nursery:

@@ -213,6 +213,23 @@ async def test_the_ground_truth_scores_what_bfcl_scores_it_on_800_tasks_but_one(
     assert leftover == []  # the checker's instances are dropped from BFCL's globals
 
 
+async def test_over_mcp_the_ground_truth_scores_as_in_process() -> None:
+    # the same functions served by the env's MCP server (what codex and claude-code
+    # get), called here by the tools harness through the MCP client: 40 miss_func
+    # tasks (held-back functions listed from their turn on), 32 episodes at once
+    env = BfclMultiTurn(BfclConfig(category="miss_func", tools="mcp"))
+    model = GroundTruth(["miss_func"])
+    with trio.fail_after(300):
+        async with env.services():
+            episodes = await play_all([(env, t, 0, model) for t in env.tasks(40)], 32)
+    assert all(e.ok for e in episodes), [e.errors for e in episodes if not e.ok][:3]
+    verdicts = {e.traces[0].info["bfcl"]["id"]: e.traces[0].info["bfcl"] for e in episodes}
+    assert all(v["valid"] for v in verdicts.values())
+    python = await play(env_of("miss_func"), env.tasks(1)[0], GroundTruth(["miss_func"]))
+    mcp = next(e for e in episodes if e.task.idx == 0)
+    assert results(mcp.traces[0]) == results(python.traces[0])  # the same answers
+
+
 async def test_the_calls_go_through_the_tools_harness_to_the_episode_backends() -> None:
     env = env_of("base")
     task = env.tasks(1)[0]
