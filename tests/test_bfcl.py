@@ -416,6 +416,20 @@ def test_without_bfcl_eval_the_error_names_the_install_command(
     assert "taketurns[bfcl]" in str(caught.value)
 
 
+def test_without_mpmath_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    math_api = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.math_api"
+    monkeypatch.setitem(sys.modules, "mpmath", None)
+    monkeypatch.delitem(sys.modules, math_api, raising=False)
+    bfcl_backends.backend_class.cache_clear()
+    bfcl_backends.entries.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=r"MathAPI backend needs 'mpmath'.*taketurns\[bfcl\]"):
+            BfclMultiTurn(BfclConfig(category="base"))
+    finally:
+        bfcl_backends.backend_class.cache_clear()
+        bfcl_backends.entries.cache_clear()
+
+
 def test_the_cli_runs_it_on_the_builtin_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
