@@ -13,6 +13,12 @@ withhold a parameter in their own wording, as BFCL ships them. A turn is cut aft
 BFCL's step limit (``MAXIMUM_STEP_LIMIT`` + 1 model calls: stop condition
 ``step_limit``), and the run then counts as force-terminated, as in BFCL.
 
+With ``tools = "mcp"`` the same functions are served over MCP from the eval's process
+(``taketurns.envs.bfcl_mcp``, held by ``services()``): for agents that call tools
+themselves (``codex``, ``claude-code``). A function held back by ``miss_func`` joins
+the offered tools through the session's ``rollout.tools`` (the harness lists them at
+every segment) and, over MCP, the server's listing.
+
 Scoring: BFCL's ``multi_turn_checker`` replays the calls the backends executed (per
 user turn, per model call) and the ground truth on fresh instances and compares their
 state and results after every turn. Reward ``valid`` is its verdict (1.0 or 0.0);
