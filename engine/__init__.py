@@ -21,6 +21,9 @@ tests), ``taketurns.envs`` and ``taketurns.harnesses`` (built-in envs and harnes
 written against this public API exactly as a plugin would be).
 """
 
+# first: a Ctrl-C while the ``taketurns`` command imports the package is one line
+from taketurns import _startup  # noqa: F401, I001  (before every other import)
+
 import typing
 
 from taketurns._config.options import (
@@ -28,19 +31,23 @@ from taketurns._config.options import (
     EnvConfig,
     EvalConfig,
     Limits,
-    OptionError,
     Sampling,
     Timeouts,
     at_least,
     int_between,
+    one_of,
 )
 from taketurns._config.registry import envs as env_registry
 from taketurns._config.registry import harnesses as harness_registry
 from taketurns._config.registry import tasksets as taskset_registry
 from taketurns._errors import (
+    AsyncioCancelled,
+    BadRequest,
     ConfigError,
     HarnessError,
+    Interrupted,
     ModelEndpointError,
+    OptionError,
     OutputError,
     RolloutStopped,
     ScoringError,
@@ -48,9 +55,13 @@ from taketurns._errors import (
     SessionError,
     SessionOver,
     TaketurnsError,
+    ToolArgumentError,
     TurnError,
+    WorkerDied,
+    WorkerError,
+    WorkerLost,
 )
-from taketurns._eval.aio import AsyncioCancelled, run_asyncio
+from taketurns._eval.aio import run_asyncio
 from taketurns._eval.env import Env, register_env, roles_of
 from taketurns._eval.episode import Episode, run_episode
 from taketurns._eval.taskset import (
@@ -117,7 +128,7 @@ if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._models.openai import OpenAIClient
     from taketurns._output.records import read_episodes
     from taketurns._output.rundir import RunDir
-    from taketurns._runner import EvalRun, Interrupted, run_eval
+    from taketurns._runner import EvalRun, run_eval
     from taketurns._train.export import export_samples
 
 # Names whose modules pull in the HTTP stack (hypercorn, quart, httpx2) or the eval
@@ -125,7 +136,6 @@ if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
 # for in-process work.
 _LAZY = {
     "EvalRun": "taketurns._runner",
-    "Interrupted": "taketurns._runner",
     "RunDir": "taketurns._output.rundir",
     "load_eval_config": "taketurns._config.settings",
     "read_episodes": "taketurns._output.records",
@@ -156,6 +166,7 @@ __all__ = [
     "Agents",
     "AssistantMessage",
     "AsyncioCancelled",
+    "BadRequest",
     "BuiltinModel",
     "ChatSession",
     "ConfigError",
@@ -216,6 +227,7 @@ __all__ = [
     "TextPart",
     "Timeouts",
     "Tool",
+    "ToolArgumentError",
     "ToolCall",
     "ToolMessage",
     "Trace",
@@ -225,6 +237,9 @@ __all__ = [
     "TurnTokens",
     "Usage",
     "UserMessage",
+    "WorkerDied",
+    "WorkerError",
+    "WorkerLost",
     "as_tools",
     "at_least",
     "can_chat",
@@ -241,6 +256,7 @@ __all__ = [
     "messages_from_wire",
     "messages_to_wire",
     "metric",
+    "one_of",
     "open_interception_server",
     "open_mcp_servers",
     "open_rollouts",

@@ -1,19 +1,28 @@
-"""The error tree. Every error taketurns raises on purpose derives from one root::
+"""The error tree. Every error taketurns raises on purpose is defined here and derives
+from one root (a test checks that this drawing is the tree, and that every exception
+``taketurns`` exports is in it)::
 
     TaketurnsError
     ├── ConfigError              bad configuration; raised before any episode starts
+    │   └── OptionError          one option's value refused (also a ValueError)
     ├── SessionError             the exchange protocol was misused
     │   ├── TurnError            a turn's message does not fit (also a ValueError)
     │   ├── SessionOver          turn() after the run ended instead of answering
     │   └── SessionClosed        turn() after close()
     ├── HarnessError             a harness failed or cannot do what was asked
+    ├── ToolArgumentError        a model's tool arguments do not fit (also a ValueError)
     ├── ModelEndpointError       a model endpoint answered badly or not at all
+    ├── BadRequest               a request to taketurns' own HTTP face is refused with
+    │                            400 (also a ValueError)
     ├── ScoringError             a reward, metric or stop hook failed
     ├── OutputError              writing the run directory failed (a full disk, ...)
     ├── RolloutStopped           control flow: the boundary refused a model call
-    ├── WorkerLost               workers kept dying on the same pairs (taketurns._backends.shards)
+    ├── AsyncioCancelled         run_asyncio's asyncio side cancelled on its own
+    ├── Interrupted              the eval was stopped by a signal
+    ├── WorkerDied               how a worker process ended before its shard did
+    ├── WorkerLost               workers kept dying on the same pairs
     └── WorkerError              a worker process's own code failed, not re-raisable
-                                 as itself (taketurns._backends.processes)
+                                 as itself
 
 Errors inside a rollout are data on its trace; errors in an env's ``run`` fail
 the episode; neither stops the rest of an eval.
@@ -22,11 +31,16 @@ the episode; neither stops the rest of an eval.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
+    "AsyncioCancelled",
+    "BadRequest",
     "ConfigError",
     "HarnessError",
+    "Interrupted",
     "ModelEndpointError",
+    "OptionError",
     "OutputError",
     "RolloutStopped",
     "ScoringError",
@@ -34,7 +48,11 @@ __all__ = [
     "SessionError",
     "SessionOver",
     "TaketurnsError",
+    "ToolArgumentError",
     "TurnError",
+    "WorkerDied",
+    "WorkerError",
+    "WorkerLost",
     "sole_error",
 ]
 
@@ -58,6 +76,16 @@ class ConfigError(TaketurnsError):
     def __init__(self, problems: str | Sequence[str]) -> None:
         self.problems: list[str] = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("\n".join(self.problems))
+
+
+class OptionError(ConfigError, ValueError):
+    """Raised by config validators: ``field`` was given ``value``; ``accepted`` says
+    what would do. ``taketurns._config.settings`` renders it with the option's dotted
+    path."""
+
+    def __init__(self, field: str, value: Any, accepted: str) -> None:
+        self.field, self.value, self.accepted = field, value, accepted
+        super().__init__(f"{field} = {value!r} is not accepted; expected {accepted}")
 
 
 class SessionError(TaketurnsError):
@@ -93,6 +121,10 @@ class HarnessError(TaketurnsError):
     """A harness failed, or was asked for something its contract cannot do."""
 
 
+class ToolArgumentError(TaketurnsError, ValueError):
+    """The model's arguments do not fit the tool; the message goes back to the model."""
+
+
 class ModelEndpointError(TaketurnsError):
     """A model endpoint failed. ``status`` is the HTTP status (None when no response
     came back); ``retryable`` says whether retrying the same request makes sense."""
@@ -101,6 +133,10 @@ class ModelEndpointError(TaketurnsError):
         self.status = status
         self.retryable = retryable
         super().__init__(message)
+
+
+class BadRequest(TaketurnsError, ValueError):
+    """A request the server refuses with HTTP 400; the message names the problem."""
 
 
 class ScoringError(TaketurnsError):
@@ -131,3 +167,46 @@ class RolloutStopped(TaketurnsError):
     def __init__(self, stop_condition: str) -> None:
         self.stop_condition = stop_condition
         super().__init__(f"the rollout was stopped: {stop_condition}")
+
+
+class AsyncioCancelled(TaketurnsError):
+    """The asyncio side of ``run_asyncio`` was cancelled while its trio caller was not
+    (an asyncio library cancelled its own task). Raised from the ``CancelledError``."""
+
+
+class Interrupted(TaketurnsError):
+    """The eval was stopped by SIGINT/SIGTERM/SIGHUP; finished episodes are on disk."""
+
+
+class WorkerDied(TaketurnsError):
+    """How a worker process ended before sending its whole shard (``WorkerLost.cause``)."""
+
+
+class WorkerLost(TaketurnsError):
+    """Workers kept dying on the same pairs (``pairs``: (task idx, rollout)), ``attempts``
+    times (``taketurns._backends.shards``)."""
+
+    def __init__(
+        self, pairs: Sequence[tuple[int, int]], cause: BaseException, *, attempts: int
+    ) -> None:
+        self.pairs = sorted(pairs)
+        self.cause = cause
+        shown = ", ".join(map(str, self.pairs[:8])) + (" ..." if len(pairs) > 8 else "")
+        super().__init__(
+            f"workers died {attempts} times running the pairs {shown} "
+            f"(last: {type(cause).__name__}: {cause}); the episodes received are written: "
+            "find the failing task, then continue with --resume"
+        )
+
+
+class WorkerError(TaketurnsError):
+    """A worker process's own code raised (``kind``: the exception's type) and the
+    error could not be re-raised here as itself; ``traceback`` is the worker's
+    (``taketurns._backends.processes``)."""
+
+    def __init__(self, kind: str, message: str, traceback: str) -> None:
+        self.kind, self.message, self.traceback = kind, message, traceback
+        super().__init__(
+            f"a worker process failed with {kind}: {message}\n"
+            f"the worker's traceback:\n{traceback.rstrip()}"
+        )

@@ -14,6 +14,11 @@ With ``handle_signals=True`` (the CLI), SIGINT/SIGTERM/SIGHUP cancel the running
 which are closed, scored and written as cancelled (also by worker processes; on Ray:
 not written, ``--resume`` reruns them); a second signal exits at once.
 
+Fail fast (``_eval.brake``): once too many of the run's episodes failed
+(``max_failures``, or by default a model endpoint that is down) no further episode is
+admitted; the local backend lets the running ones finish, a worker backend is stopped
+as by a signal; ``EvalRun.stopped`` and the summary's ``stopped`` say why.
+
 ``run_eval`` changes no process-global state: the CLI, which owns its process, tunes
 the garbage collector around it (``_gc.tuned_gc``).
 """
@@ -33,22 +38,22 @@ import trio
 from taketurns._backends.processes import run_on_processes
 from taketurns._backends.ray import run_on_ray
 from taketurns._config.options import EvalConfig
-from taketurns._errors import OutputError, TaketurnsError, sole_error
+from taketurns._config.reference import absolute
+from taketurns._config.settings import dump_toml
+from taketurns._errors import Interrupted, OutputError, TaketurnsError, sole_error
+from taketurns._eval.brake import Brake
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
 from taketurns._eval.plan import Plan, make_env
 from taketurns._eval.play import play_pairs
 from taketurns._exchange.task import Task
+from taketurns._output.failures import LiveFailures
 from taketurns._output.progress import EvalProgress
 from taketurns._output.records import episode_line
 from taketurns._output.rundir import RunDir, Tidied
 from taketurns._output.summary import Summarizer, digest
 
-__all__ = ["EvalRun", "Interrupted", "run_eval"]
-
-
-class Interrupted(Exception):
-    """The eval was stopped by SIGINT/SIGTERM/SIGHUP; finished episodes are on disk."""
+__all__ = ["EvalRun", "run_eval"]
 
 
 # the signals that stop an eval (SIGHUP: the terminal closed)
@@ -63,6 +68,9 @@ class EvalRun:
     run_dir: RunDir
     written: int
     tidied: Tidied = attrs.field(factory=Tidied)
+    # why the run stopped admitting episodes before the end (``_eval.brake``), if it did:
+    # the pairs it did not play run on ``--resume``
+    stopped: str | None = None
 
 
 async def _watch_signals(cancel: trio.CancelScope, task_status: Any) -> None:
@@ -89,23 +97,29 @@ async def run_eval(
     """Run every (task, rollout) pair not yet in ``run_dir`` and write the summary.
 
     Holds the run directory's lock for the whole run (taking it unless ``prepare``
-    did; released at the end). Before playing, ``run_dir.tidy()`` sets aside damaged
-    lines and cancelled or failed episodes, so their pairs run again; ``notify`` gets
-    its one-line note. Raises ``ConfigError`` before any episode starts (also when
-    another process holds the directory); ``Interrupted`` after a signal (with every
-    finished and cancelled episode written); ``OutputError`` when the directory cannot
-    be written (the run stops; what was written is kept)."""
+    did; released at the end). Writes ``config.toml`` as the CLI does when the
+    directory has none, so the CLI can ``--resume`` the run. Before playing,
+    ``run_dir.tidy()`` sets aside damaged lines and cancelled or failed episodes, so
+    their pairs run again; ``notify`` gets its one-line note. Raises ``ConfigError``
+    before any episode starts (also when another process holds the directory);
+    ``Interrupted`` after a signal (with every finished and cancelled episode
+    written); ``OutputError`` when the directory cannot be written (the run stops;
+    what was written is kept)."""
     env = env if env is not None else make_env(config)
     plan = plan if plan is not None else Plan(config, env)
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
     writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
     tidied = _tidy(run_dir, writer.finished, notify)
+    _keep_config(run_dir, config, notify)
     todo = _owed(tasks, config.rollouts, tidied.pairs)
     start = time.monotonic()
     interrupted = True  # until the episodes' loop ends on its own
     summary: dict[str, Any] = {}
     planned = len(tasks) * config.rollouts
     bar = writer.bar = EvalProgress(planned, done=planned - len(todo), enabled=progress)
+    writer.live = LiveFailures(bar.note if progress else notify)
+    writer.brake = Brake(config.max_failures, planned=len(todo), endpoint=config.base_url or "")
+    writer.local = config.backend == "local"
     try:
         run_dir.open()
         with bar:
@@ -114,9 +128,16 @@ async def run_eval(
                     async with trio.open_nursery() as nursery:
                         if handle_signals:
                             await nursery.start(_watch_signals, writer.cancel)
-                        await _on_backend(
-                            config, env, plan, todo, writer.record_lines, lambda: bar.phase("eval")
-                        )
+                        with writer.braked:
+                            await _on_backend(
+                                config,
+                                env,
+                                plan,
+                                todo,
+                                writer.record_lines,
+                                lambda: bar.phase("eval"),
+                                writer.stop_admitting,
+                            )
                         nursery.cancel_scope.cancel()
                 interrupted = writer.cancel.cancelled_caught and not writer.failure
             finally:
@@ -126,7 +147,9 @@ async def run_eval(
                 # also when the run is cancelled from outside: what was written is summed
                 wall_s = time.monotonic() - start
                 bar.phase("writing summary and report" if report else "writing summary")
-                summary = _finish(run_dir, writer.finished, wall_s, interrupted, writer.failure)
+                summary = _finish(
+                    run_dir, writer.finished, wall_s, interrupted, writer.failure, writer.brake
+                )
                 if report and not writer.failure:
                     _write_report(run_dir, writer.failure)
                 bar.phase("done")
@@ -138,7 +161,7 @@ async def run_eval(
         raise Interrupted(
             f"interrupted; {writer.written} episodes written this run to {run_dir.path}"
         )
-    return EvalRun(summary, run_dir, writer.written, tidied)
+    return EvalRun(summary, run_dir, writer.written, tidied, writer.brake.reason)
 
 
 def _tidy(run_dir: RunDir, finished: Summarizer, notify: Callable[[str], None] | None) -> Tidied:
@@ -156,6 +179,28 @@ def _tidy(run_dir: RunDir, finished: Summarizer, notify: Callable[[str], None] |
     return tidied
 
 
+def _keep_config(run_dir: RunDir, config: EvalConfig, notify: Callable[[str], None] | None) -> None:
+    """Write ``config.toml`` as the CLI does (so ``--resume`` can continue a run
+    started from Python) unless the directory holds one already (the CLI wrote it, or
+    this is a resume). A config TOML cannot hold (a Python object among its options)
+    is not written: ``notify`` hears it. On an error the lock is released. Raises
+    ``OutputError``."""
+    if run_dir.config_path.exists():
+        return
+    try:
+        stored = attrs.evolve(config, env_id=absolute(config.env_id), output_dir=None)
+        try:
+            text = dump_toml(stored)
+        except (TypeError, ValueError) as exc:
+            if notify is not None:
+                notify(f"{run_dir.config_path.name} not written ({exc}): the CLI cannot resume")
+            return
+        run_dir.write_config(text)
+    except BaseException:
+        run_dir.unlock()
+        raise
+
+
 class _Writer:
     """Where finished episodes go: appended to ``episodes.jsonl``, summed, counted on
     the progress bar. The first write that fails (a full disk) is kept in
@@ -168,7 +213,12 @@ class _Writer:
         self.written = 0
         self.failure: list[OutputError] = []
         self.bar: EvalProgress | None = None
+        self.live = LiveFailures(None)
         self.cancel = trio.CancelScope()
+        self.brake = Brake(None, planned=0)
+        self.local = True
+        self.stop_admitting = trio.Event()  # the local backend admits no more episodes
+        self.braked = trio.CancelScope()  # a worker backend is stopped (as by a signal)
 
     def record_lines(self, batch: list[tuple[bytes, dict[str, Any]]]) -> None:
         if self.failure:
@@ -181,9 +231,24 @@ class _Writer:
             return
         for _, digested in batch:
             self.finished.add(digested)
+            self.live.add(digested.get("failure"))
+            if self.brake.add(digested):
+                self._stop()
             if self.bar is not None:
                 self.bar.add(digested)
         self.written += len(batch)
+
+    def _stop(self) -> None:
+        """The brake tripped: admit no more episodes. The local backend lets the
+        running ones finish; a worker backend is stopped as by a signal (its running
+        episodes are cancelled; ``--resume`` reruns them)."""
+        self.stop_admitting.set()
+        if not self.local:
+            self.braked.cancel()
+        say = self.live.say
+        if say is not None:
+            ending = "letting the running episodes finish" if self.local else "stopping the workers"
+            say(f"stopping: {self.brake.reason}; {ending}")
 
 
 def _finish(
@@ -192,12 +257,16 @@ def _finish(
     wall_s: float,
     interrupted: bool,
     failure: list[OutputError],
+    brake: Brake,
 ) -> dict[str, Any]:
     """Sum up what was written (also when the run is cancelled from outside) and
-    write the summary. A write failure is added to ``failure`` (the run's first
-    error is the one that counts), never raised over another error."""
+    write the summary (``stopped``: why the brake stopped the run, if it did). A
+    write failure is added to ``failure`` (the run's first error is the one that
+    counts), never raised over another error."""
     summary = finished.result(wall_s=wall_s)
     summary["interrupted"] = interrupted
+    if brake.reason is not None:
+        summary["stopped"] = brake.reason
     try:
         run_dir.write_summary(summary)
     except OutputError as exc:
@@ -221,6 +290,7 @@ async def _on_backend(
     todo: Sequence[tuple[Task, int]],
     record_lines: Callable[[list[tuple[bytes, dict[str, Any]]]], None],
     on_started: Callable[[], None],
+    stop_admitting: trio.Event,
 ) -> None:
     """Play ``todo`` where ``config.backend`` says; each finished episode reaches
     ``record_lines`` as its JSONL line and summary digest. ``on_started``: the local
@@ -234,7 +304,9 @@ async def _on_backend(
         def record(episode: Episode) -> None:
             record_lines([(episode_line(episode), digest(episode))])
 
-        await play_pairs(config, env, plan, todo, record, on_started=on_started)
+        await play_pairs(
+            config, env, plan, todo, record, on_started=on_started, stop_admitting=stop_admitting
+        )
 
 
 def _owed(

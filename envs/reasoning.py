@@ -33,7 +33,6 @@ import attrs
 from taketurns import (
     Agent,
     ConfigError,
-    OptionError,
     Resources,
     Task,
     Taskset,
@@ -41,6 +40,7 @@ from taketurns import (
     Trace,
     int_between,
     metric,
+    one_of,
     reward,
 )
 
@@ -90,12 +90,10 @@ def extract_answer(text: str) -> str:
     return text.strip() if found is None else found
 
 
-def _a_dataset(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is None:
-        return  # the taskset refuses a missing name; the catalog lists the default
-    names = dataset_names()
-    if value not in names:
-        raise OptionError(attribute.name, value, f"a reasoning-gym dataset: {', '.join(names)}")
+# None passes: the taskset refuses a missing name; the catalog lists the default
+_a_dataset = attrs.validators.optional(
+    one_of(dataset_names, what="a reasoning-gym dataset", listing="taketurns envs reasoning-gym")
+)
 
 
 @attrs.define

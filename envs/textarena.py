@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from taketurns import AgentConfig, Agents, Env, EnvConfig, OptionError, Task, Trace, metric, reward
+from taketurns import AgentConfig, Agents, Env, EnvConfig, Task, Trace, metric, one_of, reward
 from taketurns.envs import textarena_games as games
 
 __all__ = ["GAMES", "TextArena", "TextArenaConfig", "Wordle", "WordleConfig"]
@@ -30,9 +30,7 @@ GAMES = games.GAMES
 NO_FEEDBACK = "The game goes on: make your next move."
 
 
-def _a_game(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value not in GAMES:
-        raise OptionError(attribute.name, value, f"one of {', '.join(GAMES)}")
+_a_game = one_of(GAMES, what="a TextArena game")
 
 
 @attrs.define

@@ -22,8 +22,6 @@ RNG, nltk) is in ``taketurns.envs.textarena_games``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from taketurns import (
@@ -32,12 +30,12 @@ from taketurns import (
     ChatSession,
     Env,
     EnvConfig,
-    OptionError,
     TaketurnsError,
     Task,
     Trace,
     int_between,
     metric,
+    one_of,
 )
 from taketurns.envs import textarena_games as games
 from taketurns.envs.textarena import GameScores
@@ -60,9 +58,7 @@ class SeatFailed(TaketurnsError):
         )
 
 
-def _a_game(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value not in GAMES:
-        raise OptionError(attribute.name, value, f"a two-player game: one of {', '.join(GAMES)}")
+_a_game = one_of(GAMES, what="a two-player game")
 
 
 @attrs.define

@@ -9,7 +9,9 @@ conftest), on hypercorn + quart-trio at 127.0.0.1:0, real sockets, real clock.
 - ``malformed``: 200 whose body is not JSON;
 - ``truncated``: 200 announcing a ``Content-Length`` larger than what is sent, then the
   connection is closed mid-body;
-- ``stall``: sleeps ``delay`` seconds before answering (past the client's timeout).
+- ``stall``: sleeps ``delay`` seconds before answering (past the client's timeout);
+- ``trickle``: a good answer sent one byte every ``delay`` seconds (no single read
+  waits long, the whole answer does).
 
 ``stop()`` shuts the server down mid-run: from then on connections are refused.
 ``in_thread`` runs one in its own thread with its own ``trio.run``, for code that
@@ -40,7 +42,7 @@ _TASK = re.compile(r"\btask (\d+)\b")
 
 @attrs.frozen
 class Fault:
-    kind: str = "ok"  # ok | status | malformed | truncated | stall
+    kind: str = "ok"  # ok | status | malformed | truncated | stall | trickle
     status: int = 200
     headers: Mapping[str, str] = attrs.field(factory=dict)
     delay: float = 0.0
@@ -109,6 +111,12 @@ async def _truncated(text: str) -> Any:
     raise _Cut("cut the body short")
 
 
+async def _trickled(text: str, every: float) -> Any:
+    for byte in json.dumps(completion(text)).encode():
+        yield bytes([byte])
+        await trio.sleep(every)
+
+
 class FaultyEndpoint:
     def __init__(self, decide: Callable[[Call], Fault] | None = None) -> None:
         self.decide = decide or (lambda call: OK)
@@ -146,6 +154,10 @@ class FaultyEndpoint:
                 )
             elif fault.kind == "malformed":
                 return Response("{this is not json", status=200, mimetype="application/json")
+            elif fault.kind == "trickle":
+                return Response(
+                    _trickled(text, fault.delay), status=200, mimetype="application/json"
+                )
             elif fault.kind == "truncated":
                 return Response(
                     _truncated(text),

@@ -99,3 +99,48 @@ def test_a_resume_with_nothing_to_do_says_so(
 def test_venv_is_ignored_by_git() -> None:
     ignored = (Path(__file__).resolve().parents[1] / ".gitignore").read_text().split()
     assert ".venv/" in ignored
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit:
+        main(["--version"])
+    assert exit.value.code == 0
+    assert capsys.readouterr().out.strip() == f"taketurns {version('taketurns')}"
+
+
+@pytest.mark.parametrize(
+    ("id", "needles", "absent"),
+    [
+        ("kuhn-poker", ["kuhn-poker (env)", "Kuhn poker", "env.invalid_retries int 1",
+                        "env.<role>.limits.max_turns"], ["env.taskset", "alphabet"]),
+        ("jsonl", ["jsonl (taskset)", "env.taskset.path"], ["env.<role>", "env.invalid_retries"]),
+        ("program", ["program (harness)", "harness_options.command"], ["env.seed"]),
+    ],
+)  # fmt: skip
+def test_envs_id_shows_one_entry(
+    id: str, needles: list[str], absent: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["envs", id]) == 0
+    out = capsys.readouterr().out
+    text = " ".join(out.replace("│", " ").split())
+    for needle in needles:
+        assert needle in text, out
+    for needle in absent:
+        assert needle not in text, out
+    assert "``" not in out
+
+
+def test_envs_id_lists_a_long_set_of_values(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("reasoning_gym")
+    assert main(["envs", "reasoning-gym"]) == 0
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "leg_counting" in text
+    assert "spell_backward" in text
+
+
+def test_envs_of_an_unknown_id_suggests(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["envs", "kuhn-pokr"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "did you mean 'kuhn-poker'? taketurns envs lists them all" in err

@@ -7,8 +7,10 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import faultserver
 import pytest
 import trio
+from faultserver import Fault
 from httpservers import Answer, start_scripted
 
 from taketurns._errors import ConfigError, ModelEndpointError
@@ -214,6 +216,22 @@ async def test_a_stall_times_out_and_is_retried(
     assert "0.3s timeout" in str(info.value)
     assert "gave up after 1 retry" in str(info.value)
     assert endpoint.retry_headers() == [None, "1"]
+
+
+async def test_a_trickling_answer_is_timed_out_as_a_whole(
+    nursery: trio.Nursery, make_client: MakeClient
+) -> None:
+    """A byte every 0.2 s: no network step waits long, the request does (issue 23)."""
+    endpoint = await faultserver.start(nursery, lambda call: Fault("trickle", delay=0.2))
+    client = make_client(endpoint.base_url, timeout=1.0, retries=1)
+    start = trio.current_time()
+    with trio.fail_after(20), pytest.raises(ModelEndpointError) as info:
+        await client.complete(REQUEST)
+    assert 2.0 <= trio.current_time() - start < 6.0  # two attempts of 1 s, then gave up
+    assert (info.value.status, info.value.retryable) == (None, True)
+    assert "did not answer within the 1s timeout" in str(info.value)
+    assert "gave up after 1 retry" in str(info.value)
+    assert [call.attempt for call in endpoint.calls] == [0, 1]
 
 
 async def test_connection_refused(make_client: MakeClient) -> None:

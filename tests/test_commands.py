@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -162,3 +163,29 @@ def test_sigint_then_resume_has_every_episode_exactly_once(tmp_path: Path) -> No
     assert all(line in {json.dumps(e) for e in episodes} for line in finished_first)
     set_aside = list(read_episodes(out / "cancelled.jsonl"))
     assert len(set_aside) == len(cancelled)  # nothing written is lost
+
+
+def test_a_busy_port_is_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = _run(["serve", "--port", str(port)])
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "Exceptions from Trio nursery" not in proc.stderr
+    line = f"cannot listen on 127.0.0.1:{port} ([Errno 98] Address already in use)"
+    assert line in proc.stderr
+    assert "pick another port with --port" in proc.stderr
+
+
+def test_messages_are_not_hard_wrapped_off_a_terminal(tmp_path: Path) -> None:
+    # stderr is a pipe: rich would wrap at 80 columns; every message stays one line
+    out = tmp_path / ("a-long-directory-name-" * 5) / "run"
+    proc = _run(["eval", "kuhn-poker", "-n", "2", "-o", str(out), "--no-progress"])
+    assert proc.returncode == 0, proc.stderr
+    report = _run(["report", str(out)])
+    assert report.returncode == 0, report.stderr
+    lines = [*proc.stderr.splitlines(), *report.stderr.splitlines()]
+    assert f"wrote {out}/report.html" in lines
+    assert any(line.startswith("running kuhn-poker:") and str(out) in line for line in lines)

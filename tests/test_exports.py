@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 
 import pytest
 
@@ -92,3 +93,72 @@ def test_each_module_all_resolves(module_name: str) -> None:
     names = getattr(module, "__all__", [])
     for name in names:
         assert hasattr(module, name), f"{module_name}.__all__ lists missing {name!r}"
+
+
+# -- one error root (STYLE.md item 7, issue 23) ------------------------------------------------
+
+_BRANCH = re.compile(r"^(?P<indent>[ │]*)[├└]── (?P<name>\w+)")
+
+
+def _drawn_tree() -> dict[str, str]:
+    """``taketurns._errors``'s docstring drawing read back: class name -> its parent."""
+    import taketurns._errors
+
+    doc = taketurns._errors.__doc__ or ""
+    lines = doc.split("::", 1)[1].splitlines()
+    root = next(line.strip() for line in lines if line.strip())
+    parents: dict[str, str] = {}
+    stack = [root]  # the last class drawn at each depth
+    for line in lines:
+        found = _BRANCH.match(line.strip("\n")[4:])  # the drawing is indented 4
+        if found is None:
+            continue
+        depth = len(found["indent"]) // 4 + 1
+        del stack[depth:]
+        parents[found["name"]] = stack[depth - 1]
+        stack.append(found["name"])
+    return {root: "", **parents}
+
+
+def _exported_errors() -> dict[str, type[BaseException]]:
+    return {
+        name: value
+        for name in taketurns.__all__
+        if inspect.isclass(value := getattr(taketurns, name)) and issubclass(value, BaseException)
+    }
+
+
+def test_the_drawn_error_tree_is_the_exported_one() -> None:
+    tree = _drawn_tree()
+    exported = _exported_errors()
+    assert set(tree) == set(exported)
+    for name, parent in tree.items():
+        cls = exported[name]
+        assert cls.__module__ == "taketurns._errors", name  # all in one module
+        ours = [b.__name__ for b in cls.__bases__ if issubclass(b, taketurns.TaketurnsError)]
+        assert ours == ([parent] if parent else []), (name, ours, parent)
+
+
+def test_every_exported_error_has_the_one_root() -> None:
+    for name, cls in _exported_errors().items():
+        assert issubclass(cls, taketurns.TaketurnsError), name
+    # the foreign bases they had before the root was theirs are kept
+    for name in ("OptionError", "TurnError", "BadRequest", "ToolArgumentError"):
+        assert issubclass(_exported_errors()[name], ValueError), name
+
+
+def test_no_core_module_defines_an_error_class_but_the_errors_module() -> None:
+    for module_name in MODULES:
+        if module_name == "taketurns._errors" or module_name.startswith(
+            ("taketurns.envs", "taketurns.harnesses")
+        ):
+            continue  # the errors module; built-in plugins, written against the public API
+        module = importlib.import_module(module_name)
+        for name, value in vars(module).items():
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and value.__module__ == module_name
+                and not name.startswith("_")  # a module's private detail, never raised out
+            ):
+                raise AssertionError(f"{module_name}.{name}: define it in taketurns._errors")

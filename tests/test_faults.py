@@ -86,6 +86,7 @@ async def pair_eval(
     episode_timeout: float | None = None,
     agent: AgentConfig | None = None,
     turns: int = 2,
+    max_failures: int | str | None = None,
 ) -> Ledger:
     """Run ``faults-pair`` against ``endpoint`` through ``run_eval``; its ledger."""
     ledger = PairEnv.reset(modes)
@@ -100,6 +101,7 @@ async def pair_eval(
         request_timeout_s=request_timeout,
         episode_timeout_s=episode_timeout,
         env=PairConfig(a=seat, b=seat, turns=turns),
+        max_failures=max_failures,
     )
     run_dir = RunDir(out)
     run_dir.prepare(resume=False, overwrite=False)
@@ -180,8 +182,10 @@ async def test_endpoint_faults_lose_nothing(kind: str, tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("fast_retries")
 async def test_refusing_connections_mid_run(tmp_path: Path) -> None:
-    """The endpoint goes away after 20 calls: the rest of the eval fails fast, and
-    every episode is still written, the late ones with ``model_error`` seats."""
+    """The endpoint goes away after 20 calls: with no failure limit (100%: the
+    default would stop the run, tests/test_failfast.py) the rest of the eval fails
+    fast, and every episode is still written, the late ones with ``model_error``
+    seats."""
     out = tmp_path / "run"
     with trio.fail_after(LIMIT):
         async with trio.open_nursery() as nursery:
@@ -194,7 +198,9 @@ async def test_refusing_connections_mid_run(tmp_path: Path) -> None:
 
             endpoint = await start(nursery, decide)
             plug.append(endpoint)
-            ledger = await pair_eval(endpoint, out, num_tasks=16, concurrency=3)
+            ledger = await pair_eval(
+                endpoint, out, num_tasks=16, concurrency=3, max_failures="100%"
+            )
     episodes = check_run(out, pairs(16), ledger)
     stops = [t["stop_condition"] for e in episodes for t in e["traces"]]
     assert "model_error" in stops
@@ -391,13 +397,15 @@ async def test_episode_timeout_cancels_mid_turn(tmp_path: Path) -> None:
     episodes = check_run(out, pairs(6), ledger)
     for e in episodes:
         if e["task"]["idx"] % 2:
-            # a timeout is an outcome, not a failure
-            assert (e["ok"], e["cause"], e["stop"]) == (True, None, "episode_timeout")
+            # the timeout caught b waiting on the endpoint: a model failure, not an
+            # outcome (time on the endpoint is never held against the model)
+            assert (e["ok"], e["cause"], e["stop"]) == (False, "model", "episode_timeout")
             assert [err["kind"] for err in e["errors"]] == ["timeout"]
             a, b = traces_by_role(e)["a"], traces_by_role(e)["b"]
-            assert a["stop_condition"] == b["stop_condition"] == "episode_timeout"
+            assert (a["stop_condition"], b["stop_condition"]) == ("episode_timeout", "model_error")
             assert len(a["turns"]) == 1  # the second call (b's) was cancelled mid-request
             assert b["turns"] == []
+            assert "the episode_timeout fired" in b["errors"][0]["message"]
         else:
             assert e["ok"]
     timed_out = sum(1 for e in episodes if e["stop"] == "episode_timeout")

@@ -114,7 +114,7 @@ def test_an_older_run_directory_with_its_location_stored_still_reruns_and_resume
     lines = (out / "config.toml").read_text().splitlines()
     kept = [line for line in lines if not line.startswith(("request_retries", "preflight"))]
     (out / "config.toml").write_text("\n".join([f'output_dir = "{out}"', *kept]) + "\n")
-    assert main(["eval", "--resume", "-o", str(out), "-n", "3", "--no-progress"]) == 2
+    assert main(["eval", "--resume", "-o", str(out), "-n", "1", "--no-progress"]) == 2
     assert main(["eval", "--resume", "-o", str(out), "--no-progress"]) == 0
     monkeypatch.chdir(tmp_path)
     assert main(["eval", "-C", str(out / "config.toml"), "--no-progress"]) == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from faultserver import OK, Call, Fault, FaultyEndpoint, in_thread
 from httpservers import OK_BODY, Answer, start_scripted
 from hypothesis import given
 from hypothesis import strategies as st
@@ -338,3 +339,28 @@ def test_a_reply_without_a_colon_has_no_verdict(reply: str) -> None:
 @given(st.floats(min_value=0, max_value=1, allow_nan=False).map(lambda x: round(x, 3)))
 def test_any_score_in_range_is_read_back(score: float) -> None:
     assert parse_verdict(f"reasoning...\nSCORE: {score}") == pytest.approx(score)
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_an_endpoint_judge_takes_the_runs_request_options(tmp_path: Path, retries: int) -> None:
+    """--request-retries / --request-backoff reach the judge's client (issue 23): its
+    endpoint fails every judgement, and the judge gives up after exactly that many."""
+
+    def decide(call: Call) -> Fault:
+        return OK if call.preflight else Fault("status", 500)
+
+    out = tmp_path / "run"
+    with in_thread(FaultyEndpoint(decide)) as endpoint:
+        argv = ["eval", "jsonl", f"--env.taskset.path={_tasks(tmp_path)}", "-n", "1"]
+        argv += ["--model", "builtin/echo", "--env.taskset.judge.model=judge-model"]
+        argv += [f"--env.taskset.judge.base_url={endpoint.base_url}"]
+        argv += ["--request-retries", str(retries), "--request-backoff", "0"]
+        assert main([*argv, "--request-timeout", "5", "-o", str(out), "--no-progress"]) == 1
+        judged = [c for c in endpoint.calls if not c.preflight]
+    assert [c.attempt for c in judged] == list(range(retries + 1))
+    (episode,) = read_episodes(out / "episodes.jsonl")
+    (call,) = episode["traces"][0]["judge_calls"]
+    assert "HTTP 500" in call["error"]
+    gave_up = f"gave up after {retries} {'retry' if retries == 1 else 'retries'}"
+    assert (gave_up in call["error"]) == (retries > 0)
+    assert "gave up after 3 retries" not in call["error"]

@@ -15,6 +15,7 @@ import pytest
 import trio
 from faultserver import OK, Call, Fault, FaultyEndpoint, in_thread, start
 from pairenv import PairConfig, PairEnv
+from rich.console import Console
 from rundirs import eval_cli, pairs, records
 
 from taketurns import (
@@ -33,7 +34,7 @@ from taketurns import (
     run_eval,
 )
 from taketurns._exchange.outcome import CAUSES, cause_of, record_cause
-from taketurns._output.summary import summarize
+from taketurns._output.summary import render, summarize
 from taketurns._report.page import write_report
 
 LIMIT = 60
@@ -105,6 +106,35 @@ def test_failed_episodes_are_left_out_of_the_means_and_counted_by_cause() -> Non
     assert (a["traces"], a["reward_mean"], a["rewards"]) == (2, 0.5, {"r": 0.5})
     assert a["failed_traces"] == 3
     assert a["failed_reward_mean"] == pytest.approx(-13 / 3)  # shown apart
+
+
+def test_a_mean_over_no_ok_trace_is_null_and_shown_as_a_dash() -> None:
+    """An agent whose every episode failed has no mean: null, never 0.0 (which a real
+    mean of 0 would also be), and ``-`` in the results table."""
+    failed = {
+        "stop": "completed",
+        "cause": "model",
+        "traces": [{"agent": {"name": "a"}, "reward": 0.0, "rewards": {"r": 0.0}}],
+    }
+    summary = summarize([failed, failed], rollouts=2)
+    a = summary["agents"]["a"]
+    assert (a["traces"], a["failed_traces"], a["failed_reward_mean"]) == (0, 2, 0.0)
+    assert a["reward_mean"] is None
+    assert a["reward_stderr"] is None
+    assert (a["turns_mean"], a["tokens_mean"]) == (None, None)
+    assert a["pass_at_k"] == {"1": None, "2": None}
+    assert json.loads(json.dumps(summary))["agents"]["a"]["reward_mean"] is None
+    console = Console(width=80, record=True)
+    console.print(render(summary))
+    table = console.export_text()
+    cells = {
+        row[0]: row[1:]
+        for line in table.splitlines()
+        if (row := [c.strip() for c in line.split("│")[1:-1]])
+    }
+    assert cells["reward"] == ["-"]
+    assert cells["pass@1"] == cells["pass@2"] == ["-"]
+    assert cells["turns (mean)"] == ["-"]
 
 
 # -- an endpoint that fails after N calls, through the CLI, then --resume ------------------

@@ -4,15 +4,18 @@ and an import graph free of cycles, with the core (engine/) never importing the 
 envs or harnesses (STYLE.md item 1).
 
 The wheel is built from this checkout and installed into a fresh virtualenv (it sees
-this interpreter's site-packages for taketurns' own dependencies) beside
-``envs==1.4`` and ``harnesses==0.1.1``, all with ``--no-deps``; the neighbours come from
-the package index, as a user's would."""
+the running interpreter's site-packages for taketurns' own dependencies, also when the
+tests run inside a virtualenv: see ``_fresh_venv``) beside ``envs==1.4`` and
+``harnesses==0.1.1``, all with ``--no-deps``; the neighbours come from the package
+index, as a user's would."""
 
 from __future__ import annotations
 
 import ast
+import site
 import subprocess
 import sys
+import sysconfig
 import venv
 import zipfile
 from pathlib import Path
@@ -59,11 +62,34 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     assert all(t.startswith("taketurns.") for t in targets), targets
 
 
+def _fresh_venv(home: Path) -> Path:
+    """A new virtualenv at ``home`` that sees the dependencies this interpreter sees;
+    its python. ``venv`` builds on the base interpreter, whose site-packages the new
+    environment gets (``system_site_packages``); when the tests run inside a virtualenv,
+    that one's site-packages are added too (a ``.pth`` file running
+    ``site.addsitedir``, so their own ``.pth`` files work), after the new
+    environment's own: what is installed into it wins."""
+    venv.create(home, system_site_packages=True, with_pip=True)
+    python = home / "bin" / "python"
+    base = Path(sys.base_prefix).resolve()
+    parents = [p for p in site.getsitepackages() if not Path(p).resolve().is_relative_to(base)]
+    if parents:
+        purelib = sysconfig.get_path("purelib", vars={"base": str(home), "platbase": str(home)})
+        lines = "".join(f"import site; site.addsitedir({p!r})\n" for p in parents)
+        (Path(purelib) / "_taketurns_test_parent_site.pth").write_text(lines)
+    return python
+
+
+def test_a_fresh_venv_sees_this_interpreters_dependencies(tmp_path: Path) -> None:
+    python = _fresh_venv(tmp_path / "venv")
+    probe = "import cattrs, trio, httpx2, sys; print(sys.prefix)"
+    assert _run(python, "-c", probe).strip() == str(tmp_path / "venv")
+
+
 @pytest.mark.slow
 def test_installs_beside_envs_and_harnesses_each_still_itself(wheel: Path, tmp_path: Path) -> None:
     home = tmp_path / "venv"
-    venv.create(home, system_site_packages=True, with_pip=True)
-    python = home / "bin" / "python"
+    python = _fresh_venv(home)
     _run(python, "-m", "pip", "install", "-q", "--no-deps", *NEIGHBOURS)
     _run(python, "-m", "pip", "install", "-q", "--no-deps", wheel)
     probe = (

@@ -32,8 +32,8 @@ from taketurns import (
     read_episodes,
     run_eval,
 )
-from taketurns._backends.processes import WorkerDied, WorkerError
-from taketurns._backends.shards import MAX_LOST, Ledger, Shard, WorkerLost, deal
+from taketurns._backends.shards import MAX_LOST, Ledger, Shard, deal
+from taketurns._errors import WorkerDied, WorkerError, WorkerLost
 
 LIMIT = 60  # seconds any one subprocess step may take on a loaded machine
 
@@ -335,7 +335,11 @@ def test_sigint_stops_the_workers_writes_cancelled_episodes_and_exits_130(
     cancelled = [e for e in first if e["stop"] == "cancelled"]
     assert cancelled, "the episodes running at the signal are written as cancelled"
     for e in cancelled:
-        assert {t["stop_condition"] for t in e["traces"]} <= {"cancelled"}
+        # a seat whose session had closed before the signal (a hand that was over:
+        # Kuhn leaves its second `async with` first) keeps the reason it closed with
+        stops = [t["stop_condition"] for t in e["traces"]]
+        assert "cancelled" in stops
+        assert set(stops) <= {"cancelled", "user_closed"}
     assert json.loads((out / "summary.json").read_text())["interrupted"] is True
 
     assert eval_cli("-o", str(out), "--resume") == 0  # the stored config: processes again

@@ -56,6 +56,17 @@ def test_rewards_are_per_trainable_agent_and_failures_are_counted() -> None:
     assert "reward player0 +1.500 player1 -1.500" in line
 
 
+def test_an_agent_with_no_ok_trace_shows_no_mean_not_zero() -> None:
+    bar = _progress()
+    bar.add(_digest(False, ("player0", 0.0, True), ("player1", 0.0, True)))
+    assert bar.rewards() == ["player0 -", "player1 -"]
+    assert "reward player0 - player1 -" in _Line(bar).render(120).plain
+    texts, _ = _Line(bar).variants()["rewards"]
+    assert texts == ["reward player0 - player1 -", "player0 - player1 -", "player0 - player1 -"]
+    bar.add(_digest(True, ("player0", 0.0, True), ("player1", 0.0, True)))
+    assert bar.rewards() == ["player0 +0.000", "player1 +0.000"]  # a real mean of 0
+
+
 def test_an_untrained_user_is_not_shown_and_with_no_trainable_agent_the_first_is() -> None:
     bar = _progress()
     bar.add(_digest(True, ("assistant", 1.0, True), ("user", 0.0, False)))

@@ -20,7 +20,8 @@ from rundirs import eval_cli, flat, pairs, records, steady
 
 from taketurns import ConfigError, Env, EvalConfig, RunDir, read_episodes, run_eval
 from taketurns._backends.ray import _guest_run, require_ray
-from taketurns._backends.shards import MAX_LOST, WorkerLost, split
+from taketurns._backends.shards import MAX_LOST, split
+from taketurns._errors import WorkerLost
 
 
 @pytest.fixture(scope="module")

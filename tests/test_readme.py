@@ -9,10 +9,19 @@ A ``taketurns`` command that cannot run here in under a minute is listed in
 ``NOT_RUN`` with its reason; an entry that no longer matches a README command fails
 the test, so the list cannot rot. Code blocks without a language are synopses
 (``ENV``, ``DIR`` placeholders), not commands.
+
+The prose's examples are checked too (an override that is only inline text slipped
+through once): every inline code span holding a ``taketurns`` command or a dotted
+override (``--env.…``, ``--sampling.…``). A concrete ``taketurns eval`` command is
+validated (options, env, tasks) and run with ``-n 1`` unless ``DRY_ONLY`` says why not;
+a synopsis (placeholders: ``DIR``, ``[...]``, ``...``) must name an existing command
+and known flags; an override must be accepted by some env (with a taskset where it is
+a taskset's). ``taketurns serve`` is parsed, not started (it serves until stopped).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -25,7 +34,14 @@ from pathlib import Path
 import pytest
 
 from taketurns import read_episodes
-from taketurns._cli.main import main
+from taketurns._cli.catalog import options_of
+from taketurns._cli.main import _load_config, main
+from taketurns._cli.parser import flag_names, parser
+from taketurns._config.options import AgentConfig
+from taketurns._config.registry import envs, tasksets
+from taketurns._config.settings import load_eval_config
+from taketurns._errors import ConfigError
+from taketurns._eval.plan import env_class, make_env
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -168,3 +184,159 @@ def test_the_env_the_readme_writes_is_the_example_its_commands_run() -> None:
     example = (ROOT / "examples" / "duel.py").read_text()
     for text in envs:
         assert text.strip() in example, "README's env code differs from examples/duel.py"
+
+
+# --- the prose's inline examples -----------------------------------------------------
+
+# inline `taketurns eval` command prefix -> why it is validated but not run here
+DRY_ONLY = {
+    "taketurns eval kuhn-poker -n 200 -c 32 --backend ray": "starts a Ray instance (~20 s); "
+    "tests/test_ray_backend.py runs evals on Ray",
+    "taketurns eval openenv -n 3": "starts an OpenEnv server (~20 s); tests/test_openenv.py "
+    "plays it",
+}
+# a placeholder value in an inline example -> what stands for it here
+VALUES = {"f.jsonl": "examples/qa.jsonl", "M": "builtin/judge"}
+# the reader's own taskset file the prose names (`taketurns eval ./my_tasks.py:MyTasks`)
+MY_TASKS = """
+from taketurns import Task, Taskset
+
+
+class MyTasks(Taskset):
+    def tasks(self, num_tasks):
+        return [Task(i, prompt=f"Say [yes] or [no] ({i})") for i in range(num_tasks)]
+"""
+
+
+def _prose() -> str:
+    """The README without its code blocks: the text whose inline spans are examples."""
+    return re.sub(r"^```.*?^```", "", README, flags=re.S | re.M)
+
+
+def _spans() -> list[str]:
+    """Inline code spans (on one line or wrapped) of the prose, whitespace collapsed."""
+    return [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", _prose())]
+
+
+INLINE_COMMANDS = sorted({s for s in _spans() if s.startswith("taketurns ")})
+OVERRIDE_SPANS = sorted(
+    {s for s in _spans() if not s.startswith("taketurns ") and re.search(r"--(env|sampling)\.", s)}
+)
+
+
+def _is_synopsis(command: str) -> bool:
+    """Placeholders: an upper-case word (``DIR``), brackets, alternatives, ``...``."""
+    words = shlex.split(command)[1:]
+    return any(
+        re.search(r"(^|[/=])[A-Z]{2,}\b|^[A-Z]$", w) or w.startswith("[") or "|" in w or "..." in w
+        for w in words
+    )
+
+
+def test_the_prose_has_the_examples_this_test_knows() -> None:
+    assert "taketurns eval ./my_tasks.py:MyTasks" in INLINE_COMMANDS
+    assert "--env.user.limits.max_turns=4" in " ".join(OVERRIDE_SPANS)
+    assert any(s.startswith("taketurns export DIR") for s in INLINE_COMMANDS)
+    for prefix in DRY_ONLY:
+        assert any(c.startswith(prefix) for c in INLINE_COMMANDS), f"stale DRY_ONLY: {prefix}"
+
+
+def _known_flags(command: str) -> set[str]:
+    return set(flag_names(command))
+
+
+@pytest.mark.parametrize("command", INLINE_COMMANDS)
+def test_an_inline_command_is_valid(workdir: Path, command: str) -> None:
+    (workdir / "my_tasks.py").write_text(MY_TASKS)
+    words = shlex.split(command)
+    sub = words[1]
+    assert sub in ("eval", "envs", "report", "serve", "export"), command
+    if _is_synopsis(command) or sub in ("report", "serve", "export") or len(words) == 2:
+        # a synopsis or a long-running server: the command and its flags exist
+        for word in words[2:]:
+            if word.startswith("--") and "." not in word and not word.startswith("--env"):
+                assert word.split("=")[0] in _known_flags(sub), (command, word)
+        if sub == "serve" and not _is_synopsis(command):
+            args, extra = parser().parse_known_args(words[1:])
+            assert not extra, command
+        return
+    if "--help" in words or sub == "envs":
+        with pytest.raises(SystemExit) if "--help" in words else contextlib.nullcontext():
+            assert main(words[1:]) == 0
+        return
+    args, extra = parser().parse_known_args(words[1:])
+    config, _ = _load_config(args, extra)  # every option valid
+    env = make_env(config)
+    assert env.tasks(1)
+    if any(command.startswith(prefix) for prefix in DRY_ONLY):
+        return
+    out = workdir / "inline" / re.sub(r"\W+", "_", command)[:60]
+    assert main([*words[1:], "-n", "1", "-o", str(out), "--overwrite", "--no-progress"]) == 0
+    assert list(read_episodes(out / "episodes.jsonl")), command
+
+
+# where an inline override is tried: (env id, overrides that make the env complete)
+_TASKSETS = ("jsonl", "reasoning-gym", "retail-lite")
+_TASKSET_BASE = {
+    "jsonl": [("env.taskset", "jsonl"), ("env.taskset.path", "examples/qa.jsonl")],
+    "reasoning-gym": [("env.taskset", "reasoning-gym"), ("env.taskset.dataset", "leg_counting")],
+    "retail-lite": [("env.taskset", "retail-lite")],
+}
+
+
+def _contexts() -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    yield "./duel.py:Duel", []  # "Writing an env"'s example
+    for env_id in envs.ids():
+        if env_id in ("single-agent", "user-sim"):
+            for taskset in _TASKSETS:
+                yield env_id, list(_TASKSET_BASE[taskset])
+        else:
+            yield env_id, []
+
+
+def _accepted(overrides: list[tuple[str, str]]) -> list[str]:
+    """The envs (with a taskset) that accept ``overrides``; the problems of the others."""
+    accepted, problems = [], []
+    for env_id, base in _contexts():
+        try:
+            cls = env_class(env_id)
+            config = load_eval_config(
+                cls.config_class, file_data={"env_id": env_id}, overrides=[*base, *overrides]
+            )
+            make_env(config)
+        except ConfigError as exc:
+            problems += exc.problems
+            continue
+        accepted.append(env_id)
+    return accepted or problems
+
+
+def _option_paths() -> set[str]:
+    """Every dotted option path of every env and taskset, roles expanded."""
+    paths = set()
+    role = [p for p, _, _ in options_of(AgentConfig, "", expand_roles=True)]
+    for registry, prefix in ((envs, "env"), (tasksets, "env.taskset")):
+        for id in registry.ids():
+            cls = registry.get(id)
+            for path, kind, _ in options_of(cls.config_class, prefix, owner=cls):
+                paths.add(path)
+                if kind == "role":
+                    paths.update(f"{path}{r}" for r in role)
+    return paths
+
+
+@pytest.mark.parametrize("span", OVERRIDE_SPANS)
+def test_an_inline_override_is_accepted(workdir: Path, span: str) -> None:
+    (workdir / "my_tasks.py").write_text(MY_TASKS)
+    overrides = []
+    for word in shlex.split(span):
+        path, eq, value = word.removeprefix("--").partition("=")
+        if "<" in path or "*" in path or "..." in path:
+            continue  # a pattern (--env.<role>.*), not an example
+        if not eq:
+            assert path in _option_paths(), f"{span}: no env has the option {path}"
+            continue
+        overrides.append((path, VALUES.get(value, value)))
+    if overrides:
+        accepted = _accepted(overrides)
+        assert accepted[0] in ("./duel.py:Duel", *envs.ids()), f"{span}: refused: {accepted}"

@@ -254,8 +254,8 @@ def test_a_moved_run_directory_resumes_where_it_is(tmp_path: Path) -> None:
     moved = tmp_path / "elsewhere" / "second"
     moved.parent.mkdir()
     out.rename(moved)
-    assert main(["eval", "-o", str(moved), "--resume", "--no-progress", "-n", "5"]) == 2
-    assert main(kuhn(moved, 5, "--resume")) == 2  # -n differs from the stored config
+    assert main(["eval", "-o", str(moved), "--resume", "--no-progress", "-n", "2"]) == 2
+    assert main(kuhn(moved, 2, "--resume")) == 2  # -n below the stored config's
     assert main(["eval", "-o", str(moved), "--resume", "--no-progress"]) == 0
     assert pairs(moved) == all_pairs(3)
 
@@ -266,10 +266,10 @@ def test_a_config_refusal_names_each_differing_field(
     out = tmp_path / "run"
     assert main(kuhn(out, 3)) == 0
     capsys.readouterr()
-    argv = kuhn(out, 5, "--resume", "--env.invalid_retries=3", "--backend", "processes")
+    argv = kuhn(out, 2, "--resume", "--env.invalid_retries=3", "--backend", "processes")
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "num_tasks: 3 in the stored config, 5 now" in err
+    assert "num_tasks: 3 in the stored config, 2 now" in err
     assert "env.invalid_retries: 1 in the stored config, 3 now" in err
     assert "backend" not in err  # how a run executes may change on resume
 

@@ -184,6 +184,8 @@ async def test_stop_hook_stops_the_run_on_that_turn() -> None:
 
 
 async def test_segment_timeout_stops_the_run_on_that_turn(autojump_clock) -> None:
+    # the timeout catches the model request in flight: the endpoint's failure
+    # (tests/test_endpoint_time.py), the run stopped all the same
     model = ScriptedModel("quick", Sleep(100), "slow")
     agent = make_agent(model, timeouts=Timeouts(segment_s=5))
     async with agent.chat(PROMPTED) as session:
@@ -192,8 +194,8 @@ async def test_segment_timeout_stops_the_run_on_that_turn(autojump_clock) -> Non
         reply = await session.turn("think hard")
         assert trio.current_time() - start == 5
         assert reply.stopped
-        assert reply.stop_condition == "segment_timeout"
-        await assert_over(session, "segment_timeout")
+        assert reply.stop_condition == "model_error"
+        await assert_over(session, "model_error")
 
 
 async def test_rollout_timeout_stops_the_run_on_that_turn(autojump_clock) -> None:
@@ -201,9 +203,9 @@ async def test_rollout_timeout_stops_the_run_on_that_turn(autojump_clock) -> Non
     async with agent.chat(PROMPTED) as session:
         assert not (await session.turn()).stopped
         reply = await session.turn("next")
-        assert (reply.stopped, reply.stop_condition) == (True, "rollout_timeout")
+        assert (reply.stopped, reply.stop_condition) == (True, "model_error")
         assert trio.current_time() == 5
-        await assert_over(session, "rollout_timeout")
+        await assert_over(session, "model_error")
 
 
 async def test_harness_raising_stops_the_run_on_that_turn() -> None:

@@ -346,7 +346,7 @@ def test_other_games_are_refused_listing_the_five(bad: object) -> None:
     with pytest.raises(OptionError) as info:
         TextArenaConfig(game=bad)  # type: ignore[arg-type]
     assert info.value.field == "game"
-    assert info.value.accepted == f"one of {', '.join(GAMES)}"
+    assert info.value.accepted.startswith(f"a TextArena game: one of {', '.join(GAMES)}")
 
 
 def test_bad_game_is_refused_before_any_episode(tmp_path: Path) -> None:

@@ -11,8 +11,16 @@ from pathlib import Path
 import pairenv
 import pytest
 
+from taketurns import read_episodes
 from taketurns._cli.main import main
-from taketurns._train.export import ROW_COLUMNS, export_samples, run_groups, sample_rows
+from taketurns._train.export import (
+    MESSAGE_COLUMNS,
+    ROW_COLUMNS,
+    export_samples,
+    message_rows,
+    run_groups,
+    sample_rows,
+)
 
 
 def _eval(out: Path, *args: str, code: int = 0) -> None:
@@ -75,15 +83,73 @@ def test_failed_episodes_and_untrainable_agents_are_left_out(
     assert all(r["reward"] == 1.5 and r["advantage"] == 0.0 for r in rows)
 
 
-def test_a_run_without_token_ids_says_how_to_get_them(
+def test_a_run_without_token_ids_exports_conversations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], offline_hf: None
+) -> None:
+    import datasets
+
+    run = tmp_path / "run"
+    argv = ["eval", "kuhn-poker", "-n", "2", "-r", "2", "-o", str(run), "--no-progress"]
+    assert main(argv) == 0  # no --sampling.logprobs: no token ids
+    assert main(["export", str(run)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "wrote 8 message-level samples" in err
+    assert "for trainers that tokenize themselves" in err
+    assert "--sampling.logprobs=true" in err
+    rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert rows == list(message_rows(run_groups(run)))
+    assert {tuple(r) for r in rows} == {MESSAGE_COLUMNS}
+    episodes = {e["id"]: e for e in read_episodes(run / "episodes.jsonl")}
+    for row in rows:
+        trace = next(t for t in episodes[row["episode_id"]]["traces"]
+                     if t["agent"]["name"] == row["agent"])  # fmt: skip
+        assert row["messages"] == trace["messages"]  # the whole conversation
+        assert row["message_mask"] == [int(m["role"] == "assistant") for m in row["messages"]]
+        assert sum(row["message_mask"]) >= 1
+        assert row["messages"][0]["role"] == "system"
+        assert row["reward"] == trace["reward"]
+    for task in (0, 1):
+        for agent in ("player0", "player1"):
+            mine = [r for r in rows if (r["task_idx"], r["agent"]) == (task, agent)]
+            rewards = [r["reward"] for r in mine]
+            advantages = [r["advantage"] for r in mine]
+            mean = sum(rewards) / 2
+            assert advantages == pytest.approx([x - mean for x in rewards])
+    parquet = tmp_path / "s.parquet"
+    assert main(["export", str(run), "--format", "parquet", "-o", str(parquet)]) == 0
+    loaded = datasets.load_dataset("parquet", data_files=str(parquet), split="train")
+    assert loaded.column_names == list(MESSAGE_COLUMNS)
+    assert [json.loads(m) for m in loaded["messages"]] == [r["messages"] for r in rows]
+
+
+def test_asked_levels_and_nothing_to_export(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = tmp_path / "run"
-    assert main(["eval", "kuhn-poker", "-n", "1", "-o", str(run), "--no-progress"]) == 0
-    assert main(["export", str(run)]) == 0
-    err = capsys.readouterr().err
-    assert "wrote 0 samples" in err
-    assert "--sampling.logprobs=true" in err
+    _eval(run, "kuhn-poker", "-n", "1")  # with token ids
+    assert main(["export", str(run), "--level", "messages"]) == 0
+    assert "wrote 2 message-level samples" in capsys.readouterr().err
+    assert main(["export", str(run)]) == 0  # auto: tokens, since the turns carry them
+    assert "wrote 2 samples" in capsys.readouterr().err
+    plain = tmp_path / "plain"
+    assert main(["eval", "kuhn-poker", "-n", "1", "-o", str(plain), "--no-progress"]) == 0
+    assert main(["export", str(plain), "--level", "tokens"]) == 1  # never 0 rows, exit 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "nothing to export: no turn carried token ids" in err
+    assert "--level messages" in err
+    assert not (plain / "samples.jsonl").exists()
+    assert main(["export", str(plain), "--level", "words"]) == 2
+    assert "auto, tokens, messages" in capsys.readouterr().err
+
+
+def test_a_run_whose_episodes_all_failed_exports_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pairenv.PairEnv.reset({0: "env_raises"})
+    run = tmp_path / "run"
+    _eval(run, "faults-pair", "-n", "1", code=1)
+    assert main(["export", str(run)]) == 1
+    assert "nothing to export: every episode failed" in capsys.readouterr().err
 
 
 def test_bad_format_and_missing_run_are_refused(

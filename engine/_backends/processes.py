@@ -59,7 +59,13 @@ import trio
 from taketurns._backends.shards import Ledger, OnLines, Pair, Shard, deal
 from taketurns._config.options import EvalConfig
 from taketurns._config.registry import name_class
-from taketurns._errors import ConfigError, TaketurnsError, sole_error
+from taketurns._errors import (
+    ConfigError,
+    TaketurnsError,
+    WorkerDied,
+    WorkerError,
+    sole_error,
+)
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
 from taketurns._eval.plan import Plan
@@ -68,26 +74,10 @@ from taketurns._gc import tuned_gc
 from taketurns._output.records import episode_line
 from taketurns._output.summary import digest
 
-__all__ = ["STOP_S", "WorkerError", "run_on_processes"]
+__all__ = ["STOP_S", "run_on_processes"]
 
 STOP_S = 30.0  # how long a stopping worker may take to send its cancelled episodes
 PIPE_SIZE = 1 << 20  # results pipe buffer (Linux default max): a worker rarely waits on it
-
-
-class WorkerError(TaketurnsError):
-    """A worker process's own code raised (``kind``: the exception's type) and the
-    error could not be re-raised here as itself; ``traceback`` is the worker's."""
-
-    def __init__(self, kind: str, message: str, traceback: str) -> None:
-        self.kind, self.message, self.traceback = kind, message, traceback
-        super().__init__(
-            f"a worker process failed with {kind}: {message}\n"
-            f"the worker's traceback:\n{traceback.rstrip()}"
-        )
-
-
-class WorkerDied(Exception):
-    """How a worker process ended before sending its whole shard (``WorkerLost.cause``)."""
 
 
 # --- the driver ----------------------------------------------------------------------

@@ -18,10 +18,10 @@ from typing import Any
 import attrs
 
 from taketurns._config.options import EvalConfig
-from taketurns._errors import TaketurnsError
+from taketurns._errors import WorkerLost
 from taketurns._exchange.task import Task
 
-__all__ = ["MAX_LOST", "Ledger", "OnLines", "Shard", "WorkerLost", "deal", "split"]
+__all__ = ["MAX_LOST", "Ledger", "OnLines", "Shard", "deal", "split"]
 
 MAX_LOST = 3  # workers that may die on one shard's pairs before the eval gives up
 
@@ -30,20 +30,6 @@ Key = tuple[int, int]  # (task idx, rollout)
 # what a driver hands run_eval's writer: finished episodes as their workers serialised
 # them, each a JSONL line (no newline) with its ``summary.digest``
 OnLines = Callable[[list[tuple[bytes, dict[str, Any]]]], None]
-
-
-class WorkerLost(TaketurnsError):
-    """Workers kept dying on the same pairs (``pairs``: (task idx, rollout))."""
-
-    def __init__(self, pairs: Sequence[Key], cause: BaseException) -> None:
-        self.pairs = sorted(pairs)
-        self.cause = cause
-        shown = ", ".join(map(str, self.pairs[:8])) + (" ..." if len(pairs) > 8 else "")
-        super().__init__(
-            f"workers died {MAX_LOST + 1} times running the pairs {shown} "
-            f"(last: {type(cause).__name__}: {cause}); the episodes received are written: "
-            "find the failing task, then continue with --resume"
-        )
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -102,6 +88,6 @@ class Ledger:
         if not shard.pending:
             return None
         if shard.lost >= MAX_LOST:
-            raise WorkerLost(sorted(shard.pending), cause)
+            raise WorkerLost(sorted(shard.pending), cause, attempts=MAX_LOST + 1)
         rest = [(task, r) for task, r in shard.pairs if (task.idx, r) in shard.pending]
         return Shard(rest, shard.share, shard.calls, lost=shard.lost + 1)

@@ -20,9 +20,10 @@ from rich.table import Table
 
 from taketurns._config.options import AgentConfig
 from taketurns._config.registry import Registry, envs, harnesses, tasksets
+from taketurns._config.suggest import did_you_mean
 from taketurns._errors import ConfigError
 
-__all__ = ["choices_of", "options_of", "print_catalog"]
+__all__ = ["choices_of", "options_of", "print_catalog", "print_entry"]
 
 
 def _type_name(tp: Any) -> str:
@@ -142,22 +143,34 @@ def _entries(table: Table, registry: Registry) -> Iterator[Any]:
             yield cls
 
 
+def _env_rows(table: Table, cls: Any, prefix: str) -> None:
+    choices = choices_of(cls.config_class, prefix)
+    for path, kind, default in options_of(cls.config_class, prefix, owner=cls):
+        table.add_row("", path, kind, default)
+        if path in choices:
+            table.add_row("", escape(f"  one of: {choices[path]}"), "", "")
+
+
+def _harness_rows(table: Table, cls: Any) -> None:
+    for name, param in inspect.signature(cls).parameters.items():
+        default = "" if param.default is param.empty else repr(param.default)
+        table.add_row("", f"harness_options.{name}", _type_name(param.annotation), default)
+
+
 def print_catalog(console: Console) -> None:
     for title, registry, prefix in (("envs", envs, "env"), ("tasksets", tasksets, "env.taskset")):
         table = _table(title)
         for cls in _entries(table, registry):
-            choices = choices_of(cls.config_class, prefix)
-            for path, kind, default in options_of(cls.config_class, prefix, owner=cls):
-                table.add_row("", path, kind, default)
-                if path in choices:
-                    table.add_row("", escape(f"  one of: {choices[path]}"), "", "")
+            _env_rows(table, cls, prefix)
         console.print(table)
     table = _table("harnesses")
     for cls in _entries(table, harnesses):
-        for name, param in inspect.signature(cls).parameters.items():
-            default = "" if param.default is param.empty else repr(param.default)
-            table.add_row("", f"harness_options.{name}", _type_name(param.annotation), default)
+        _harness_rows(table, cls)
     console.print(table)
+    _print_roles(console)
+
+
+def _print_roles(console: Console) -> None:
     table = _table("every role (env.<role>.*)")
     for path, kind, default in options_of(AgentConfig, "env.<role>", expand_roles=True):
         section, _, name = path.removeprefix("env.<role>.").rpartition(".")
@@ -165,6 +178,40 @@ def print_catalog(console: Console) -> None:
             default = _ROLE_NONE.get(name) or _ROLE_NONE.get(section, default)
         table.add_row("", path, kind, default)
     console.print(table)
+
+
+_KINDS = (("env", envs, "env"), ("taskset", tasksets, "env.taskset"), ("harness", harnesses, ""))
+
+
+def print_entry(console: Console, id: str) -> None:
+    """``taketurns envs ID``: one env, taskset or harness (registered id or class
+    reference): its whole docstring, then its options (dotted path, type, default,
+    accepted values); an env's roles are followed by the options every role takes.
+    Raises ``ConfigError`` for an unknown id, with its near misses."""
+    found = [entry for entry in _KINDS if id in entry[1].ids()]
+    if not found:
+        known = [i for _, registry, _ in _KINDS for i in registry.ids()]
+        hint = did_you_mean(id, known)
+        raise ConfigError(
+            f"envs {id}: no env, taskset or harness has this id; {hint + ' ' if hint else ''}"
+            "taketurns envs lists them all"
+        )
+    kind, registry, prefix = found[0]
+    cls = registry.get(id)
+    doc = inspect.cleandoc(cls.__dict__.get("__doc__") or inspect.getmodule(cls).__doc__ or "")
+    console.print(f"[bold]{escape(id)}[/] ({kind})", highlight=False)
+    if doc:  # without reST markup, as in the listing
+        console.print(escape(doc.replace("``", "")), highlight=False)
+    table = _table(f"options of {id}")
+    if kind == "harness":
+        _harness_rows(table, cls)
+    else:
+        _env_rows(table, cls, prefix)
+    console.print(table)
+    if kind == "env" and any(
+        d == "role" for _, d, _ in options_of(cls.config_class, prefix, owner=cls)
+    ):
+        _print_roles(console)
 
 
 # what an unset (None) role option means

@@ -7,7 +7,8 @@
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
-failure, ``_exchange.outcome``; everything is written and ``--resume`` reruns them) or
+failure, ``_exchange.outcome``; everything is written and ``--resume`` reruns them; also
+when too many failed and the run stopped early, ``_eval.brake``) or
 the run directory could not be written (a full disk), 2 bad config or usage (also a
 run directory another process is writing), 130 interrupted (finished episodes are on
 disk; ``--resume`` continues).
@@ -16,12 +17,11 @@ disk; ``--resume`` continues).
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import sys
 import time
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,21 +31,23 @@ import trio
 from rich.console import Console
 from rich.markup import escape
 
-from taketurns._backends.processes import WorkerError
-from taketurns._backends.shards import WorkerLost
-from taketurns._cli.parser import EXECUTION, FLAGS, parser
+from taketurns._cli.interrupts import quiet_interrupts
+from taketurns._cli.parser import FLAGS, parser, unknown_argument
+from taketurns._cli.resume import OUTPUTS, compare, newest_run, run_dir_name
+from taketurns._cli.served_model import asks_for_model, served_model
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
 from taketurns._config.registry import envs, tasksets
 from taketurns._config.settings import dump_toml, load_eval_config, read_toml
-from taketurns._errors import ConfigError, OutputError
+from taketurns._errors import ConfigError, Interrupted, OutputError, WorkerError, WorkerLost
 from taketurns._eval.plan import Plan, env_class, make_env, preflight
 from taketurns._eval.taskset import Taskset
 from taketurns._exchange.outcome import describe_cause
 from taketurns._gc import tuned_gc
+from taketurns._output.failures import failure_lines
 from taketurns._output.rundir import RunDir
 from taketurns._output.summary import render
-from taketurns._runner import Interrupted, run_eval
+from taketurns._runner import run_eval
 from taketurns._train.cli import export_command
 
 __all__ = ["main"]
@@ -60,10 +62,7 @@ def _split_overrides(extra: Sequence[str]) -> list[tuple[str, str]]:
     while items:
         item = items.pop(0)
         if not item.startswith("--") or "." not in item.split("=", 1)[0]:
-            raise ConfigError(
-                f"{item!r}: unknown argument; options of a config section are dotted, "
-                "e.g. --env.invalid_retries=2 or --sampling.temperature 0.7"
-            )
+            raise ConfigError(unknown_argument(item, "eval"))
         key, eq, value = item[2:].partition("=")
         if not eq:
             if not items:
@@ -77,7 +76,7 @@ def _default_dir(name: str, model: str) -> Path:
     """``outputs/<env>--<model>--<time>``, with ``-2``, ``-3``... when two runs start
     in the same second."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("outputs") / f"{_safe(name)}--{_safe(model)}--{stamp}"
+    base = OUTPUTS / run_dir_name(name, model, stamp)
     path, n = base, 1
     while path.exists():
         n += 1
@@ -85,14 +84,12 @@ def _default_dir(name: str, model: str) -> Path:
     return path
 
 
-def _safe(text: str) -> str:
-    """``text`` as a file name a shell need not quote (``duel:Duel`` -> ``duel.Duel``)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text.replace(":", ".")).strip("_")
-
-
-def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalConfig, str]:
+def _load_config(
+    args: argparse.Namespace, extra: Sequence[str], *, say: Callable[[str], None] | None = None
+) -> tuple[EvalConfig, str]:
     """The validated eval config (file < flags < dotted overrides) and the name the run
-    goes by (a bare taskset id runs under the single-agent env)."""
+    goes by (a bare taskset id runs under the single-agent env). ``--base-url`` without
+    a model anywhere: the model is the one the server lists (``served_model``)."""
     overrides = _split_overrides(extra)
     flags = [(field, getattr(args, flag)) for flag, field in FLAGS.items()]
     overrides = [(f, str(v)) for f, v in flags if v is not None] + overrides
@@ -122,6 +119,8 @@ def _load_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[EvalCo
     file_data = {**file_data, "env_id": env_id}
     env_cls = env_class(env_id, field="env")
     config = load_eval_config(env_cls.config_class, file_data=file_data, overrides=overrides)
+    if "model" not in file_data and args.model is None and asks_for_model(config):
+        config.model = served_model(config, say=say or partial(print, file=sys.stderr))
     return config, name
 
 
@@ -140,8 +139,9 @@ def _is_taskset(env_id: str) -> bool:
 
 def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> RunDir:
     """The run directory, prepared and locked: a fresh one gets config.toml; a resumed
-    one must hold the same config. The stored config never names the directory, so
-    a run directory can be moved or copied and resumed where it is."""
+    one must hold the same config but for how the run executes (``_cli.resume``: the
+    change is recorded). The stored config never names the directory, so a run
+    directory can be moved or copied and resumed where it is."""
     out = args.output_dir or config.output_dir or _default_dir(name, config.model)
     config.output_dir = str(out)
     run_dir = RunDir(out)
@@ -150,15 +150,20 @@ def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> Ru
         text = dump_toml(attrs.evolve(config, output_dir=None))
         if args.resume and run_dir.config_path.exists():
             stored = _normalised(read_toml(run_dir.config_path), config)
-            changed = _differences(stored, tomllib.loads(text))
-            if changed:
+            refused, changed = compare(stored, tomllib.loads(text))
+            if refused:
                 raise ConfigError(
                     [
-                        f"--resume: the config differs from {run_dir.config_path}; resume "
-                        "with the same options (or none: the stored config is reused):",
-                        *changed,
+                        f"--resume: the config differs from {run_dir.config_path} in what "
+                        "the run computes; resume with the same options (or none: the stored "
+                        "config is reused; how it runs, e.g. -c, --base-url, timeouts, may "
+                        "change, and -n/-r may grow):",
+                        *refused,
                     ]
                 )
+            run_dir.record_resume(changed)
+            if changed:
+                run_dir.write_config(text)
         else:
             run_dir.write_config(text)
     except BaseException:
@@ -178,35 +183,11 @@ def _normalised(stored: dict[str, Any], config: EvalConfig) -> dict[str, Any]:
     return tomllib.loads(dump_toml(attrs.evolve(again, output_dir=None)))
 
 
-def _differences(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
-    """One line per option whose value differs: its dotted path and both values."""
-    old, new = _flat(_semantic(stored)), _flat(_semantic(given))
-    return [
-        f"{key}: {_shown(old, key)} in the stored config, {_shown(new, key)} now"
-        for key in sorted(old.keys() | new.keys())
-        if old.get(key, _UNSET) != new.get(key, _UNSET)
-    ]
-
-
-_UNSET = object()
-
-
-def _shown(values: Mapping[str, Any], key: str) -> str:
-    return repr(values[key]) if key in values else "unset"
-
-
-def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, Mapping) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
-    config, name = _load_config(args, extra)
+    if args.resume and not args.output_dir and not args.config and args.env:
+        name = reference_name(args.env) if is_reference(args.env) else args.env
+        args.output_dir = str(newest_run(name, args.model))
+    config, name = _load_config(args, extra, say=lambda text: console.print(text, highlight=False))
     env = make_env(config)
     plan = Plan(config, env)
     if config.backend == "ray":
@@ -252,9 +233,14 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     else:
         done = "nothing to do: every (task, rollout) pair was already written"
     console.print(f"[green]wrote {run_dir.path}[/] ({done})", highlight=False, soft_wrap=True)
+    if result.stopped:
+        line = escape(_stopped_line(result.stopped, s, config, run_dir.path))
+        console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
     if s.get("failed"):
         line = escape(_failed_line(s, run_dir.path))
         console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
+        for text in failure_lines(s, run_dir.path):
+            console.print(text, highlight=False, markup=False, soft_wrap=True)
         return 1
     return 0
 
@@ -267,6 +253,15 @@ def _failed_line(summary: Mapping[str, Any], path: Path) -> str:
         f"{summary['failed']} of {summary['episodes']} episodes failed, mostly because "
         f"{describe_cause(main_cause)} ({count}); their rewards are left out of the means. "
         f"Rerun them with --resume -o {path}"
+    )
+
+
+def _stopped_line(reason: str, summary: Mapping[str, Any], config: EvalConfig, path: Path) -> str:
+    """``stopped early: <why>; 250 pairs not played. Once ... --resume -o DIR``"""
+    left = config.num_tasks * config.rollouts - int(summary.get("episodes") or 0)
+    return (
+        f"stopped early: {reason}; {left} (task, rollout) pairs were not played. Once the "
+        f"cause is fixed, continue with --resume -o {path} (failed episodes run again too)"
     )
 
 
@@ -283,14 +278,22 @@ def _report(run_dir: Path, console: Console) -> int:
     return 0
 
 
-def _semantic(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if k not in (*EXECUTION, "output_dir")}
-
-
 def _is_own_dir(output_dir: object, folder: Path) -> bool:
     if not isinstance(output_dir, str):
         return False
     return Path(output_dir).resolve() == folder.resolve()
+
+
+def _cannot_listen(host: str, port: int, group: BaseExceptionGroup[OSError]) -> str:
+    """``--host/--port: cannot listen on H:P (the OS's reason); ...`` from the first
+    ``OSError`` inside trio's (possibly nested) exception groups."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return (
+        f"--host/--port: cannot listen on {host}:{port} ({error}); is another server "
+        "there? pick another port with --port (0: any free port)"
+    )
 
 
 def _serve(args: argparse.Namespace, console: Console) -> int:
@@ -314,31 +317,34 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     try:
         trio.run(run)
     except* OSError as group:
-        where = f"{args.host}:{args.port}"
-        raise ConfigError(
-            f"--host/--port: cannot listen on {where} ({group.exceptions[0]})"
-        ) from None
+        raise ConfigError(_cannot_listen(args.host, args.port, group)) from None
     return 0
 
 
+@quiet_interrupts
 def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
-    console = Console(stderr=True)
+    # soft_wrap: a message is never hard-wrapped (at 80 columns off a terminal)
+    console = Console(stderr=True, soft_wrap=True)
     try:
         if args.command == "eval":
             return _eval(args, extra, console)
         if extra:
-            raise ConfigError(f"unknown arguments: {' '.join(extra)}")
+            raise ConfigError([unknown_argument(item, args.command) for item in extra])
         if args.command == "serve":
             return _serve(args, console)
         if args.command == "report":
             return _report(Path(args.dir), console)
         if args.command == "export":
             return export_command(args, console)
-        from taketurns._cli.catalog import print_catalog
+        from taketurns._cli.catalog import print_catalog, print_entry
 
         out = Console()
-        print_catalog(out if out.is_terminal else Console(width=160))
+        out = out if out.is_terminal else Console(width=160)
+        if args.id:
+            print_entry(out, args.id)
+        else:
+            print_catalog(out)
         return 0
     except ConfigError as exc:
         console.print("[red]error:", highlight=False)

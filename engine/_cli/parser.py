@@ -14,9 +14,10 @@ from typing import Any
 import attrs
 
 from taketurns._config.options import EvalConfig
+from taketurns._config.suggest import did_you_mean
 from taketurns._train.cli import add_export_command
 
-__all__ = ["EXECUTION", "FLAGS", "parser"]
+__all__ = ["EXECUTION", "FLAGS", "flag_names", "parser", "unknown_argument"]
 
 # flag (argparse dest) -> EvalConfig field
 FLAGS = {
@@ -37,10 +38,32 @@ FLAGS = {
     "backend": "backend",
     "workers": "workers",
     "ray_address": "ray_address",
+    "max_failures": "max_failures",
 }
-# how a run executes, not what it computes: --resume may change them (output_dir: a
-# run directory may be moved; older config.toml files named it)
-EXECUTION = ("backend", "workers", "ray_address", "output_dir", "episode_retries", "retry_causes")
+# how a run executes, not what it computes: --resume may change them (``_cli.resume``;
+# output_dir: a run directory may be moved; older config.toml files named it)
+EXECUTION = (
+    "concurrency",
+    "base_url",
+    "api_key_var",
+    "request_timeout_s",
+    "request_retries",
+    "request_backoff_s",
+    "preflight_timeout_s",
+    "episode_timeout_s",
+    "episode_retries",
+    "retry_causes",
+    "max_concurrent_calls",
+    "max_failures",
+    "backend",
+    "workers",
+    "ray_address",
+    "interception_host",
+    "interception_port",
+    "interception_public_url",
+    "interception_max_body_bytes",
+    "output_dir",
+)
 
 _EVAL_HELP = {
     "num_tasks": ("N", "tasks to run"),
@@ -52,7 +75,7 @@ _EVAL_HELP = {
     "episode_timeout": ("S", "seconds an episode may take"),
     "episode_retries": ("N", "play an episode that failed by infrastructure up to N more times"),
     "retry_causes": ("C,C", "failure causes a retry reruns (model, harness, env, scoring)"),
-    "request_timeout": ("S", "seconds each model request's network step may wait"),
+    "request_timeout": ("S", "seconds one model request may take, connect to last byte"),
     "request_retries": ("N", "retries of a failed model call (429, 5xx, timeouts)"),
     "request_backoff": ("S", "first wait before a retry, doubled each retry (max 30)"),
     "preflight_timeout": ("S", "seconds for the endpoint check before the first episode"),
@@ -60,6 +83,7 @@ _EVAL_HELP = {
     "backend": ("B", "where episodes run: local, ray, or processes (on this machine)"),
     "workers": ("N", "worker processes or Ray tasks"),
     "ray_address": ("ADDR", "Ray cluster to join"),
+    "max_failures": ("N|P%", "stop admitting episodes once more than N (P%%) failed"),
 }
 _NONE_MEANS = {
     "base_url": "none: the built-in model",
@@ -67,6 +91,7 @@ _NONE_MEANS = {
     "max_concurrent_calls": "no cap",
     "workers": "one per CPU",
     "ray_address": "$RAY_ADDRESS, else a private local instance",
+    "max_failures": "stop when the endpoint fails 10 episodes in a row",
 }
 
 
@@ -110,12 +135,23 @@ def _add_eval_flags(ev: argparse.ArgumentParser) -> None:
         )
 
 
+def _version() -> str:
+    """The installed distribution's version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("taketurns")
+    except PackageNotFoundError:  # imported from a source tree, not installed
+        return "(not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
     """The whole command line: ``eval``, ``envs``, ``report``, ``serve``."""
     top = argparse.ArgumentParser(
         prog="taketurns",
         description="Run, record and score multi-turn LLM rollouts (trio-based).",
     )
+    top.add_argument("--version", action="version", version=f"taketurns {_version()}")
     sub = top.add_subparsers(dest="command", required=True)
     ev = sub.add_parser(
         "eval",
@@ -146,7 +182,8 @@ def parser() -> argparse.ArgumentParser:
     mode.add_argument("--resume", action="store_true", help="continue the run in -o DIR")
     mode.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
     ev.add_argument("--no-progress", action="store_true", help="no progress line")
-    sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
+    envs = sub.add_parser("envs", help="list envs, tasksets and harnesses with their options")
+    envs.add_argument("id", nargs="?", help="show one env, taskset or harness")
     rep = sub.add_parser("report", help="write DIR/report.html for a run directory")
     rep.add_argument("dir", help="run directory (holds episodes.jsonl)")
     add_export_command(sub)
@@ -159,3 +196,29 @@ def parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1", help="(default: 127.0.0.1)")
     srv.add_argument("--port", type=int, default=8000, help="0 picks a free port (default: 8000)")
     return top
+
+
+def flag_names(command: str) -> list[str]:
+    """Every option string ``taketurns COMMAND`` takes (``--concurrency``, ``-c``, ...)."""
+    top = parser()
+    for action in top._actions:  # argparse keeps sub-commands on a private attribute
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices[command]
+            return [name for a in sub._actions for name in a.option_strings]
+    return []
+
+
+def unknown_argument(item: str, command: str) -> str:
+    """The message for an argument ``taketurns COMMAND`` does not take: the flags it
+    is close to, else where the flags and the dotted options are listed."""
+    given = item.split("=", 1)[0]
+    hint = did_you_mean(given, [f for f in flag_names(command) if f.startswith("--")], quote="")
+    if hint:
+        return f"{item!r}: unknown argument; {hint} (taketurns {command} --help lists the flags)"
+    dotted = (
+        "; options of a config section are dotted, e.g. --env.invalid_retries=2 or "
+        "--sampling.temperature 0.7 (taketurns envs lists them)"
+        if command == "eval"
+        else ""
+    )
+    return f"{item!r}: unknown argument; taketurns {command} --help lists the flags{dotted}"

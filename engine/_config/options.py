@@ -7,20 +7,25 @@ same way as one loaded from a file.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
+
+from taketurns._config.suggest import choices_text, did_you_mean
+from taketurns._errors import OptionError
 
 __all__ = [
     "AgentConfig",
     "EnvConfig",
     "EvalConfig",
     "Limits",
-    "OptionError",
     "Sampling",
     "Timeouts",
     "at_least",
     "int_between",
+    "one_of",
 ]
 
 
@@ -45,15 +50,6 @@ def _literals(value: dict[str, Any]) -> dict[str, Any]:
     return {k: literal(v) if isinstance(v, Raw) else v for k, v in value.items()}
 
 
-class OptionError(ValueError):
-    """Raised by config validators: ``field`` was given ``value``; ``accepted`` says
-    what would do. ``taketurns._config.settings`` renders it with the option's dotted path."""
-
-    def __init__(self, field: str, value: Any, accepted: str) -> None:
-        self.field, self.value, self.accepted = field, value, accepted
-        super().__init__(f"{field} = {value!r} is not accepted; expected {accepted}")
-
-
 def at_least(minimum: float, *, exclusive: bool = False) -> Any:
     """An attrs validator: None, or a number >= minimum (> minimum if exclusive)."""
     sign = ">" if exclusive else ">="
@@ -74,7 +70,30 @@ def _one_of(*choices: str) -> Any:
 
     def check(inst: object, attribute: attrs.Attribute[Any], value: str) -> None:
         if value not in choices:
-            raise OptionError(attribute.name, value, " or ".join(choices))
+            hint = did_you_mean(str(value), choices)
+            raise OptionError(
+                attribute.name, value, " or ".join(choices) + (f"; {hint}" if hint else "")
+            )
+
+    return check
+
+
+def one_of(
+    choices: Sequence[str] | Callable[[], Sequence[str]],
+    *,
+    what: str = "a value",
+    listing: str | None = None,
+) -> Any:
+    """An attrs validator: one of ``choices`` (or of what ``choices()`` returns, asked
+    only when a value is checked: a heavy import stays lazy). A refused value is
+    answered with the near misses ("did you mean"); a long list is not spelled out but
+    named by ``listing``, the command that prints it (``taketurns envs ID``)."""
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        names = list(choices() if callable(choices) else choices)
+        if value not in names:
+            text = choices_text(str(value), names, what=what, listing=listing)
+            raise OptionError(attribute.name, value, text)
 
     return check
 
@@ -108,6 +127,36 @@ def _causes(inst: object, attribute: attrs.Attribute[Any], value: list[str]) -> 
     for cause in value:
         if cause not in allowed:
             raise OptionError(attribute.name, value, f"a list of {', '.join(allowed)}")
+
+
+def parse_limit(value: Any) -> int | str | None:
+    """A ``max_failures`` value: None, an integer >= 0, or ``"P%"`` with 0 <= P <= 100
+    (as text: a count may come as ``"12"``). Raises ``ValueError`` otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(value)
+        return value
+    if not isinstance(value, str):
+        raise ValueError(value)
+    text = value.strip()
+    if text.endswith("%"):
+        percent = float(text[:-1])
+        if not 0 <= percent <= 100 or math.isnan(percent):
+            raise ValueError(value)
+        return f"{percent:g}%"
+    return parse_limit(int(text))
+
+
+def _failure_limit(value: Any) -> int | str | None:
+    """An attrs converter: ``max_failures`` as ``parse_limit`` reads it."""
+    try:
+        return parse_limit(value)
+    except ValueError:
+        raise OptionError("max_failures", value, 'an integer >= 0 or a percentage ("5%")') from None
 
 
 @attrs.define
@@ -205,9 +254,10 @@ class EvalConfig:
     # played again, up to ``episode_retries`` more times, before it is recorded failed
     episode_retries: int = attrs.field(default=0, validator=_non_negative)
     retry_causes: list[str] = attrs.field(factory=lambda: ["model", "harness"], validator=_causes)
-    # the model client's: seconds each network operation may take, retries of a failed
-    # call (429, 408, 5xx, connection errors, timeouts) and the first backoff (doubled
-    # each retry, with jitter, capped at 30 s; a server's Retry-After wins)
+    # the model clients' (the judges' too): seconds one attempt may take (connect to
+    # last byte), retries of a failed call (429, 408, 5xx, connection errors,
+    # timeouts) and the first backoff (doubled each retry, with jitter, capped at 30 s;
+    # a server's Retry-After wins)
     request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
     request_retries: int = attrs.field(default=3, validator=_non_negative)
     request_backoff_s: float = attrs.field(default=0.5, validator=_non_negative)
@@ -222,6 +272,10 @@ class EvalConfig:
     # OpenAI-style error); generous: an agent CLI's request with a few images fits
     interception_max_body_bytes: int = attrs.field(default=32 * 1024 * 1024, validator=_positive)
     output_dir: str | None = None
+    # stop admitting episodes once more than this many of the run's episodes failed:
+    # N, or "P%" of the episodes the run plays; None: stop when the model endpoint is
+    # plainly down (``_eval.brake``)
+    max_failures: int | str | None = attrs.field(default=None, converter=_failure_limit)
     # where episodes run: this process, Ray workers (taketurns._backends.ray) or worker
     # processes on this machine (taketurns._backends.processes); how many workers (None: one
     # per CPU); the address of the Ray cluster (None: RAY_ADDRESS, else a private

@@ -16,6 +16,7 @@ from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
 from taketurns._config.reference import is_reference, load_reference, reference_name
+from taketurns._config.suggest import did_you_mean
 from taketurns._errors import ConfigError
 
 __all__ = ["Registry", "envs", "harnesses", "name_class", "tasksets"]
@@ -24,9 +25,13 @@ T = TypeVar("T")
 
 
 class Registry:
-    def __init__(self, kind: str, group: str) -> None:
+    """Ids of one kind. ``also``: a registry whose ids are accepted where this one's
+    are (a taskset runs where an env is named): an unknown id's message lists both."""
+
+    def __init__(self, kind: str, group: str, *, also: Registry | None = None) -> None:
         self.kind = kind
         self.group = group
+        self.also = also
         self._items: dict[str, Any] = {}
 
     def register(self, id: str) -> Callable[[T], T]:
@@ -54,12 +59,7 @@ class Registry:
         if ep is None and is_reference(id):
             return self._by_reference(id, field=field or self.kind)
         if ep is None:
-            where = f"{field}: " if field else ""
-            known = ", ".join(self.ids())
-            raise ConfigError(
-                f"{where}unknown {self.kind} {id!r}; known {_plural(self.kind)}: {known}; "
-                "or name a class: ./path/file.py:Class or package.module:Class"
-            )
+            raise ConfigError(self._unknown(id, field))
         try:
             obj = ep.load()
         except ImportError as exc:
@@ -69,6 +69,21 @@ class Registry:
             ) from exc
         self._items[id] = obj
         return name_class(obj, id)
+
+    def _unknown(self, id: str, field: str | None) -> str:
+        """``unknown env 'kuhn-pokr'; did you mean 'kuhn-poker'? known envs: ...``"""
+        where = f"{field}: " if field else ""
+        known = [f"known {_plural(self.kind)}: {', '.join(self.ids())}"]
+        candidates = self.ids()
+        if self.also is not None:
+            others = self.also.ids()
+            known.append(f"{_plural(self.also.kind)}: {', '.join(others)}")
+            candidates += others
+        hint = did_you_mean(id, candidates)
+        return (
+            f"{where}unknown {self.kind} {id!r}; {hint + ' ' if hint else ''}{'; '.join(known)}; "
+            "or name a class: ./path/file.py:Class or package.module:Class"
+        )
 
     def _by_reference(self, ref: str, *, field: str) -> Any:
         """The class ``ref`` names, imported (not registered: ``ids()`` stays the
@@ -98,6 +113,6 @@ def _plural(kind: str) -> str:
     return f"{kind}es" if kind.endswith("s") else f"{kind}s"
 
 
-envs = Registry("env", "taketurns.envs")
 tasksets = Registry("taskset", "taketurns.tasksets")
+envs = Registry("env", "taketurns.envs", also=tasksets)
 harnesses = Registry("harness", "taketurns.harnesses")

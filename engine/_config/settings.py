@@ -20,8 +20,9 @@ import cattrs
 import tomli_w
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
-from taketurns._config.options import EvalConfig, OptionError, Raw, literal
-from taketurns._errors import ConfigError
+from taketurns._config.options import EvalConfig, Raw, literal
+from taketurns._config.suggest import did_you_mean
+from taketurns._errors import ConfigError, OptionError
 
 __all__ = ["Raw", "apply_override", "dump_toml", "load_eval_config", "read_toml", "structure"]
 
@@ -117,9 +118,9 @@ def _render(exc: BaseException, path: str) -> list[str]:
         return lines
     if isinstance(exc, ForbiddenExtraKeysError):
         known = sorted(f.name for f in attrs.fields(exc.cl)) if attrs.has(exc.cl) else []
+        nested = _nested_options(exc.cl)
         return [
-            f"{path}.{key}: unknown option; known options here: {', '.join(known)}"
-            for key in sorted(exc.extra_fields)
+            _unknown_option(f"{path}.{key}", key, known, nested) for key in sorted(exc.extra_fields)
         ]
     if isinstance(exc, OptionError):
         where = f"{path}.{exc.field}" if exc.field and not path.endswith(exc.field) else path
@@ -129,6 +130,32 @@ def _render(exc: BaseException, path: str) -> list[str]:
         where = path if path.endswith(f".{name}") else f"{path}.{name}"
         return [f"{where}: required option is missing"]
     return [f"{path}: {exc}"]
+
+
+def _nested_options(cls: Any) -> list[str]:
+    """``section.option`` for each option of ``cls``'s attrs sections (``limits.max_turns``
+    in a role): where an option given one level too high lives."""
+    if not attrs.has(cls):
+        return []
+    try:
+        attrs.resolve_types(cls)  # string annotations (``from __future__ import annotations``)
+    except NameError:
+        return []
+    found = []
+    for field in attrs.fields(cls):
+        if isinstance(field.type, type) and attrs.has(field.type):
+            found += [f"{field.name}.{inner.name}" for inner in attrs.fields(field.type)]
+    return found
+
+
+def _unknown_option(where: str, key: str, known: list[str], nested: list[str]) -> str:
+    """``env.plyer0: unknown option; did you mean 'player0'? known options here: ...``;
+    an option of a section one level down is named with its section."""
+    deeper = [path for path in nested if path.rpartition(".")[2] == key.replace("-", "_")]
+    hint = f"did you mean '{deeper[0]}'?" if deeper else did_you_mean(key, known)
+    return f"{where}: unknown option; {hint + ' ' if hint else ''}known options here: " + (
+        ", ".join(known)
+    )
 
 
 def structure(data: Mapping[str, Any], cls: type, *, path: str) -> Any:

@@ -37,16 +37,11 @@ from typing import Any, TypeVar
 
 import trio
 
-from taketurns._errors import TaketurnsError
+from taketurns._errors import AsyncioCancelled
 
-__all__ = ["AsyncioCancelled", "open_asyncio_host", "run_asyncio"]
+__all__ = ["open_asyncio_host", "run_asyncio"]
 
 T = TypeVar("T")
-
-
-class AsyncioCancelled(TaketurnsError):
-    """The asyncio side of ``run_asyncio`` was cancelled while its trio caller was not
-    (an asyncio library cancelled its own task). Raised from the ``CancelledError``."""
 
 
 class _Host:

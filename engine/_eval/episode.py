@@ -5,7 +5,10 @@ An episode is one trio nursery holding its chat sessions. However ``env.run`` en
 scored exactly once and its trace joins ``episode.traces``; the outcome is recorded
 on the episode (``ok``, ``cause``, ``errors``, ``stop``), never lost. Whether it is ok
 is decided by ``taketurns._exchange.outcome`` (the one place that draws the line
-between a failure and an outcome).
+between a failure and an outcome). The episode timeout is an outcome (stop
+``episode_timeout``) for a session whose agent, tools or env were running when it
+fired; a session that was waiting on its model endpoint then fails with cause
+``model`` (time on the endpoint is never held against the model).
 """
 
 from __future__ import annotations
@@ -102,7 +105,10 @@ async def run_episode(
     deadline = math.inf if timeout is None else start + timeout
 
     def cancel_reason() -> str:
-        return "episode_timeout" if trio.current_time() >= deadline else "cancelled"
+        if trio.current_time() < deadline:
+            return "cancelled"
+        _waited_on_endpoint(agents, deadline)
+        return "episode_timeout"
 
     for agent in agents.values():
         agent.cancel_reason = cancel_reason
@@ -114,8 +120,9 @@ async def run_episode(
             if timeout is not None:  # a scope's deadline is inf already: setting it
                 scope.deadline = deadline  # costs a quarter of a scope (untimed evals)
             await env.run(episode.task, agents)
-        if scope.cancelled_caught:  # a timeout is an outcome, not a failure
+        if scope.cancelled_caught:  # an outcome, unless it caught a model request
             episode.stop, reason = "episode_timeout", "episode_timeout"
+            _waited_on_endpoint(agents, deadline)
             episode.errors.append(
                 ErrorInfo("timeout", f"the episode took longer than {timeout}s", "TooSlowError")
             )
@@ -136,3 +143,15 @@ async def run_episode(
         episode.timing.wall_s = trio.current_time() - start
         episode.settle()
     return episode
+
+
+def _waited_on_endpoint(agents: Agents, deadline: float) -> None:
+    """The episode's timeout fired at ``deadline``: each session still open whose run
+    has not ended and that was waiting on its model endpoint then fails with cause
+    ``model`` (``ModelBoundary.timed_out``), before it is closed as timed out. Called
+    when a session closes by the timeout's cancellation (its ``cancel_reason``) and
+    once more for the sessions left open; idempotent."""
+    for agent in agents.values():
+        for session in agent.sessions:
+            if session.trace.stop_condition is None:
+                session.rollout.boundary.timed_out("episode_timeout", deadline)

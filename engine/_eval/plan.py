@@ -39,6 +39,12 @@ def resolve_role(config: EvalConfig, env: Env, role: str, agent: AgentConfig) ->
 
 def _client_for(config: EvalConfig, role: str, agent: AgentConfig) -> ModelClient:
     if agent.base_url is None:
+        if not is_builtin(agent.model) and agent.model == config.model:
+            raise ConfigError(
+                f"model = {agent.model!r} (--model): an endpoint model needs its server's "
+                "URL: --base-url URL (base_url in a config file), e.g. "
+                "--base-url http://localhost:8000/v1; without one use builtin/<policy>"
+            )
         if not is_builtin(agent.model):
             raise ConfigError(
                 f"env.{role}.model = {agent.model!r}: an endpoint model needs a base URL "
@@ -88,6 +94,7 @@ async def preflight(
                 "it longer with --preflight-timeout S"
             )
     for judge in env.judges():
+        judge.take_request_options(config)
         await judge.preflight()
 
 
@@ -98,8 +105,11 @@ class Plan:
     def __init__(self, config: EvalConfig, env: Env) -> None:
         self.env = env
         self.roles = {r: resolve_role(config, env, r, a) for r, a in env.roles.items()}
+        _refuse_dropped_tools(env, self.roles)
         self.clients: dict[tuple[Any, ...], ModelClient] = {}  # one per distinct endpoint
         self.services: dict[str, Any] = {}  # filled by the runner (interception server)
+        for judge in env.judges():  # an endpoint judge's requests follow the run's
+            judge.take_request_options(config)
         shared = config.max_concurrent_calls
         shared_limiter = trio.CapacityLimiter(shared) if shared else None
         # one prototype agent per role; each episode binds its own copy
@@ -143,6 +153,18 @@ class Plan:
                 await client.aclose()
             for harness in {id(a.harness): a.harness for a in self.agents.values()}.values():
                 await harness.shutdown()
+
+
+def _refuse_dropped_tools(env: Env, roles: dict[str, AgentConfig]) -> None:
+    """A role the env gives tools (its default harness is ``tools``) set to the
+    ``null`` harness, which calls none, is refused: tools are never dropped silently."""
+    for role, agent in roles.items():
+        if agent.harness == "null" and env.default_harness(role) == "tools":
+            raise ConfigError(
+                f"env.{role}.harness = 'null': this env offers {role} tools, which the null "
+                f"harness never calls; use --env.{role}.harness=tools (the default here) or "
+                "another harness that takes tools"
+            )
 
 
 def env_class(env_id: str, *, field: str = "env_id") -> type[Env]:

@@ -39,6 +39,7 @@ async def play_pairs(
     on_episode: Callable[[Episode], None],
     *,
     on_started: Callable[[], None] | None = None,
+    stop_admitting: trio.Event | None = None,
 ) -> None:
     """Play each (task, rollout) pair as an episode, ``config.concurrency`` at once, and
     call ``on_episode`` as each finishes (also a failed, timed-out or cancelled one).
@@ -46,7 +47,8 @@ async def play_pairs(
     to ``config.episode_retries`` times (the whole episode: a session's turns cannot
     be replayed); only its last attempt reaches ``on_episode``.
     Brackets the episodes with ``env.setup`` / ``env.finalize``; ``on_started`` is
-    called once the setup is done and the services run, before the first episode. The
+    called once the setup is done and the services run, before the first episode. Once
+    ``stop_admitting`` is set no further pair starts; the running episodes finish. The
     per-episode loop of the local backend and of every worker (Ray or process)."""
     limiter = trio.CapacityLimiter(config.concurrency)
     rank = {role: i for i, role in enumerate(plan.roles)}
@@ -72,7 +74,9 @@ async def play_pairs(
         await env.setup()
         async with env.services():
             try:
-                await _serve_pairs(config, plan, pairs, episode_of, limiter, on_started)
+                await _serve_pairs(
+                    config, plan, pairs, episode_of, limiter, on_started, stop_admitting
+                )
             finally:
                 for judge in env.judges():  # the env's own too (an env is no taskset)
                     await judge.aclose()  # shielded, idempotent
@@ -88,6 +92,7 @@ async def _serve_pairs(
     episode_of: Callable[[Task, int], _Args],
     limiter: trio.CapacityLimiter,
     on_started: Callable[[], None] | None,
+    stop_admitting: trio.Event | None = None,
 ) -> None:
     """The services (interception server, asyncio host) and the episodes."""
     async with trio.open_nursery() as services, open_asyncio_host():
@@ -117,6 +122,9 @@ async def _serve_pairs(
                 else:
                     if i % 256 == 255:
                         await trio.lowlevel.checkpoint()
+                if stop_admitting is not None and stop_admitting.is_set():
+                    limiter.release_on_behalf_of(token)
+                    break
                 episodes.start_soon(play_with_retries, *episode_of(task, rollout))
         services.cancel_scope.cancel()
 

@@ -41,6 +41,7 @@ __all__ = [
     "Taskset",
     "TasksetConfig",
     "TasksetEnv",
+    "offers_tools",
     "open_taskset",
     "register_taskset",
 ]
@@ -160,6 +161,15 @@ def _no_shared() -> Any:
     )
 
 
+def offers_tools(taskset: Taskset) -> bool:
+    """Whether ``taskset`` may hand its rollouts tools: it has MCP servers, or its class
+    overrides ``resources`` (asked without a task: the hook is per task, and whatever
+    it returns, a rollout on the ``tools`` harness without tools is a ``null`` one)."""
+    if taskset.mcp_servers(None):
+        return True
+    return type(taskset).resources is not Taskset.resources
+
+
 def open_taskset(ref: Any, *, field: str = "env.taskset") -> Taskset:
     """Build a taskset from a config value: an id (``"jsonl"``) or a table with an
     ``id`` and the taskset's own options. Raises ``ConfigError`` naming ``field``."""
@@ -198,8 +208,10 @@ class TasksetEnv(Env):
         return self.taskset.rubric()
 
     def default_harness(self, role: str) -> str:
-        """The taskset's harness; ``tools`` for a ``null`` taskset given MCP servers."""
-        if self.taskset.harness == "null" and self.taskset.mcp_servers(None):
+        """The taskset's harness; ``tools`` for a ``null`` taskset that offers tools
+        (``offers_tools``): a taskset's tools are never dropped for want of a harness
+        that calls them."""
+        if self.taskset.harness == "null" and offers_tools(self.taskset):
             return "tools"
         return self.taskset.harness
 

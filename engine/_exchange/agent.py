@@ -8,6 +8,7 @@ test, build one directly: ``Agent("me", AgentConfig(model="builtin/echo"))``.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence, ValuesView
 from typing import Any
@@ -17,6 +18,7 @@ import trio
 
 from taketurns._config.options import AgentConfig, Sampling
 from taketurns._config.registry import harnesses
+from taketurns._config.suggest import did_you_mean
 from taketurns._errors import ConfigError, HarnessError, TurnError
 from taketurns._exchange.boundary import ModelBoundary
 from taketurns._exchange.harness import Harness, Rollout, can_chat
@@ -45,10 +47,25 @@ def make_harness(id: str, options: Mapping[str, Any], *, field: str) -> Harness:
                 "; on the command line a list is written as TOML/JSON, e.g. "
                 """--env.<role>.harness_options.command='["python", "prog.py"]'"""
             )
+        hint = _option_hint(cls, options) or hint
         raise ConfigError(
             f"{field}.harness_options = {dict(options)!r}: refused by harness {id!r} ({exc})" + hint
         ) from None
     return harness
+
+
+def _option_hint(cls: Any, options: Mapping[str, Any]) -> str:
+    """``; did you mean 'command'? (options of harness 'program': ...)`` for an option
+    the harness does not take; "" when every option is one it takes."""
+    try:
+        known = [n for n in inspect.signature(cls).parameters if n not in ("self", "kwargs")]
+    except (TypeError, ValueError):
+        return ""
+    unknown = [name for name in options if name not in known]
+    if not unknown:
+        return ""
+    hint = did_you_mean(unknown[0], known)
+    return f"; {hint + ' ' if hint else ''}its options: {', '.join(known) or 'none'}"
 
 
 class Agent:

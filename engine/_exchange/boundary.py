@@ -5,10 +5,18 @@ before a segment launches) the rollout's limits and ``@stop`` hooks are checked;
 refused call raises ``RolloutStopped`` after stamping the trace's stop condition.
 In-process harnesses call ``complete`` directly; the interception server calls it
 for out-of-process programs, so both paths share limits, hooks and recording.
+
+Time on the endpoint is infrastructure. The boundary knows which request the
+endpoint is being waited on for (``in_flight``; a request queued for the model-call
+limiter counts) and which one was at a given moment (``waited_at``): a timeout that
+fires while a request is in flight is not the model's doing, and ``timed_out`` turns
+it into a ``model`` failure (stop condition ``model_error``, an error of kind
+``model`` naming the timeout) instead of the timeout's own stop condition.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,12 +32,37 @@ from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
 __all__ = ["ModelBoundary"]
 
 
+class _Wait:
+    """One request the endpoint was (or is) waited on for: when it was sent and
+    ended (trio clock), its turn index, and whether the endpoint answered it (a
+    failure is an answer; a cancelled request is not)."""
+
+    __slots__ = ("answered", "ended", "index", "request", "sent")
+
+    def __init__(self, request: ModelRequest, sent: float, index: int) -> None:
+        self.request = request
+        self.sent = sent
+        self.index = index
+        self.ended = math.inf
+        self.answered = False
+
+    def covers(self, when: float) -> bool:
+        """In flight at ``when``: sent by then, and answered after it (or cut by a
+        cancellation at or after it: the cancellation of a timeout that fired at
+        ``when`` is delivered at ``when`` or later)."""
+        if self.sent > when:
+            return False
+        return self.ended > when or (not self.answered and self.ended >= when)
+
+
 class ModelBoundary:
     """Per-rollout. ``complete`` is a checkpoint; it raises ``RolloutStopped`` when a
     limit or hook refuses the call and ``ModelEndpointError`` when the endpoint fails
     (that failure is recorded as a turn with an error first)."""
 
     __slots__ = (
+        "_ended",
+        "_open",
         "_unlimited",
         "client",
         "limiter",
@@ -68,6 +101,54 @@ class ModelBoundary:
             and limits.max_output_tokens is None
             and limits.max_total_tokens is None
         )
+        self._open: list[_Wait] = []  # requests waiting on the endpoint now, oldest first
+        self._ended: _Wait | None = None  # the request that ended last
+
+    @property
+    def in_flight(self) -> ModelRequest | None:
+        """The oldest request the endpoint is being waited on for now, or None."""
+        return self._open[0].request if self._open else None
+
+    def _wait_at(self, when: float) -> _Wait | None:
+        for wait in self._open:
+            if wait.covers(when):
+                return wait
+        last = self._ended
+        return last if last is not None and last.covers(when) else None
+
+    def waited_at(self, when: float) -> ModelRequest | None:
+        """The request the endpoint was being waited on for at ``when`` (trio clock):
+        one still in flight that was sent by then, or the last one to end if it was
+        in flight then; else None."""
+        wait = self._wait_at(when)
+        return None if wait is None else wait.request
+
+    def timed_out(self, which: str | None, when: float) -> str | None:
+        """The stop condition of the timeout ``which`` (``segment_timeout``,
+        ``rollout_timeout``, ``episode_timeout``) that fired at ``when``: ``which``
+        itself when no model request was in flight then (the agent's own program, its
+        tools or the env were running: an outcome); else ``model_error``, with an
+        error of kind ``model`` on the trace saying which timeout fired and which
+        request it found waiting (time on the endpoint is never held against the
+        model). Stamps the trace's stop condition if it has none."""
+        wait = self._wait_at(when)
+        if wait is None:
+            return which
+        trace = self.trace
+        trace.errors.append(
+            ErrorInfo(
+                "model",
+                f"the {which} fired while the model endpoint was being waited on (the "
+                f"request for turn {wait.index}, sent {when - wait.sent:.3g}s before, had no "
+                "answer yet); time on the endpoint is never held against the model, so the "
+                "run failed instead of ending by the timeout: give the endpoint more time, "
+                "or set --request-timeout below the timeout so a stalled request is retried",
+                "TooSlowError",
+            )
+        )
+        if trace.stop_condition is None:
+            trace.stop_condition = "model_error"
+        return "model_error"
 
     def _limit_hit(self) -> str | None:
         if self._unlimited:
@@ -122,16 +203,24 @@ class ModelBoundary:
                 raise RolloutStopped(condition)
         request = ModelRequest(self.model, tuple(messages), tuple(tools), self._sampling(sampling))
         start = trio.current_time()
+        wait = _Wait(request, start, len(self.trace.turns))
+        self._open.append(wait)
         try:
             if self.limiter is None:
                 response = await self.client.complete(request)
             else:
                 async with self.limiter:
                     response = await self.client.complete(request)
+            wait.answered = True
         except ModelEndpointError as exc:
+            wait.answered = True
             self._record(request, None, trio.current_time() - start, error=exc)
             raise
-        self._record(request, response, trio.current_time() - start)
+        finally:
+            wait.ended = trio.current_time()
+            self._open.remove(wait)
+            self._ended = wait
+        self._record(request, response, wait.ended - start)
         return response
 
     def _record(

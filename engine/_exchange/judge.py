@@ -25,7 +25,9 @@ that verdict (``cached=True``). Scoring runs inside the session's close, shielde
 bounded by the agent's ``timeouts.scoring_s``.
 
 The judge's model client is made on first use, in the trio run that uses it, and
-closed by ``aclose()`` (the eval closes every judge of ``judges()`` when it ends).
+closed by ``aclose()`` (the eval closes every judge of ``judges()`` when it ends). An
+endpoint judge's requests are timed, retried and backed off as the run's agents' are:
+the eval hands it its request options (``take_request_options``) before it is used.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from typing import Any
 import attrs
 import trio
 
-from taketurns._config.options import AgentConfig, OptionError, Sampling, at_least
-from taketurns._errors import ConfigError, ModelEndpointError, ScoringError
+from taketurns._config.options import AgentConfig, EvalConfig, Sampling, at_least
+from taketurns._errors import ConfigError, ModelEndpointError, OptionError, ScoringError
 from taketurns._exchange.rubric import Rubric, reward
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import JudgeCall, Trace
@@ -188,6 +190,28 @@ class Judge:
         self._owns_client = client is None
         self._limiter: trio.CapacityLimiter | None = None
         self._cache: dict[tuple[Any, ...], _Pending] = {}
+        # OpenAIClient's timeout, retries and backoff: its defaults until the eval
+        # hands over its own
+        self._requests: dict[str, Any] = {}
+
+    def take_request_options(self, config: EvalConfig) -> None:
+        """Time, retry and back off this judge's endpoint requests as the run's agents'
+        are (``--request-timeout``, ``--request-retries``, ``--request-backoff``). The
+        eval calls it for each of ``env.judges()`` before their first call; a client
+        the judge already made keeps its options."""
+        self._requests = {
+            "timeout": config.request_timeout_s,
+            "retries": config.request_retries,
+            "backoff": config.request_backoff_s,
+        }
+
+    def _endpoint_client(self) -> ModelClient:
+        from taketurns._models.openai import OpenAIClient
+
+        assert self.config.base_url is not None
+        return OpenAIClient(
+            self.config.base_url, api_key_var=self.config.api_key_var, **self._requests
+        )
 
     @classmethod
     def of(cls, config: JudgeConfig) -> Judge | None:
@@ -214,10 +238,7 @@ class Judge:
 
     def _client_now(self) -> ModelClient:
         if self._client is None:
-            from taketurns._models.openai import OpenAIClient
-
-            assert self.config.base_url is not None
-            self._client = OpenAIClient(self.config.base_url, api_key_var=self.config.api_key_var)
+            self._client = self._endpoint_client()
         if self._limiter is None and self.config.max_concurrent_calls:
             self._limiter = trio.CapacityLimiter(self.config.max_concurrent_calls)
         return self._client
@@ -303,9 +324,7 @@ class Judge:
         if self.config.base_url is None or not self._owns_client:
             await trio.lowlevel.checkpoint()
             return
-        from taketurns._models.openai import OpenAIClient
-
-        client = OpenAIClient(self.config.base_url, api_key_var=self.config.api_key_var)
+        client = self._endpoint_client()
         try:
             await client.preflight(self.model)
         except ConfigError as exc:

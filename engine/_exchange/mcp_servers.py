@@ -33,8 +33,8 @@ from typing import IO, Any
 import attrs
 import trio
 
-from taketurns._config.options import OptionError, at_least
-from taketurns._errors import HarnessError, sole_error
+from taketurns._config.options import at_least
+from taketurns._errors import HarnessError, OptionError, sole_error
 from taketurns._exchange.tools import Tool
 from taketurns._models.messages import ToolCall, ToolMessage
 

@@ -5,7 +5,9 @@ The line (DESIGN.md "Outcomes"). An episode **fails** when:
 
 - ``env``:       the env's own ``run`` raised (episode stop ``env_error``);
 - ``model``:     a trace ended because the model endpoint failed after the client's
-                 retries (stop condition ``model_error``);
+                 retries, or because a timeout fired while a model request was in
+                 flight (stop condition ``model_error``; time spent waiting on the
+                 endpoint is never held against the model, ``ModelBoundary.timed_out``);
 - ``harness``:   a trace ended because its harness crashed (``harness_error``), or the
                  harness failed while finalizing (an error of kind ``harness``);
 - ``scoring``:   a reward, metric or ``@stop`` hook raised or timed out (an error of
@@ -14,8 +16,9 @@ The line (DESIGN.md "Outcomes"). An episode **fails** when:
                  the eval cancelled from outside): it was never played out.
 
 Everything else is an **outcome**, whatever the reward: limits (``max_turns``, token
-budgets), ``@stop`` hooks, the user closing, ``agent_completed``, and timeouts
-(``segment_timeout``, ``rollout_timeout``, ``episode_timeout``). A model error a
+budgets), ``@stop`` hooks, the user closing, ``agent_completed``, and timeouts that
+fire while the agent's own program, its tools or the env run (``segment_timeout``,
+``rollout_timeout``, ``episode_timeout``). A model error a
 harness recovered from (the program retried and the rollout went on) is not a
 failure: only how a trace *ended* counts.
 

@@ -197,5 +197,6 @@ def _checked(scorer: _Scorer, raw: Any) -> float:
 
 def _failed(scorer: _Scorer, trace: Trace, exc: BaseException) -> float:
     error = ScoringError(f"{scorer.name} failed: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc  # its traceback is the scorer's
     trace.errors.append(ErrorInfo.of("scoring", error))
     return 0.0

@@ -306,7 +306,8 @@ class ChatSession:
             self._segment_scope = None
             trace.timing.agent_s += trio.current_time() - start
         if condition is None and scope.cancelled_caught:
-            condition = self._close_reason if self._closing else which
+            # a timeout that caught a model request in flight is the endpoint's failure
+            condition = self._close_reason if self._closing else boundary.timed_out(which, deadline)
         if condition is None and trace.stop_condition is not None:
             condition = trace.stop_condition  # a refusal the harness swallowed
         if condition is not None:

@@ -17,9 +17,10 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from taketurns._errors import ToolArgumentError
 from taketurns._models.messages import ToolCall, ToolMessage
 
-__all__ = ["Tool", "ToolArgumentError", "as_tools", "tool_schema"]
+__all__ = ["Tool", "as_tools", "tool_schema"]
 
 _JSON_TYPES: dict[Any, str] = {
     str: "string",
@@ -30,10 +31,6 @@ _JSON_TYPES: dict[Any, str] = {
     list: "array",
     tuple: "array",
 }
-
-
-class ToolArgumentError(ValueError):
-    """The model's arguments do not fit the tool; the message goes back to the model."""
 
 
 def _type_schema(annotation: Any) -> tuple[dict[str, Any], bool]:

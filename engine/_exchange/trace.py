@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from taketurns._exchange.task import Task
+from taketurns._exchange.tracebacks import format_traceback, where
 from taketurns._models.messages import AssistantMessage, Message, last_text
 from taketurns._models.model import Usage
 
@@ -49,15 +50,29 @@ class EpisodeInfo:
 @attrs.frozen
 class ErrorInfo:
     """An error recorded as data: ``kind`` is one of harness, model, scoring, env,
-    timeout, cancelled; ``type`` the exception class name."""
+    timeout, cancelled; ``type`` the exception class name; ``where`` the
+    ``file:line in function`` to look at first (the innermost frame in the user's
+    code, ``_exchange.tracebacks``) and ``traceback`` the exception as Python prints
+    it, capped in size (both empty for an error that was not an exception, and in
+    records written before they existed)."""
 
     kind: str
     message: str
     type: str = ""
+    # not compared: two records of one error are equal wherever Python put the frames
+    where: str = attrs.field(default="", eq=False)
+    traceback: str = attrs.field(default="", eq=False)
 
     @classmethod
     def of(cls, kind: str, exc: BaseException) -> ErrorInfo:
-        return cls(kind, str(exc) or type(exc).__name__, type(exc).__name__)
+        """The record of ``exc``, its traceback (and its causes') included."""
+        return cls(
+            kind,
+            str(exc) or type(exc).__name__,
+            type(exc).__name__,
+            where(exc),
+            format_traceback(exc),
+        )
 
 
 @attrs.frozen

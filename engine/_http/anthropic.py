@@ -36,8 +36,8 @@ from typing import Any
 
 from quart import Response
 
+from taketurns._errors import BadRequest
 from taketurns._http.dialect import (
-    BadRequest,
     Dialect,
     Failure,
     Parsed,

@@ -14,8 +14,8 @@ from typing import Any
 from hypercorn.config import Config
 from quart import Response
 
+from taketurns._errors import BadRequest
 from taketurns._http.dialect import (
-    BadRequest,
     Dialect,
     Failure,
     Parsed,

@@ -19,10 +19,10 @@ from typing import Any, ClassVar
 import attrs
 from quart import Response
 
+from taketurns._errors import BadRequest
 from taketurns._models.model import ModelRequest, ModelResponse
 
 __all__ = [
-    "BadRequest",
     "Dialect",
     "Failure",
     "Parsed",
@@ -35,10 +35,6 @@ __all__ = [
 
 Json = dict[str, Any]
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-
-class BadRequest(ValueError):
-    """A request the server refuses with HTTP 400; the message names the problem."""
 
 
 @attrs.frozen

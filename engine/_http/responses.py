@@ -36,9 +36,9 @@ from typing import Any
 
 from quart import Response
 
+from taketurns._errors import BadRequest
 from taketurns._http.chat_completions import error_response
 from taketurns._http.dialect import (
-    BadRequest,
     Dialect,
     Failure,
     Parsed,

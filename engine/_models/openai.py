@@ -67,8 +67,8 @@ class OpenAIClient(ModelClient):
 
     ``base_url`` is the API root, e.g. ``http://localhost:8000/v1``. The API key is
     ``api_key``, else the environment variable named by ``api_key_var``; with neither, no
-    ``Authorization`` header is sent. ``timeout`` bounds each network operation (connect,
-    each read, each write, and waiting for a pooled connection). A failed attempt is
+    ``Authorization`` header is sent. ``timeout`` bounds each attempt as a whole, from
+    waiting for a pooled connection to the answer's last byte. A failed attempt is
     retried up to ``retries`` times; the wait before retry ``n`` (from 1) is a server's
     ``Retry-After`` when given, else ``backoff * 2**(n-1)`` less up to 25% jitter; every
     wait is capped at ``max_backoff``. The connection pool holds ``concurrency``
@@ -181,19 +181,52 @@ class OpenAIClient(ModelClient):
                 f"preflight: model {model!r} at {self.base_url} did not answer: {exc}"
             ) from None
 
+    async def models(self) -> list[str]:
+        """The ids the server lists at ``GET {base_url}/models`` (one attempt, no
+        retries: a caller bounds it in time). Raises ``ModelEndpointError`` saying
+        why when the server cannot be reached or answers otherwise than a model list."""
+        url = f"{self.base_url}/models"
+        try:
+            response = await self._pools[0].get(url)
+        except httpx2.HTTPError as exc:
+            raise ModelEndpointError(
+                f"could not reach {url} ({type(exc).__name__}: {exc})", retryable=True
+            ) from exc
+        if response.status_code != 200:
+            raise ModelEndpointError(
+                f"{url} answered HTTP {response.status_code}: {_error_detail(response)}",
+                status=response.status_code,
+                retryable=False,
+            )
+        try:
+            data = orjson.loads(response.content)
+            return [str(entry["id"]) for entry in data["data"]]
+        except (ValueError, TypeError, KeyError):
+            raise ModelEndpointError(
+                f"{url} answered HTTP 200 without a model list ({_snip(response.text)!r})",
+                status=200,
+                retryable=False,
+            ) from None
+
     def _delay(self, retry: int, wait: float | None) -> float:
         if wait is None:
             wait = self.backoff * 2 ** (retry - 1) * (1 - 0.25 * random.random())
         return max(0.0, min(wait, self.max_backoff))
 
     async def _attempt(self, body: bytes, attempt: int) -> ModelResponse:
+        """One attempt, bounded as a whole by ``timeout``: waiting for a connection,
+        connecting, sending and reading the answer to its last byte (httpx2's own
+        timeouts bound each step only, so a server trickling bytes never trips them)."""
         headers = {RETRY_COUNT_HEADER: str(attempt)} if attempt else None
         try:
             self._turn = (self._turn + 1) % len(self._pools)
             pool = self._pools[self._turn]
-            response = await pool.post(self._target, content=body, headers=headers)
+            with trio.move_on_after(self.timeout) as scope:
+                response = await pool.post(self._target, content=body, headers=headers)
         except httpx2.HTTPError as exc:
             raise self._transport_failure(exc) from exc
+        if scope.cancelled_caught:
+            raise self._transport_failure(httpx2.TimeoutException("the whole request"))
         if response.status_code != 200:
             raise self._status_failure(response)
         return _parse_response(response, self._url)

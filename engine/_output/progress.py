@@ -50,6 +50,11 @@ def _tokens(n: int) -> str:
     return f"{n} tok"
 
 
+def _two_decimals(mean: str) -> str:
+    """A shown mean with two decimals (``-``, no mean yet, as it is)."""
+    return mean if mean == "-" else f"{float(mean):+.2f}"
+
+
 class _Agent:
     __slots__ = ("reward_sum", "traces", "trainable")
 
@@ -109,6 +114,10 @@ class EvalProgress:
             if self._plain and label != "done":  # "done": the last line, printed at exit
                 self._log()
 
+    def note(self, text: str) -> None:
+        """Print one line above the progress line (never wrapped, never markup)."""
+        self._console.print(Text(text, style="red"), soft_wrap=True)
+
     def add(self, digested: Mapping[str, Any]) -> None:
         """Count one finished episode, given its ``summary.digest``."""
         self.label = "eval"
@@ -133,11 +142,12 @@ class EvalProgress:
     # --- what the line shows ----------------------------------------------------------
 
     def rewards(self) -> list[str]:
-        """``name +0.123`` for each trainable agent (else the first), in arrival order."""
+        """``name +0.123`` for each trainable agent (else the first), in arrival order;
+        ``name -`` while the agent has no ok trace (no mean yet, not 0)."""
         shown = [(n, a) for n, a in self.agents.items() if a.trainable]
         if not shown:
             shown = list(self.agents.items())[:1]
-        return [f"{n} {a.reward_sum / a.traces:+.3f}" for n, a in shown if a.traces]
+        return [f"{n} {a.reward_sum / a.traces:+.3f}" if a.traces else f"{n} -" for n, a in shown]
 
     def times(self) -> tuple[float, float, float | None]:
         """(elapsed s, episodes/s this run, ETA s or None)."""
@@ -179,7 +189,7 @@ class _Line:
         elapsed, rate, eta = p.times()
         rewards = p.rewards()
         short = [r.rsplit(" ", 1) for r in rewards]
-        two = " ".join(f"{name} {float(value):+.2f}" for name, value in short)
+        two = " ".join(f"{name} {_two_decimals(value)}" for name, value in short)
         reward_texts = ["reward " + " ".join(rewards), " ".join(rewards), two] if rewards else []
         hours = elapsed >= 3600 or (eta or 0) >= 3600
         return {

@@ -20,7 +20,7 @@ from cattrs.gen import make_dict_structure_fn, override
 from taketurns._eval.episode import Episode
 from taketurns._exchange.outcome import record_cause
 from taketurns._exchange.task import Task
-from taketurns._exchange.trace import JudgeCall, Trace, Turn, Usage
+from taketurns._exchange.trace import ErrorInfo, JudgeCall, Trace, Turn, Usage
 from taketurns._models.messages import Message
 from taketurns._models.wire import from_wire, register_messages, to_wire
 
@@ -126,7 +126,7 @@ def _trace_out(trace: Trace) -> dict[str, Any]:
         "reward": trace.reward,
         "metrics": trace.metrics,
         "stop_condition": trace.stop_condition,
-        "errors": [{"kind": e.kind, "message": e.message, "type": e.type} for e in trace.errors],
+        "errors": [_error_out(e) for e in trace.errors],
         "info": trace.info,
         "timing": {
             "started_at": timing.started_at,
@@ -136,6 +136,16 @@ def _trace_out(trace: Trace) -> dict[str, Any]:
         },
         "usage": _usage_out(trace.usage),
         "judge_calls": [_judge_out(call, wire) for call in trace.judge_calls],
+    }
+
+
+def _error_out(error: ErrorInfo) -> dict[str, str]:
+    return {
+        "kind": error.kind,
+        "message": error.message,
+        "type": error.type,
+        "where": error.where,
+        "traceback": error.traceback,
     }
 
 
@@ -242,7 +252,7 @@ def _episode_out(episode: Episode) -> dict[str, Any]:
         "cause": episode.cause,
         "attempts": episode.attempts,
         "stop": episode.stop,
-        "errors": [{"kind": e.kind, "message": e.message, "type": e.type} for e in episode.errors],
+        "errors": [_error_out(e) for e in episode.errors],
         "traces": [_trace_out(t) for t in episode.traces],
         "timing": {
             "started_at": timing.started_at,
@@ -293,8 +303,9 @@ def loads_episode(line: str | bytes) -> Episode:
 
 
 def parse_record(raw: bytes) -> dict[str, Any] | None:
-    """One ``episodes.jsonl`` line as its record, or None when it is damaged (not
-    JSON, not an object, or without an integer ``task.idx`` and ``rollout``)."""
+    """One ``episodes.jsonl`` line as its record, or None when it is damaged: not
+    JSON, not an object, without an integer ``task.idx`` and ``rollout``, or valid
+    JSON in the wrong shape (``_well_shaped``: ``"reward": "x"``, ``"turns": 5``)."""
     try:
         found = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -305,11 +316,74 @@ def parse_record(raw: bytes) -> dict[str, Any] | None:
     idx = task.get("idx") if isinstance(task, dict) else None
     if type(idx) is not int or type(found.get("rollout")) is not int:
         return None
+    if not _well_shaped(found):
+        return None
     for trace in found.get("traces") or ():
-        turns = trace.get("turns") if isinstance(trace, dict) else None
-        if isinstance(turns, list) and not expand_turns(turns):
+        if not expand_turns(trace.get("turns") or []):
             return None
     return found
+
+
+# The types of the fields the engine reads back (the summary, a resume, the report,
+# export), each checked when present: a record that has one of another type is
+# damaged, set aside like a torn line, never a traceback further on.
+_EPISODE_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "env": (str,),
+    "ok": (bool,),
+    "cause": (str, type(None)),
+    "stop": (str, type(None)),
+    "attempts": (int,),
+    "errors": (list,),
+    "traces": (list, type(None)),
+    "info": (dict, type(None)),
+}
+_TRACE_TYPES: dict[str, tuple[type, ...]] = {
+    "agent": (dict,),
+    "episode": (dict,),
+    "task": (dict,),
+    "turns": (list, type(None)),
+    "messages": (list, type(None)),
+    "rewards": (dict, type(None)),
+    "metrics": (dict, type(None)),
+    "stop_condition": (str, type(None)),
+    "errors": (list, type(None)),
+    "usage": (dict, type(None)),
+    "info": (dict, type(None)),
+    "judge_calls": (list, type(None)),
+}
+
+
+def _typed(record: dict[str, Any], types: dict[str, tuple[type, ...]]) -> bool:
+    return all(isinstance(record[k], kinds) for k, kinds in types.items() if k in record) and all(
+        isinstance(e, dict) for e in record.get("errors") or ()
+    )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _well_shaped(record: dict[str, Any]) -> bool:
+    """Whether every field the engine reads back has its type (see above)."""
+    if not _typed(record, _EPISODE_TYPES):
+        return False
+    for trace in record.get("traces") or ():
+        if not isinstance(trace, dict) or not _typed(trace, _TRACE_TYPES):
+            return False
+        if "reward" in trace and not _number(trace["reward"]):
+            return False
+        for scores in (trace.get("rewards") or {}, trace.get("metrics") or {}):
+            if not all(_number(v) for v in scores.values()):
+                return False
+        if not all(_number(v) for v in (trace.get("usage") or {}).values()):
+            return False
+        if not all(isinstance(t, dict) for t in trace.get("turns") or ()):
+            return False
+        name = (trace.get("agent") or {}).get("name", "")
+        if not isinstance(name, str):
+            return False
+    return True
 
 
 def read_episodes(

@@ -15,8 +15,12 @@ Safety (each a test in tests/test_rundir.py):
   ``damaged.jsonl``, cancelled episodes to ``cancelled.jsonl``, failed ones
   (``_exchange.outcome``) to ``failed.jsonl``, repeats of a pair to
   ``duplicates.jsonl``. Side files are appended and synced before the main file is
-  replaced; nothing is deleted.
+  replaced; nothing is deleted. A tidy killed at any point is undone or completed by
+  the next one (``_recover``): side files are never appended twice, and no
+  ``episodes.jsonl.tmp`` (nor any other temp file) is left behind.
 - **Movable.** Nothing in the directory names its own path.
+- **Resumes are recorded.** Each ``--resume`` appends a line to ``resumes.jsonl``
+  (when, and the options it changed: ``_cli.resume``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,7 +50,9 @@ CANCELLED = "cancelled.jsonl"
 FAILED = "failed.jsonl"
 DAMAGED = "damaged.jsonl"
 DUPLICATES = "duplicates.jsonl"
+RESUMES = "resumes.jsonl"
 LOCK = ".lock"
+JOURNAL = ".tidy.json"  # a tidy under way: the side files' sizes before it appended
 _SIDE = {"cancelled": CANCELLED, "failed": FAILED, "duplicate": DUPLICATES}
 
 
@@ -177,6 +184,8 @@ class RunDir:
         ``resume`` or ``overwrite`` (which removes the previous run's files)."""
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"-o {self.path}: exists and is not a directory")
+        if resume and not self.config_path.exists():  # refused before the lock makes it
+            raise ConfigError(f"--resume: {self.path} holds no {CONFIG}; nothing to resume")
         self.lock()
         try:
             busy = any(p.name != LOCK for p in self.path.iterdir())
@@ -188,8 +197,8 @@ class RunDir:
             if resume and not self.config_path.exists():
                 raise ConfigError(f"--resume: {self.path} holds no {CONFIG}; nothing to resume")
             if overwrite and not resume:
-                names = (EPISODES, SUMMARY, CONFIG, "report.html", DAMAGED, *_SIDE.values())
-                for name in names:
+                names = (EPISODES, SUMMARY, CONFIG, RESUMES, "report.html", DAMAGED)
+                for name in names + tuple(_SIDE.values()):
                     (self.path / name).unlink(missing_ok=True)
         except BaseException:
             self.unlock()
@@ -217,6 +226,7 @@ class RunDir:
         to ``on_kept`` (compact: what the summary reads), streamed. Raises
         ``OutputError`` if the side files or the new main file cannot be written (the
         main file is then left as it was)."""
+        self._recover()
         found = Tidied()
         aside: dict[int, str] = {}
         seen = found.pairs
@@ -242,9 +252,63 @@ class RunDir:
             self._rewrite(aside)
         return found
 
+    @property
+    def _tmp(self) -> Path:
+        return self.episodes_path.with_suffix(".jsonl.tmp")
+
+    def _recover(self) -> None:
+        """Finish or undo a tidy that was killed midway (idempotent; the caller holds
+        the lock). The journal names each side file's size before the tidy appended
+        to it and the main file it was replacing: if that file is still in place the
+        appends are cut back (the next tidy appends them once); if it was replaced
+        they stay. Temp files of interrupted writes are removed."""
+        journal = self.path / JOURNAL
+        try:
+            entry = json.loads(journal.read_bytes())
+        except FileNotFoundError:
+            entry = None
+        except (OSError, ValueError):
+            entry = {}  # unreadable: nothing to undo by it
+        try:
+            if isinstance(entry, dict) and entry:
+                self._undo(entry)
+            if entry is not None:
+                journal.unlink(missing_ok=True)
+            for name in (self._tmp.name, JOURNAL, CONFIG, SUMMARY):
+                tmp = self.path / (name if name.endswith(".tmp") else f"{name}.tmp")
+                tmp.unlink(missing_ok=True)
+        except OSError as exc:
+            raise OutputError(str(journal), str(self.path), exc) from None
+
+    def _undo(self, entry: dict[str, Any]) -> None:
+        """Cut the side files back to their sizes in ``entry`` when the main file it
+        names is still the one in place (its replacement did not happen)."""
+        try:
+            main = os.stat(self.episodes_path).st_ino
+        except FileNotFoundError:
+            main = None
+        sides = entry.get("sides")
+        if main != entry.get("main") or not isinstance(sides, dict):
+            return
+        for name, size in sides.items():
+            path = self.path / name
+            known = name in (DAMAGED, *_SIDE.values()) and isinstance(size, int)
+            if known and path.exists() and path.stat().st_size > size:
+                with path.open("r+b") as f:
+                    f.truncate(size)
+                    os.fsync(f.fileno())
+
+    def _journal(self, names: Iterable[str]) -> None:
+        sizes = {}
+        for name in names:
+            path = self.path / name
+            sizes[name] = path.stat().st_size if path.exists() else 0
+        entry = {"main": os.stat(self.episodes_path).st_ino, "sides": sizes}
+        self.replace_file(self.path / JOURNAL, json.dumps(entry).encode())
+
     def _rewrite(self, aside: dict[int, str]) -> None:
         side: dict[str, list[bytes]] = {}
-        tmp = self.episodes_path.with_suffix(".jsonl.tmp")
+        tmp = self._tmp
         try:
             with tmp.open("wb") as out:
                 for number, raw, _ in self._scan():
@@ -259,12 +323,14 @@ class RunDir:
                         side.setdefault(_SIDE[kind], []).append(raw)
                 out.flush()
                 os.fsync(out.fileno())
+            self._journal(side)
             for name, lines in side.items():
                 self._append_synced(self.path / name, lines)
             os.replace(tmp, self.episodes_path)
+            (self.path / JOURNAL).unlink()
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError, OutputError):
+                self._recover()  # cuts back what was appended, if the main file stayed
             where = str(getattr(exc, "filename", None) or tmp)
             raise OutputError(where, str(self.path), exc) from None
 
@@ -281,6 +347,16 @@ class RunDir:
         return len(self.tidy().cancelled)
 
     # -- writing -----------------------------------------------------------------------
+
+    def record_resume(self, changed: dict[str, Any]) -> None:
+        """Append one line to ``resumes.jsonl``: when this resume started and the
+        options it changed (``{path: [old, new]}``, ``_cli.resume``). Raises
+        ``OutputError``."""
+        entry = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changed}
+        try:
+            self._append_synced(self.path / RESUMES, [orjson.dumps(entry, default=str) + b"\n"])
+        except OSError as exc:
+            raise OutputError(str(self.path / RESUMES), str(self.path), exc) from None
 
     def write_config(self, text: str) -> None:
         self.replace_file(self.config_path, text.encode())

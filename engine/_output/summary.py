@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from taketurns._exchange.outcome import record_cause
+from taketurns._output.failures import FailureKinds, first_failure
 
 if TYPE_CHECKING:
     from taketurns._eval.episode import Episode
@@ -18,8 +19,9 @@ if TYPE_CHECKING:
 __all__ = ["Summarizer", "digest", "pass_at_k", "render", "summarize"]
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
+def _mean(values: Sequence[float]) -> float | None:
+    """The mean; None (``null`` in ``summary.json``) over no values, never 0.0."""
+    return sum(values) / len(values) if values else None
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -31,9 +33,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def digest(episode: Episode) -> dict[str, Any]:
     """What ``summarize`` reads of an episode, taken from the live record (so a run
-    need not read its own output back)."""
+    need not read its own output back). ``failure``: the error that made it fail
+    (``failures.first_failure``), None when it did not."""
     return {
         "ok": episode.ok,
+        "failure": first_failure(episode),
         "cause": episode.cause,
         "stop": episode.stop,
         "traces": [
@@ -116,18 +120,19 @@ class _AgentStats:
             task[1] += reward > 0
 
     def stats(self, rollouts: int) -> dict[str, Any]:
+        """The agent's statistics; a mean over no (ok) traces is None, not 0.0."""
         n = self.traces
         stderr = math.sqrt(self.m2 / (n - 1) / n) if n >= 2 else 0.0
         stats: dict[str, Any] = {
             "traces": n,
-            "reward_mean": self.mean,
-            "reward_stderr": stderr,
+            "reward_mean": self.mean if n else None,
+            "reward_stderr": stderr if n else None,
             "rewards": self.rewards.means(),
             "metrics": self.metrics.means(),
             "stop_conditions": dict(self.stops),
             "errors": self.errors,
-            "turns_mean": self.turns / n if n else 0.0,
-            "tokens_mean": self.tokens / n if n else 0.0,
+            "turns_mean": self.turns / n if n else None,
+            "tokens_mean": self.tokens / n if n else None,
             "tokens_total": self.tokens,
         }
         if rollouts > 1:
@@ -154,9 +159,11 @@ class Summarizer:
         self.failed_agents: dict[str, _Means] = defaultdict(_Means)
         self.causes: Counter[str] = Counter()
         self.stops: Counter[str] = Counter()
+        self.failures = FailureKinds()
 
     def add(self, e: Mapping[str, Any]) -> None:
         self.total += 1
+        self.failures.add(e.get("failure"))
         self.stops[str(e.get("stop"))] += 1
         cause = record_cause(e)
         if cause is not None:
@@ -177,6 +184,8 @@ class Summarizer:
             "failed": failed,
             "failed_by_cause": dict(self.causes.most_common()),
             "episode_stops": dict(self.stops),
+            # the first failure of each kind (digests carry it; records read back do not)
+            "failures": self.failures.result(),
             "agents": {},
         }
         for name in sorted(self.agents.keys() | self.failed_agents.keys()):
@@ -243,18 +252,21 @@ def _rows(agents: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, list[str],
     rows += keyed("rewards", "+.3f", "{}")
     rows += keyed("metrics", ".3f", "{} (metric)")
     rows += keyed("stop_conditions", "d", "stop: {}")
-    rows.append(("turns (mean)", [f"{a['turns_mean']:.1f}" for a in stats], False))
-    rows.append(
-        ("tokens", [f"{a['tokens_mean']:,.0f} (Σ {a['tokens_total']:,})" for a in stats], False)
-    )
+    rows.append(("turns (mean)", [_cell(a["turns_mean"], ".1f") for a in stats], False))
+    rows.append(("tokens", [_tokens(a) for a in stats], False))
     return rows
 
 
 def _reward(stats: Mapping[str, Any]) -> str:
-    """Mean ± standard error; ``-`` for an agent that is not scored (no rewards)."""
-    if not stats.get("rewards"):
+    """Mean ± standard error; ``-`` for an agent that is not scored (no rewards) or
+    has no ok trace (no mean)."""
+    if not stats.get("rewards") or stats.get("reward_mean") is None:
         return "-"
     return f"{stats['reward_mean']:+.3f} ± {stats['reward_stderr']:.3f}"
+
+
+def _tokens(stats: Mapping[str, Any]) -> str:
+    return f"{_cell(stats['tokens_mean'], ',.0f')} (Σ {stats['tokens_total']:,})"
 
 
 def _cell(value: Any, fmt: str) -> str:

@@ -59,8 +59,7 @@ def write_report(
         raise ConfigError(
             f"report {run_dir}: no episodes.jsonl there; pass the -o directory of an eval"
         )
-    config_path = run_dir / "config.toml"
-    config_text = config_path.read_text(encoding="utf-8") if config_path.is_file() else ""
+    config_text = _text(run_dir / "config.toml", notify)
     try:
         config: Json = tomllib.loads(config_text)
     except tomllib.TOMLDecodeError:
@@ -72,10 +71,8 @@ def write_report(
     note = _damaged_note(damaged)
     if note and notify is not None:
         notify(note)
-    summary_path = run_dir / "summary.json"
-    if summary_path.is_file():
-        summary: Json = json.loads(summary_path.read_text(encoding="utf-8"))
-    else:
+    summary = _summary(run_dir / "summary.json", notify)
+    if summary is None:
         if scan.summary.rollouts is None:
             scan.summary.rollouts = 1 + scan.max_rollout
         summary = scan.summary.result()
@@ -90,6 +87,41 @@ def write_report(
             tmp.unlink(missing_ok=True)
         raise OutputError(str(out), str(run_dir), exc) from None
     return out
+
+
+def _text(path: Path, notify: Callable[[str], None] | None) -> str:
+    """``path``'s text ("" when absent or unreadable); bytes that are not UTF-8 are
+    shown replaced, and ``notify`` hears one line about it."""
+    try:
+        data = path.read_bytes() if path.is_file() else b""
+    except OSError as exc:
+        if notify is not None:
+            notify(f"{path.name}: cannot be read ({exc.strerror or exc}); left out")
+        return ""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if notify is not None:
+            notify(
+                f"{path.name}: not UTF-8 text (byte {exc.start}); shown with replacement characters"
+            )
+        return data.decode("utf-8", "replace")
+
+
+def _summary(path: Path, notify: Callable[[str], None] | None) -> Json | None:
+    """``summary.json`` as written by the eval, or None (recomputed) when it is
+    absent or not a JSON object (``notify`` hears why)."""
+    if not path.is_file():
+        return None
+    try:
+        found = json.loads(_text(path, notify) or "null")
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        if notify is not None:
+            notify(f"{path.name}: not a JSON object; recomputed from episodes.jsonl")
+        return None
+    return found
 
 
 def _damaged_note(lines: list[int]) -> str:
@@ -206,7 +238,7 @@ def _cell(agent: str, stat: str, value: object, text: str, extra: str = "") -> s
 def _reward_cell(agent: str, stats: Json) -> str:
     mean, stderr = as_float(stats.get("reward_mean")), as_float(stats.get("reward_stderr"))
     if mean is None:
-        return '<td class="na">–</td>'
+        return '<td class="na">-</td>'
     text = f"{mean:+.3f} ± {stderr or 0.0:.3f}"
     return _cell(agent, "reward_mean", mean, text, f' data-stderr="{esc(stderr)}"')
 
@@ -250,7 +282,7 @@ def _agent_rows(agents: Json) -> list[tuple[str, str, list[str]]]:
             if sub:
                 value = as_dict(value).get(sub, 0 if field == "stop_conditions" else None)
             if value is None:
-                cells.append('<td class="na">–</td>')
+                cells.append('<td class="na">-</td>')
             else:
                 cells.append(_cell(name, stat, value, shown(value)))
         rows.append((label, stat, cells))

@@ -227,13 +227,28 @@ def _judge_calls(calls: list[Any]) -> str:
 def _errors(errors: list[Any], title: str) -> str:
     if not errors:
         return ""
-    items = "".join(
-        f"<li><b>{esc(as_dict(x).get('kind', '?'))}</b> "
-        f"<code>{esc(as_dict(x).get('type', ''))}</code> "
-        f"{clip(str(as_dict(x).get('message', x)), 4000)}</li>"
-        for x in errors
-    )
+    items = "".join(_error(x) for x in errors)
     return f'<div class="errors"><b>{esc(title)}</b><ul>{items}</ul></div>'
+
+
+def _error(error: Any) -> str:
+    """One error: kind, type, message, where (file:line) and its traceback (folded;
+    records written before tracebacks were kept have none)."""
+    x = as_dict(error)
+    where = x.get("where")
+    tb = x.get("traceback")
+    return (
+        f"<li><b>{esc(x.get('kind', '?'))}</b> <code>{esc(x.get('type', ''))}</code> "
+        f"{clip(str(x.get('message', error)), 4000)}"
+        + (f' <span class="where">at <code>{esc(where)}</code></span>' if where else "")
+        + (
+            f'<details class="traceback"><summary>traceback</summary><pre>{clip(str(tb))}</pre>'
+            "</details>"
+            if tb
+            else ""
+        )
+        + "</li>"
+    )
 
 
 # --- inline CSS and JS (pinned by hash in the page's Content-Security-Policy) -------

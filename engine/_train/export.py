@@ -10,6 +10,13 @@ becomes one row: JSON Lines (always) or Parquet (``pyarrow``, the
 sequence (``prompt_ids``, ``completion_ids``, ``completion_mask``,
 ``completion_logprobs``, possibly null), ``reward``, ``advantage``, ``reason`` (why
 a sample split off, else null) and ``policy_versions``.
+
+A run whose turns carry no token ids (the default eval: nothing asked the endpoint
+for them) exports message-level rows instead (``level="auto"``; or ask for a level:
+``tokens``, ``messages``), for trainers that tokenize themselves: one row per
+trainable trace of an ok episode (``MESSAGE_COLUMNS``): provenance, ``messages`` (the
+conversation in OpenAI wire shape; a JSON string in Parquet), ``message_mask`` (1 on
+the model's own turns), ``reward``, ``advantage``, ``policy_versions``.
 """
 
 from __future__ import annotations
@@ -24,11 +31,36 @@ import orjson
 from taketurns._errors import ConfigError
 from taketurns._eval.episode import Episode
 from taketurns._output.records import read_episodes, record
+from taketurns._train.conversations import group_conversations
 from taketurns._train.groups import Group, make_group
 
-__all__ = ["FORMATS", "ROW_COLUMNS", "Export", "export_samples", "run_groups", "sample_rows"]
+__all__ = [
+    "FORMATS",
+    "LEVELS",
+    "MESSAGE_COLUMNS",
+    "ROW_COLUMNS",
+    "Export",
+    "export_samples",
+    "message_rows",
+    "run_groups",
+    "sample_rows",
+]
 
 FORMATS = ("jsonl", "parquet")
+LEVELS = ("auto", "tokens", "messages")
+MESSAGE_COLUMNS = (
+    "env",
+    "episode_id",
+    "agent",
+    "task_idx",
+    "task_name",
+    "rollout",
+    "messages",
+    "message_mask",
+    "reward",
+    "advantage",
+    "policy_versions",
+)
 ROW_COLUMNS = (
     "env",
     "episode_id",
@@ -51,13 +83,15 @@ ROW_COLUMNS = (
 @attrs.frozen
 class Export:
     """What ``export_samples`` wrote: ``rows`` samples of ``groups`` groups
-    (``episodes`` episodes, ``failed`` of them not ok) to ``path``."""
+    (``episodes`` episodes, ``failed`` of them not ok) to ``path``, at ``level``
+    (``tokens`` or ``messages``)."""
 
     path: Path
     rows: int
     groups: int
     episodes: int
     failed: int
+    level: str = "tokens"
 
 
 def run_groups(run_dir: Path, *, scale: bool = False) -> list[Group]:
@@ -103,33 +137,89 @@ def sample_rows(groups: Iterable[Group]) -> Iterator[dict[str, Any]]:
             }
 
 
+def message_rows(groups: Iterable[Group]) -> Iterator[dict[str, Any]]:
+    """One row (``MESSAGE_COLUMNS``) per trainable trace of each group's ok episodes."""
+    for group in groups:
+        env = group.episodes[0].env if group.episodes else ""
+        for c in group_conversations(group):
+            yield {
+                "env": env,
+                "episode_id": c.episode_id,
+                "agent": c.agent,
+                "task_idx": c.task_idx,
+                "task_name": group.task.name,
+                "rollout": c.rollout,
+                "messages": c.messages,
+                "message_mask": c.message_mask,
+                "reward": c.reward,
+                "advantage": c.advantage,
+                "policy_versions": list(c.policy_versions),
+            }
+
+
 def export_samples(
     run_dir: Path,
     out: Path | None = None,
     *,
     format: str = "jsonl",
     scale: bool = False,
+    level: str = "auto",
 ) -> Export:
-    """Write the samples of ``run_dir`` to ``out`` (default ``run_dir/samples.<format>``).
-    Raises ``ConfigError`` for an unknown format, a missing run, or Parquet without
+    """Write the samples of ``run_dir`` to ``out`` (default ``run_dir/samples.<format>``):
+    token-level rows, or message-level ones (``level="messages"``, or ``"auto"`` when no
+    turn carried token ids); nothing is written when there is no row. Raises
+    ``ConfigError`` for an unknown format or level, a missing run, or Parquet without
     ``pyarrow``. Synchronous (file I/O): from trio, call it in ``trio.to_thread``."""
     if format not in FORMATS:
         raise ConfigError(f"--format {format!r}: choose one of {', '.join(FORMATS)}")
+    if level not in LEVELS:
+        raise ConfigError(f"--level {level!r}: choose one of {', '.join(LEVELS)}")
     groups = run_groups(run_dir, scale=scale)
     target = Path(out) if out is not None else Path(run_dir) / f"samples.{format}"
-    rows = list(sample_rows(groups))
-    if format == "jsonl":
+    rows = list(sample_rows(groups)) if level != "messages" else []
+    used = "tokens"
+    if level == "messages" or (level == "auto" and not rows):
+        rows, used = list(message_rows(groups)), "messages"
+    if not rows:
+        pass  # nothing to write: no empty file stands in for a dataset
+    elif format == "jsonl":
         with target.open("wb") as f:
             for row in rows:
                 f.write(orjson.dumps(row) + b"\n")
+    elif used == "messages":
+        _write_parquet_messages(rows, target)
     else:
         _write_parquet(rows, target)
     episodes = sum(len(g.episodes) for g in groups)
     failed = sum(g.failed for g in groups)
-    return Export(target, len(rows), len(groups), episodes, failed)
+    return Export(target, len(rows), len(groups), episodes, failed, used)
 
 
-def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
+def _write_parquet_messages(rows: list[dict[str, Any]], target: Path) -> None:
+    """Message-level rows as Parquet: ``messages`` as JSON text (a message's content
+    is a string or a list of parts, which one Arrow type cannot hold)."""
+    pa, pq = _pyarrow()
+    columns = {name: [row[name] for row in rows] for name in MESSAGE_COLUMNS}
+    columns["messages"] = [orjson.dumps(m).decode() for m in columns["messages"]]
+    schema = pa.schema(
+        [
+            ("env", pa.string()),
+            ("episode_id", pa.string()),
+            ("agent", pa.string()),
+            ("task_idx", pa.int64()),
+            ("task_name", pa.string()),
+            ("rollout", pa.int64()),
+            ("messages", pa.string()),
+            ("message_mask", pa.list_(pa.int8())),
+            ("reward", pa.float64()),
+            ("advantage", pa.float64()),
+            ("policy_versions", pa.list_(pa.string())),
+        ]
+    )
+    pq.write_table(pa.table(columns, schema=schema), target)
+
+
+def _pyarrow() -> Any:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -137,6 +227,11 @@ def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
         raise ConfigError(
             "--format parquet needs pyarrow: pip install 'taketurns[train]' (or use jsonl)"
         ) from None
+    return pa, pq
+
+
+def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
+    pa, pq = _pyarrow()
     columns = {name: [row[name] for row in rows] for name in ROW_COLUMNS}
     schema = pa.schema(
         [
