@@ -120,6 +120,7 @@ if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._config.settings import load_eval_config
     from taketurns._http.interception import (
         Endpoint,
+        EndpointState,
         InterceptionServer,
         open_interception_server,
     )
@@ -141,6 +142,7 @@ _LAZY = {
     "export_samples": "taketurns._train.export",
     "run_eval": "taketurns._runner",
     "Endpoint": "taketurns._http.interception",
+    "EndpointState": "taketurns._http.interception",
     "InterceptionServer": "taketurns._http.interception",
     "OpenAIClient": "taketurns._models.openai",
     "ServedHarness": "taketurns._http.served",
@@ -169,6 +171,7 @@ __all__ = [
     "ChatSession",
     "ConfigError",
     "Endpoint",
+    "EndpointState",
     "Env",
     "EnvConfig",
     "Episode",

@@ -19,11 +19,14 @@ a segment is cancelled or times out.
 ``agent`` picks the adapter's wiring to the rollout's interception URL and secret:
 
 - ``codex``: ``codex-acp`` with the same ``-c`` overrides as the ``codex`` harness
-  (Responses API, retries and web search off, ``sandbox``); the task's system prompt
-  as ``developer_instructions``.
+  (Responses API, retries and web search off, ``sandbox``, sub-agents off); the
+  task's system prompt as ``developer_instructions`` in ``CODEX_HOME/config.toml``.
 - ``claude``: ``claude-agent-acp`` with Claude Code's environment (Messages API,
   ``CLAUDE_CODE_MAX_RETRIES=0``, ...); the system prompt appended through
-  ``session/new``'s ``_meta.systemPrompt``.
+  ``session/new``'s ``_meta.systemPrompt``, Claude Code's sub-agent tools refused
+  through its ``_meta.claudeCode.options.disallowedTools``.
+
+Nothing secret is on the adapter's command line (every process can read it).
 
 The segment's messages come from the model boundary's turns, exactly as for the CLI
 harnesses; a stop stamped by the boundary ends the segment as that stop condition.
@@ -31,7 +34,8 @@ harnesses; a stop stamped by the boundary ends the segment as that stop conditio
 Options: ``agent`` (``codex`` or ``claude``, required), ``command`` (the adapter's
 argv, default ``["codex-acp"]`` / ``["claude-agent-acp"]``), ``permissions``
 (``allow``, the default, or ``reject``), ``sandbox`` (with ``codex``; as for the
-``codex`` harness), ``env``, ``tail_chars``.
+``codex`` harness), ``sub_agents`` (default false: as for the ``codex`` and
+``claude-code`` harnesses), ``env``, ``tail_chars``.
 """
 
 from __future__ import annotations
@@ -53,8 +57,14 @@ from taketurns.harnesses.agent_cli import (
     refuse,
     split_system,
 )
-from taketurns.harnesses.claude_code import claude_env
-from taketurns.harnesses.codex import KEY_VAR, SANDBOXES, codex_config, default_sandbox
+from taketurns.harnesses.claude_code import SUB_AGENT_TOOLS, claude_env
+from taketurns.harnesses.codex import (
+    KEY_VAR,
+    SANDBOXES,
+    codex_config,
+    default_sandbox,
+    write_codex_home,
+)
 
 ADAPTERS = {
     "codex": ("codex-acp", "npm install -g @zed-industries/codex-acp@0.16.0"),
@@ -96,6 +106,7 @@ class AcpHarness(AgentCLIHarness):
         command: Sequence[str] | None = None,
         permissions: str = "allow",
         sandbox: str | None = None,
+        sub_agents: bool = False,
         env: Mapping[str, str] | None = None,
         tail_chars: int = 2000,
     ) -> None:
@@ -112,9 +123,12 @@ class AcpHarness(AgentCLIHarness):
         sandbox = sandbox if sandbox is not None else default_sandbox()
         if sandbox not in SANDBOXES:
             raise refuse("sandbox", sandbox, f"one of {', '.join(SANDBOXES)}")
+        if not isinstance(sub_agents, bool):
+            raise refuse("sub_agents", sub_agents, "true or false")
         self.agent = agent
         self.permissions = permissions
         self.sandbox = sandbox
+        self.sub_agents = sub_agents
 
     # -- the process ------------------------------------------------------------------
 
@@ -122,9 +136,9 @@ class AcpHarness(AgentCLIHarness):
         """The adapter's extra argv and environment for this rollout."""
         dirs = self.dirs(rollout)
         endpoint = self.endpoint(rollout)
-        if self.agent == "codex":
-            system = rollout.state.get("system")
-            argv = [*codex_config(endpoint.base_url, self.sandbox, system)]
+        if self.agent == "codex":  # the system prompt in CODEX_HOME: argv is public
+            write_codex_home(dirs.home, rollout.state.get("system"))
+            argv = [*codex_config(endpoint.base_url, self.sandbox, sub_agents=self.sub_agents)]
             argv += ["-c", f"model={rollout.boundary.model}"]
             extra = {"CODEX_HOME": str(dirs.home), KEY_VAR: endpoint.secret}
         else:
@@ -166,8 +180,15 @@ class AcpHarness(AgentCLIHarness):
     async def _open_session(self, rollout: Rollout, live: _Live) -> None:
         params: dict[str, Any] = {"cwd": str(self.dirs(rollout).work), "mcpServers": []}
         system = rollout.state.get("system")
-        if self.agent == "claude" and system:
-            params["_meta"] = {"systemPrompt": {"append": system}}
+        if self.agent == "claude":
+            meta: dict[str, Any] = {}
+            if system:
+                meta["systemPrompt"] = {"append": system}
+            if not self.sub_agents:
+                options = {"disallowedTools": list(SUB_AGENT_TOOLS)}
+                meta["claudeCode"] = {"options": options}
+            if meta:
+                params["_meta"] = meta
         session_id = rollout.state.get("session")
         if session_id is None:
             result = await live.connection.call("session/new", params)

@@ -9,8 +9,9 @@ built from nothing: ``PATH``, ``HOME``, ``TMPDIR``, ``LANG``, ``TERM=dumb``, wha
 harness adds (the rollout's URL and secret) and the ``env`` option; the host's API
 keys never reach the agent.
 
-A segment's process starts in a new session (its own process group) with stdin from
-``/dev/null`` and stdout/stderr to files in the scratch directory. When the segment
+A segment's process starts in a new session (its own process group) with stdin,
+stdout and stderr from/to files in the scratch directory (stdin holds the segment's
+message for the CLIs that read it there, else nothing). When the segment
 is cancelled or times out the whole group is killed (``SIGKILL``) and reaped; after
 a normal exit, whatever the agent left running in its group is killed too.
 
@@ -32,7 +33,6 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -142,6 +142,9 @@ class AgentCLIHarness(ServedHarness):
 
     binary: ClassVar[str]
     install: ClassVar[str]
+    # a runaway agent (one claude-code segment once made 624 calls through its
+    # sub-agents) ends as ``max_segment_turns``; ``limits.max_segment_turns`` changes it
+    segment_turns = 100
 
     def __init__(
         self,
@@ -217,17 +220,26 @@ class AgentCLIHarness(ServedHarness):
         env: Mapping[str, str],
         *,
         program: str | None = None,
+        stdin: str | None = None,
     ) -> Finished:
         """Run one segment's process (``program``, default the agent's binary, with
-        ``argv``) to its end; cancellation kills its group."""
+        ``argv``) to its end; cancellation kills its group. ``stdin``: the text the
+        process reads on its stdin (a file in the scratch directory; default empty):
+        never on its command line, where every process could read it."""
         dirs = self.dirs(rollout)
         n = rollout.state.get("segments", 0)
         rollout.state["segments"] = n + 1
         out_path, err_path = dirs.tmp.parent / f"stdout-{n}", dirs.tmp.parent / f"stderr-{n}"
-        with out_path.open("wb") as stdout, err_path.open("wb") as stderr:
+        in_path = dirs.tmp.parent / f"stdin-{n}"
+        in_path.write_text(stdin or "", encoding="utf-8")
+        with (
+            in_path.open("rb") as stdin_file,
+            out_path.open("wb") as stdout,
+            err_path.open("wb") as stderr,
+        ):
             process = await trio.lowlevel.open_process(
                 [program or self.path, *argv],
-                stdin=subprocess.DEVNULL,
+                stdin=stdin_file,
                 stdout=stdout,
                 stderr=stderr,
                 cwd=str(dirs.work),

@@ -2,19 +2,22 @@
 
 Install: ``npm install -g @anthropic-ai/claude-code@2.1.332`` (a native binary).
 
-A first segment is ``claude -p <prompt> --session-id <uuid>`` (a fresh uuid per
-rollout); every later one is ``claude -p <message> --resume <uuid>``, so Claude Code
-continues its own saved session (each request carries the earlier turns). A first
-segment opened by the user's message launches fresh. Each rollout has its own
-``CLAUDE_CONFIG_DIR`` (inside its home) and working directory
+A first segment is ``claude -p --session-id <uuid>`` (a fresh uuid per rollout);
+every later one is ``claude -p --resume <uuid>``, so Claude Code continues its own
+saved session (each request carries the earlier turns); the segment's message is on
+its stdin. A first segment opened by the user's message launches fresh. Each rollout
+has its own ``CLAUDE_CONFIG_DIR`` (inside its home) and working directory
 (``taketurns.harnesses.agent_cli``). Claude Code talks only to the rollout's
 interception URL over the Messages API (``ANTHROPIC_BASE_URL``, the secret as
 ``ANTHROPIC_API_KEY``) with ``CLAUDE_CODE_MAX_RETRIES=0`` (the interception server's
 upstream client retries the model, so a re-sent request never becomes a second
 turn), ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` and, as root, ``IS_SANDBOX=1``
 (without it Claude Code refuses its tools to root). The task's system prompt (and
-any leading system messages) is appended to Claude Code's own
-(``--append-system-prompt``). The rollout's MCP servers are Claude Code's own
+any leading system messages) is appended to Claude Code's own from a file in its
+home (``--append-system-prompt-file``): nothing secret is on the command line, which
+every process can read. Its tools that start or manage other agents (``Agent``,
+``Task``, ``ListAgents``, ``Workflow``) are refused (``--disallowedTools``) unless
+``sub_agents`` is true. The rollout's MCP servers are Claude Code's own
 (``--mcp-config``, pre-approved with ``--allowedTools mcp__<name>``: see
 ``taketurns.harnesses.agent_mcp``).
 
@@ -22,6 +25,7 @@ Options (``--env.<role>.harness_options.<name>=...``): ``allowed_tools`` (a list
 ``--allowedTools``, e.g. ``["Bash", "Read"]``; default: none pre-approved, so in
 ``-p`` mode a tool that needs permission is refused to the model), ``permission_mode``
 (``--permission-mode``: ``default``, ``acceptEdits``, ``bypassPermissions``, ...),
+``sub_agents`` (true: Claude Code's sub-agent tools stay; default false),
 ``binary`` (default ``claude``), ``args`` (extra arguments for every segment), ``env``
 (extra environment variables), ``tail_chars`` (how much stderr/stdout a failure
 quotes).
@@ -44,6 +48,10 @@ from taketurns.harnesses.agent_cli import (
     split_system,
 )
 from taketurns.harnesses.agent_mcp import claude_mcp_config, claude_mcp_env, rollout_servers
+
+# Claude Code's tools that start or manage other agents: refused unless ``sub_agents``
+# (``Task`` is the sub-agent tool's name before Claude Code 2.1, ``Agent`` after)
+SUB_AGENT_TOOLS = ("Agent", "Task", "ListAgents", "Workflow")
 
 
 def claude_env(endpoint: Endpoint, dirs: AgentDirs) -> dict[str, str]:
@@ -74,6 +82,7 @@ class ClaudeCodeHarness(AgentCLIHarness):
         *,
         allowed_tools: Sequence[str] | None = None,
         permission_mode: str | None = None,
+        sub_agents: bool = False,
         binary: str | None = None,
         env: Mapping[str, str] | None = None,
         args: Sequence[str] = (),
@@ -85,20 +94,25 @@ class ClaudeCodeHarness(AgentCLIHarness):
         )
         if permission_mode is not None and not isinstance(permission_mode, str):
             raise refuse("permission_mode", permission_mode, "a string")
+        if not isinstance(sub_agents, bool):
+            raise refuse("sub_agents", sub_agents, "true or false")
         self.permission_mode = permission_mode
+        self.sub_agents = sub_agents
 
     def _flags(self, rollout: Rollout) -> list[str]:
+        home = self.dirs(rollout).home
         argv = ["--output-format", "json", "--model", rollout.boundary.model]
-        system = rollout.state.get("system")
-        if system:
-            argv += ["--append-system-prompt", system]
+        if rollout.state.get("system"):  # a file: argv is public
+            argv += ["--append-system-prompt-file", str(home / "system-prompt.md")]
         servers = rollout.state.get("mcp_servers", [])
         if servers:
-            argv += ["--mcp-config", str(self.dirs(rollout).home / "mcp.json")]
+            argv += ["--mcp-config", str(home / "mcp.json")]
             argv += ["--strict-mcp-config"]
         allowed = [*(self.allowed_tools or ()), *(f"mcp__{s.name}" for s in servers)]
         if allowed:
             argv += ["--allowedTools", *allowed]
+        if not self.sub_agents:
+            argv += ["--disallowedTools", *SUB_AGENT_TOOLS]
         if self.permission_mode is not None:
             argv += ["--permission-mode", self.permission_mode]
         return [*argv, *self.args]
@@ -109,27 +123,31 @@ class ClaudeCodeHarness(AgentCLIHarness):
         extra.update(claude_mcp_env(rollout.state.get("mcp_servers", [])))
         return self.environment(dirs, extra)
 
-    async def _segment(self, rollout: Rollout, argv: list[str]) -> None:
+    async def _segment(self, rollout: Rollout, argv: list[str], message: str) -> None:
         turns_before = len(rollout.trace.turns)
-        finished = await self.run_agent(rollout, argv, self._env(rollout))
+        finished = await self.run_agent(rollout, argv, self._env(rollout), stdin=message)
         self.settle(rollout, turns_before, self.exit_failure(finished))
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
+        home = self.dirs(rollout).home
         servers = rollout.state["mcp_servers"] = rollout_servers(rollout, self.id)
         if servers:
             config = json.dumps(claude_mcp_config(servers), indent=2)
-            (self.dirs(rollout).home / "mcp.json").write_text(config, "utf-8")
+            (home / "mcp.json").write_text(config, "utf-8")
         system, rest = split_system(prompt.wire_messages())
         if not rest:
             raise HarnessError("claude-code needs a user message to start from")
-        rollout.state["system"] = "\n\n".join(system) or None
+        text = rollout.state["system"] = "\n\n".join(system) or None
+        if text:
+            (home / "system-prompt.md").write_text(text, "utf-8")
         session = rollout.state["session"] = str(uuid.uuid4())
-        argv = ["-p", *self._flags(rollout), "--session-id", session, "--", prompt_text(rest)]
-        await self._segment(rollout, argv)
+        # the message on stdin (``-p`` with no prompt argument reads it there)
+        argv = ["-p", *self._flags(rollout), "--session-id", session]
+        await self._segment(rollout, argv, prompt_text(rest))
 
     async def resume(self, rollout: Rollout, messages: Sequence[Message]) -> None:
         session = rollout.state.get("session")
         if session is None:
             raise HarnessError("claude-code has no session to resume")
-        argv = ["-p", *self._flags(rollout), "--resume", session, "--", prompt_text(messages)]
-        await self._segment(rollout, argv)
+        argv = ["-p", *self._flags(rollout), "--resume", session]
+        await self._segment(rollout, argv, prompt_text(messages))

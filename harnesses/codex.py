@@ -3,31 +3,37 @@
 Install: ``npm install -g @openai/codex@0.171.0`` (a native binary; Codex's sandbox
 needs Debian's ``bubblewrap``).
 
-A first segment is ``codex exec --json <prompt>``; every later one is ``codex exec
-resume <thread_id> --json <message>``, the thread id read from the first segment's
-``thread.started`` event (Codex re-sends the whole thread to the model, so each
-request carries the earlier turns). A first segment opened by the user's message
-launches fresh. Each rollout has its own ``CODEX_HOME`` (config, sessions) and
-working directory (``taketurns.harnesses.agent_cli``), and Codex talks only to the
-rollout's interception URL over the Responses API, with the rollout's secret::
+A first segment is ``codex exec --json -``; every later one is ``codex exec resume
+<thread_id> --json -``, the segment's message on stdin (``-``), the thread id read
+from the first segment's ``thread.started`` event (Codex re-sends the whole thread
+to the model, so each request carries the earlier turns). A first segment opened by
+the user's message launches fresh. Each rollout has its own ``CODEX_HOME`` (config,
+sessions) and working directory (``taketurns.harnesses.agent_cli``), and Codex talks
+only to the rollout's interception URL over the Responses API, with the rollout's
+secret (from the environment, ``TAKETURNS_API_KEY``)::
 
     -c model_provider=taketurns
     -c model_providers.taketurns={name=..., base_url=<rollout URL>, env_key=...,
        wire_api="responses", request_max_retries=0, stream_max_retries=0}
     -c web_search="disabled"
+    -c features.multi_agent=false (and multi_agent_v2, apps, plugins)
 
 Its retries are off (the interception server's upstream client retries the model),
-so a re-sent request never becomes a second turn. The task's system prompt (and
-any leading system messages) reaches the agent as ``developer_instructions``. The
-rollout's MCP servers are Codex's own (``-c mcp_servers.<name>=...``: see
-``taketurns.harnesses.agent_mcp``).
+so a re-sent request never becomes a second turn. Sub-agents (``multi_agent``,
+``multi_agent_v2``), apps and plugins are off unless ``sub_agents`` is true. Nothing
+secret is on the command line (every process can read it): the task's system prompt
+(and any leading system messages) reaches the agent as ``developer_instructions``
+and the rollout's MCP servers (``taketurns.harnesses.agent_mcp``; their environment
+may hold keys) as ``mcp_servers.<name>``, both in ``CODEX_HOME/config.toml``.
 
 Options (``--env.<role>.harness_options.<name>=...``): ``sandbox`` (``read-only``,
 ``workspace-write`` or ``danger-full-access``; default ``workspace-write`` where
 ``bwrap`` is on PATH, else ``danger-full-access``: Codex's Linux sandbox needs
-bubblewrap), ``binary`` (default ``codex``), ``args`` (extra arguments for every
-``codex exec``), ``env`` (extra environment variables), ``tail_chars`` (how much
-stderr/stdout a failure quotes).
+bubblewrap), ``sub_agents`` (true: leave Codex's sub-agent, apps and plugins
+features as Codex sets them; default false), ``binary`` (default ``codex``),
+``args`` (extra arguments for every ``codex exec``), ``env`` (extra environment
+variables), ``tail_chars`` (how much stderr/stdout a failure quotes). The default
+``limits.max_segment_turns`` of an agent CLI is 100.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from taketurns import HarnessError, Message, Prompt, Rollout
 from taketurns.harnesses.agent_cli import (
@@ -51,8 +58,15 @@ SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
 KEY_VAR = "TAKETURNS_API_KEY"
 
 
+# Codex features that start more agents or reach outside the rollout, off unless the
+# ``sub_agents`` option is true (``codex features list`` names them)
+SUB_AGENT_FEATURES = ("multi_agent", "multi_agent_v2", "apps", "plugins")
+
+
 def _toml(value: str) -> str:
-    return json.dumps(value)  # a JSON string is a valid TOML basic string
+    # a JSON string is a TOML basic string, once DEL (which TOML wants escaped) is
+    # escaped; non-ASCII stays as is (TOML refuses JSON's surrogate-pair escapes)
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def thread_id(stdout: str) -> str | None:
@@ -73,9 +87,10 @@ def default_sandbox() -> str:
     return "workspace-write" if shutil.which("bwrap") else "danger-full-access"
 
 
-def codex_config(base_url: str, sandbox: str, instructions: str | None) -> list[str]:
+def codex_config(base_url: str, sandbox: str, *, sub_agents: bool = False) -> list[str]:
     """The ``-c`` overrides pointing Codex (or codex-acp) at ``base_url`` over the
-    Responses API with the key in ``KEY_VAR``: retries and web search off."""
+    Responses API with the key in ``KEY_VAR``: retries and web search off, and unless
+    ``sub_agents``, ``SUB_AGENT_FEATURES`` off. Nothing secret: argv is public."""
     provider = (
         f'{{name="taketurns",base_url={_toml(base_url)},env_key="{KEY_VAR}",'
         'wire_api="responses",request_max_retries=0,stream_max_retries=0}'
@@ -90,9 +105,22 @@ def codex_config(base_url: str, sandbox: str, instructions: str | None) -> list[
         "-c",
         f"sandbox_mode={_toml(sandbox)}",
     ]
-    if instructions:
-        argv += ["-c", f"developer_instructions={_toml(instructions)}"]
+    if not sub_agents:
+        for feature in SUB_AGENT_FEATURES:
+            argv += ["-c", f"features.{feature}=false"]
     return argv
+
+
+def write_codex_home(home: Path, instructions: str | None, mcp_args: Sequence[str] = ()) -> None:
+    """``home/config.toml`` (``CODEX_HOME``): what must not be on the command line, where
+    every process could read it: the system prompt as ``developer_instructions`` and
+    the rollout's MCP servers (their environment may hold keys), the ``-c`` values of
+    ``codex_mcp_args`` being TOML lines already."""
+    assert all(flag == "-c" for flag in mcp_args[::2])
+    lines = list(mcp_args[1::2])
+    if instructions:
+        lines.insert(0, f"developer_instructions = {_toml(instructions)}")
+    (home / "config.toml").write_text("".join(f"{line}\n" for line in lines), "utf-8")
 
 
 class CodexHarness(AgentCLIHarness):
@@ -106,6 +134,7 @@ class CodexHarness(AgentCLIHarness):
         self,
         *,
         sandbox: str | None = None,
+        sub_agents: bool = False,
         binary: str | None = None,
         env: Mapping[str, str] | None = None,
         args: Sequence[str] = (),
@@ -116,18 +145,20 @@ class CodexHarness(AgentCLIHarness):
             sandbox = default_sandbox()
         if sandbox not in SANDBOXES:
             raise refuse("sandbox", sandbox, f"one of {', '.join(SANDBOXES)}")
+        if not isinstance(sub_agents, bool):
+            raise refuse("sub_agents", sub_agents, "true or false")
         self.sandbox = sandbox
+        self.sub_agents = sub_agents
 
-    def _config(self, rollout: Rollout, instructions: str | None) -> list[str]:
+    def _config(self, rollout: Rollout) -> list[str]:
         endpoint = self.endpoint(rollout)
-        config = codex_config(endpoint.base_url, self.sandbox, instructions)
+        config = codex_config(endpoint.base_url, self.sandbox, sub_agents=self.sub_agents)
         return [
             "--json",
             "--skip-git-repo-check",
             "-m",
             rollout.boundary.model,
             *config,
-            *rollout.state.get("mcp_args", ()),
             *self.args,
         ]
 
@@ -135,10 +166,11 @@ class CodexHarness(AgentCLIHarness):
         secret = self.endpoint(rollout).secret
         return self.environment(dirs, {"CODEX_HOME": str(dirs.home), KEY_VAR: secret})
 
-    async def _segment(self, rollout: Rollout, argv: list[str]) -> Finished:
+    async def _segment(self, rollout: Rollout, argv: list[str], message: str) -> Finished:
         dirs = self.dirs(rollout)
         turns_before = len(rollout.trace.turns)
-        finished = await self.run_agent(rollout, argv, self._env(rollout, dirs))
+        env = self._env(rollout, dirs)
+        finished = await self.run_agent(rollout, argv, env, stdin=message)
         if "thread" not in rollout.state:
             found = thread_id(finished.stdout)
             if found is not None:
@@ -147,14 +179,14 @@ class CodexHarness(AgentCLIHarness):
         return finished
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
-        rollout.state["mcp_args"] = codex_mcp_args(rollout_servers(rollout, self.id))
+        mcp_args = codex_mcp_args(rollout_servers(rollout, self.id))
         system, rest = split_system(prompt.wire_messages())
-        instructions = "\n\n".join(system) or None
         if not rest:
             raise HarnessError("codex needs a user message to start from")
-        argv = ["exec", *self._config(rollout, instructions), "--", prompt_text(rest)]
-        rollout.state["instructions"] = instructions
-        await self._segment(rollout, argv)
+        write_codex_home(self.dirs(rollout).home, "\n\n".join(system) or None, mcp_args)
+        # the prompt on stdin ("-"), the instructions in CODEX_HOME: argv is public
+        argv = ["exec", *self._config(rollout), "-"]
+        await self._segment(rollout, argv, prompt_text(rest))
 
     async def resume(self, rollout: Rollout, messages: Sequence[Message]) -> None:
         thread = rollout.state.get("thread")
@@ -162,6 +194,5 @@ class CodexHarness(AgentCLIHarness):
             raise HarnessError(
                 "codex printed no thread.started event in its first segment: nothing to resume"
             )
-        config = self._config(rollout, rollout.state.get("instructions"))
-        argv = ["exec", "resume", *config, thread, "--", prompt_text(messages)]
-        await self._segment(rollout, argv)
+        argv = ["exec", "resume", *self._config(rollout), thread, "-"]
+        await self._segment(rollout, argv, prompt_text(messages))

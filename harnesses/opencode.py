@@ -2,9 +2,12 @@
 
 Install: ``npm install -g opencode-ai@1.18.33`` (a native binary).
 
-A first segment is ``opencode run --format json <prompt>``; every later one is
-``opencode run --session <id> <message>``, the session id read from the first
-segment's JSON events (``sessionID``), so opencode continues its own saved session.
+A first segment is ``opencode run --format json``; every later one is ``opencode run
+--session <id>``, the session id read from the first segment's JSON events
+(``sessionID``), so opencode continues its own saved session. The segment's message
+is opencode's stdin, so it arrives whole whatever it holds (bare numbers, quotes,
+newlines, a leading dash), and never on the command line, which every process can
+read.
 opencode speaks chat completions through an ``@ai-sdk/openai-compatible`` provider
 (``taketurns``) that the harness configures through ``OPENCODE_CONFIG_CONTENT``: base
 URL the rollout's interception URL, the key from ``TAKETURNS_API_KEY`` (the rollout's
@@ -12,7 +15,8 @@ secret), the rollout's model. Its ``HOME`` and ``XDG_*`` directories are the
 rollout's own (its first run writes caches and a session database there), ``--pure``
 keeps external plugins out, ``--title`` skips the extra title-generation model
 call, and model fetches, sharing, autoupdate and LSP downloads are off. The task's
-system prompt reaches the agent as an instructions file. The rollout's MCP servers
+system prompt reaches the agent as an instructions file. Its sub-agent tool
+(``task``) is denied, so never offered, unless ``sub_agents`` is true. The rollout's MCP servers
 are opencode's own (its config's ``mcp`` section: see ``taketurns.harnesses.agent_mcp``).
 
 Retries: opencode re-sends a failed model call itself (up to 5 times, on 429/5xx
@@ -25,7 +29,8 @@ An ``error`` event on stdout with no stop stamped is a harness error (opencode c
 exit 0 after one); a stop stamped by the boundary ends the segment as that stop.
 
 Options: ``auto`` (true: ``--auto``, approve permission requests not explicitly
-denied; default false: opencode refuses them in ``run`` mode), ``binary`` (default
+denied; default false: opencode refuses them in ``run`` mode), ``sub_agents``
+(default false), ``binary`` (default
 ``opencode``), ``args``, ``env``, ``tail_chars``.
 """
 
@@ -58,13 +63,6 @@ _QUIET = {
 }
 
 
-def message_args(text: str) -> list[str]:
-    """``text`` as ``opencode run``'s message arguments: opencode joins them with
-    spaces after wrapping any argument that holds a space in quotes, so the text is
-    passed word by word (after ``--``) and arrives as it is."""
-    return ["--", *text.split(" ")]
-
-
 def _events(stdout: str) -> list[dict[str, Any]]:
     events = []
     for line in stdout.splitlines():
@@ -89,6 +87,7 @@ class OpencodeHarness(AgentCLIHarness):
         self,
         *,
         auto: bool = False,
+        sub_agents: bool = False,
         binary: str | None = None,
         env: Mapping[str, str] | None = None,
         args: Sequence[str] = (),
@@ -97,7 +96,10 @@ class OpencodeHarness(AgentCLIHarness):
         super().__init__(binary=binary, env=env, args=args, tail_chars=tail_chars)
         if not isinstance(auto, bool):
             raise refuse("auto", auto, "true or false")
+        if not isinstance(sub_agents, bool):
+            raise refuse("sub_agents", sub_agents, "true or false")
         self.auto = auto
+        self.sub_agents = sub_agents
 
     def _config(self, rollout: Rollout) -> str:
         model = rollout.boundary.model
@@ -116,6 +118,8 @@ class OpencodeHarness(AgentCLIHarness):
             "autoupdate": False,
             "share": "disabled",
         }
+        if not self.sub_agents:  # its sub-agent tool (`task`) refused, so never offered
+            config["permission"] = {"task": "deny"}
         instructions = rollout.state.get("instructions")
         if instructions:
             config["instructions"] = [instructions]
@@ -143,9 +147,9 @@ class OpencodeHarness(AgentCLIHarness):
             argv.append("--auto")
         return [*argv, *self.args]
 
-    async def _segment(self, rollout: Rollout, argv: list[str]) -> None:
+    async def _segment(self, rollout: Rollout, argv: list[str], message: str) -> None:
         turns_before = len(rollout.trace.turns)
-        finished = await self.run_agent(rollout, argv, self._env(rollout))
+        finished = await self.run_agent(rollout, argv, self._env(rollout), stdin=message)
         events = _events(finished.stdout)
         if "session" not in rollout.state:
             found = next(
@@ -173,8 +177,9 @@ class OpencodeHarness(AgentCLIHarness):
             path = self.dirs(rollout).home / "instructions.md"
             path.write_text("\n\n".join(system), encoding="utf-8")
             rollout.state["instructions"] = str(path)
-        argv = [*self._flags(rollout), "--title", "taketurns", *message_args(prompt_text(rest))]
-        await self._segment(rollout, argv)
+        await self._segment(
+            rollout, [*self._flags(rollout), "--title", "taketurns"], prompt_text(rest)
+        )
 
     async def resume(self, rollout: Rollout, messages: Sequence[Message]) -> None:
         session = rollout.state.get("session")
@@ -182,5 +187,5 @@ class OpencodeHarness(AgentCLIHarness):
             raise HarnessError(
                 "opencode printed no sessionID in its first segment: nothing to resume"
             )
-        argv = [*self._flags(rollout), "--session", session, *message_args(prompt_text(messages))]
-        await self._segment(rollout, argv)
+        argv = [*self._flags(rollout), "--session", session]
+        await self._segment(rollout, argv, prompt_text(messages))

@@ -330,6 +330,26 @@ async def test_opencode_resumes_its_session_natively(
     assert leftovers(scratch_root) == []
 
 
+async def test_opencode_takes_any_message_whole(
+    server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    """Bare numbers, quotes, a leading dash, blank runs and newlines: the message
+    reaches the model exactly as sent (on opencode's stdin), never on its argv."""
+    shim = Shim(tmp_path, "opencode")
+    message = "42\n  \"quoted\" and 'single' -5 --flag\n\n7"
+    seat = agent("opencode", server, shim)
+    with trio.fail_after(2 * LIMIT):
+        async with seat.chat(Task(0, prompt="3")) as session:
+            first = await session.turn()
+            second = await session.turn(message)
+    assert session.trace.errors == []
+    assert first.text == "3"  # builtin/echo: a bare number, as it is
+    assert second.text == message
+    for run in shim.runs():
+        assert not [word for word in run["argv"] if "quoted" in word or word == "3"]
+    assert leftovers(scratch_root) == []
+
+
 async def test_opencode_never_resends_a_failed_call(
     server: InterceptionServer, tmp_path: Path
 ) -> None:

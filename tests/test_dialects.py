@@ -17,6 +17,7 @@ import openai
 import pytest
 import trio
 from scripted import ScriptedModel, tool_call
+from segments import HoldingHarness, held_segment
 
 from taketurns import (
     Agent,
@@ -29,9 +30,6 @@ from taketurns import (
     InterceptionServer,
     Limits,
     ModelEndpointError,
-    Prompt,
-    Rollout,
-    ServedHarness,
     SystemMessage,
     Task,
     TextPart,
@@ -54,16 +52,6 @@ WEATHER = {
 }
 
 
-class RegisteringHarness(ServedHarness):
-    """Registers its rollout and yields at once; the test plays the agent program."""
-
-    id = "registering"
-
-    async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
-        self.endpoint(rollout)
-        await trio.lowlevel.checkpoint()
-
-
 @pytest.fixture
 async def server() -> AsyncIterator[InterceptionServer]:
     async with open_interception_server(graceful_timeout=0.1) as running:
@@ -78,12 +66,11 @@ async def rollout(
         "agent",
         AgentConfig(model="scripted", limits=limits or Limits()),
         client=model,
-        harness=RegisteringHarness(),
+        harness=HoldingHarness(),
         services={"interception": server},
     )
-    async with agent.chat(Task(0, prompt="go")) as session:
-        await session.turn()
-        yield session.rollout.state["endpoint"], session
+    async with agent.chat(Task(0, prompt="go")) as session, held_segment(session) as endpoint:
+        yield endpoint, session
 
 
 async def in_thread(fn: Callable[[], T]) -> T:

@@ -25,6 +25,7 @@ import trio.lowlevel
 import trio.testing
 from procs import children, marked
 from scripted import ScriptedModel, Sleep
+from segments import HoldingHarness, held_segment
 
 from taketurns import (
     Agent,
@@ -37,8 +38,6 @@ from taketurns import (
     ModelEndpointError,
     ModelRequest,
     ModelResponse,
-    Prompt,
-    Rollout,
     RunDir,
     SessionOver,
     SystemMessage,
@@ -243,19 +242,13 @@ async def test_program_stopped_by_a_limit_ends_cleanly(
 async def test_the_reference_program_exits_3_when_refused(
     server: InterceptionServer, tmp_path: Path
 ) -> None:
-    class Register(ProgramHarness):
-        async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
-            self.endpoint(rollout)
-            await trio.lowlevel.checkpoint()
-
-    agent = make_agent(Register(), server, limits=Limits(max_turns=1))
+    agent = make_agent(HoldingHarness(), server, limits=Limits(max_turns=1))
     prompt = tmp_path / "prompt.json"
     prompt.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}))
     output = tmp_path / "output.json"
     with trio.fail_after(LIMIT):
-        async with agent.chat(Task(0, prompt="go")) as session:
-            await session.turn()
-            endpoint = session.rollout.state["endpoint"]
+        chat = agent.chat(Task(0, prompt="go"))
+        async with chat as session, held_segment(session) as endpoint:
             env = {**os.environ, "OPENAI_BASE_URL": endpoint.base_url}
             command = [sys.executable, "-m", "taketurns.harnesses.programs.chat"]
             args = ["--prompt-file", str(prompt), "--output-file", str(output)]
@@ -374,8 +367,7 @@ async def test_cancelling_a_segment_kills_the_program_and_its_model_call(
                     workdir = session.rollout.scratch_dir()
                     scope.cancel()
             assert scope.cancelled_caught
-            await trio.sleep(0.05)  # let the server see the cancellation
-            assert model.in_flight == 0  # end_segment cancelled the model call
+            assert model.in_flight == 0  # the segment's end cancelled and joined its call
             assert workdir.exists()
     assert not workdir.exists()
     assert leftovers(scratch_root) == []
@@ -696,8 +688,7 @@ async def test_cancelling_a_pooled_segment_cancels_its_programs_model_call(
     assert session.trace.stop_condition == "cancelled"
     assert program.process.returncode == -signal.SIGKILL
     gone(program)
-    await trio.sleep(0.05)  # let the server see the cancellation
-    assert model.in_flight == 0  # end_segment cancelled the model call
+    assert model.in_flight == 0  # the segment's end cancelled and joined its call
 
 
 async def test_a_pooled_program_that_died_while_idle_is_replaced_transparently(

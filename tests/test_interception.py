@@ -1,7 +1,7 @@
 """The interception server over real loopback HTTP (real clock: NOTES.md, autojump +
 sockets gives false timeouts). Each rollout is a real ``Agent(...).chat(task)`` session
-whose harness registers it with the server; the test body then plays the agent
-program, calling the rollout's endpoint as a subprocess would."""
+whose harness registers it with the server and holds its segment open; the test body
+then plays the agent program, calling the rollout's endpoint as a subprocess would."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 import trio
 from httpservers import Answer, start_scripted
 from scripted import ScriptedModel, Sleep, tool_call
+from segments import HoldingHarness, held_segment
 
 from taketurns import (
     Agent,
@@ -28,11 +29,8 @@ from taketurns import (
     ModelRequest,
     ModelResponse,
     OpenAIClient,
-    Prompt,
-    Rollout,
     Rubric,
     Sampling,
-    ServedHarness,
     Task,
     Trace,
     open_interception_server,
@@ -42,17 +40,6 @@ from taketurns import (
 
 HELLO = {"messages": [{"role": "user", "content": "hello"}]}
 RETRY = {"x-stainless-retry-count": "1"}
-
-
-class RegisteringHarness(ServedHarness):
-    """Registers its rollout with the interception server and yields at once; the
-    test then acts as the rollout's agent program."""
-
-    id = "registering"
-
-    async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
-        self.endpoint(rollout)
-        await trio.lowlevel.checkpoint()
 
 
 @pytest.fixture
@@ -76,18 +63,18 @@ async def rollout(
     limits: Limits | None = None,
     rubric: Rubric | None = None,
 ) -> AsyncIterator[tuple[Endpoint, ChatSession]]:
-    """An open session registered with ``server``: (its endpoint, the session)."""
+    """An open session registered with ``server``, its first segment running for the
+    body of the ``async with``: (its endpoint, the session)."""
     agent = Agent(
         "agent",
         AgentConfig(model="scripted", limits=limits or Limits()),
         client=client if client is not None else ScriptedModel(),
-        harness=RegisteringHarness(),
+        harness=HoldingHarness(),
         rubric=rubric,
         services={"interception": server},
     )
-    async with agent.chat(Task(0, prompt="go")) as session:
-        await session.turn()
-        yield session.rollout.state["endpoint"], session
+    async with agent.chat(Task(0, prompt="go")) as session, held_segment(session) as endpoint:
+        yield endpoint, session
 
 
 async def post(
@@ -659,13 +646,12 @@ async def test_program_sampling_applies_unless_the_agent_sets_it(
         "agent",
         AgentConfig(model="served-model", sampling=Sampling(temperature=0.2)),
         client=model,
-        harness=RegisteringHarness(),
+        harness=HoldingHarness(),
         services={"interception": server},
     )
     with trio.fail_after(20):
-        async with agent.chat(Task(0, prompt="go")) as session:
-            await session.turn()
-            endpoint = session.rollout.state["endpoint"]
+        chat = agent.chat(Task(0, prompt="go"))
+        async with chat as session, held_segment(session) as endpoint:
             body = {**HELLO, "model": "whatever", "temperature": 1.5, "top_p": 0.5, "seed": 7}
             response = await post(http, endpoint, body)
     assert content(response) == "ok"
@@ -686,15 +672,14 @@ async def test_the_tool_endpoint_runs_the_rollouts_tools(
         "agent",
         AgentConfig(model="scripted"),
         client=ScriptedModel(),
-        harness=RegisteringHarness(),
+        harness=HoldingHarness(),
         services={"interception": server},
         tools=[add],
     )
     url_of: Callable[[Endpoint], str] = lambda e: f"{e.base_url}/tools/call"  # noqa: E731
     with trio.fail_after(20):
-        async with agent.chat(Task(0, prompt="go")) as session:
-            await session.turn()
-            endpoint = session.rollout.state["endpoint"]
+        chat = agent.chat(Task(0, prompt="go"))
+        async with chat as session, held_segment(session) as endpoint:
             auth = {"authorization": f"Bearer {endpoint.secret}"}
             call = {"id": "c1", "name": "add", "arguments": '{"a": 2, "b": 3}'}
             ok = await http.post(url_of(endpoint), json=call, headers=auth)

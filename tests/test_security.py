@@ -33,6 +33,7 @@ import trio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scripted import ScriptedModel, Sleep
+from segments import HoldingHarness, held_segment
 
 from taketurns import (
     Agent,
@@ -41,9 +42,7 @@ from taketurns import (
     Endpoint,
     EvalConfig,
     InterceptionServer,
-    Prompt,
     Rollout,
-    ServedHarness,
     Task,
     open_interception_server,
 )
@@ -59,16 +58,6 @@ FUZZ = settings(
 LIMIT = 120
 HELLO = {"messages": [{"role": "user", "content": "hello"}]}
 RETRY = "x-stainless-retry-count"
-
-
-class RegisteringHarness(ServedHarness):
-    """Registers its rollout with the server and yields: the fuzzer plays the program."""
-
-    id = "registering"
-
-    async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
-        self.endpoint(rollout)
-        await trio.lowlevel.checkpoint()
 
 
 def lookup(order_id: str) -> str:
@@ -92,7 +81,8 @@ class Target:
 
 @asynccontextmanager
 async def registered(server: InterceptionServer, n: int) -> AsyncIterator[list[Target]]:
-    """``n`` open rollouts (the first offers a tool) plus a closed one, last."""
+    """``n`` open rollouts, each in a running segment (the first offers a tool), plus
+    a closed one, last."""
     async with AsyncExitStack() as stack:
         targets = []
         for i in range(n + 1):
@@ -100,15 +90,13 @@ async def registered(server: InterceptionServer, n: int) -> AsyncIterator[list[T
                 f"agent{i}",
                 AgentConfig(model="scripted"),
                 client=ScriptedModel(default=f"answer {i}"),
-                harness=RegisteringHarness(),
+                harness=HoldingHarness(),
                 services={"interception": server},
                 tools=[lookup] if i == 0 else (),
             )
-            session = agent.chat(Task(i, prompt="go"))
-            if i < n:
-                await stack.enter_async_context(session)
-            await session.turn()
-            targets.append(Target(session.rollout.state["endpoint"], session))
+            session = await stack.enter_async_context(agent.chat(Task(i, prompt="go")))
+            endpoint = await stack.enter_async_context(held_segment(session))
+            targets.append(Target(endpoint, session))
         await targets[-1].session.close()  # its secret is dead from now on
         yield targets
 
@@ -453,15 +441,14 @@ async def test_a_secret_is_useless_once_its_rollout_closes() -> None:
                 "agent",
                 AgentConfig(model="scripted"),
                 client=model,
-                harness=RegisteringHarness(),
+                harness=HoldingHarness(),
                 services={"interception": server},
                 tools=[lookup],
             )
             auth = {}
             results: list[httpx2.Response] = []
-            async with agent.chat(Task(0, prompt="go")) as session:
-                await session.turn()
-                endpoint = session.rollout.state["endpoint"]
+            chat = agent.chat(Task(0, prompt="go"))
+            async with chat as session, held_segment(session) as endpoint:
                 auth = {"authorization": f"Bearer {endpoint.secret}"}
                 chat_url = f"{endpoint.base_url}/chat/completions"
 
@@ -472,10 +459,11 @@ async def test_a_secret_is_useless_once_its_rollout_closes() -> None:
                     nursery.start_soon(in_flight)
                     while not model.requests:  # noqa: ASYNC110 - the server's own task
                         await trio.sleep(0.01)
-                    await session.close()  # cancels the call in flight
+                    await session.close()  # ends the segment: cancels the call in flight
             [cut] = results
             assert cut.status_code == 409
-            assert cut.json()["error"]["type"] == "rollout_closed"
+            assert cut.json()["error"]["type"] == "rollout_idle"
+            assert "segment ended" in cut.json()["error"]["message"]
             after = [
                 await http.post(chat_url, json=HELLO, headers=auth),
                 await http.post(f"{server.url}/v1/chat/completions", json=HELLO, headers=auth),

@@ -15,6 +15,7 @@ from httpservers import serve_app
 from hypothesis import given, settings
 from quart import Response, request
 from quart_trio import QuartTrio
+from segments import HoldingHarness, held_segment
 
 from taketurns import (
     Agent,
@@ -25,10 +26,7 @@ from taketurns import (
     Message,
     ModelRequest,
     OpenAIClient,
-    Prompt,
-    Rollout,
     Sampling,
-    ServedHarness,
     Task,
     Trace,
     UserMessage,
@@ -282,27 +280,16 @@ async def test_builtin_server_speaks_the_vllm_token_fields(nursery: trio.Nursery
     assert response.policy_version == "builtin/echo"
 
 
-class _Registering(ServedHarness):
-    """Registers its rollout with the interception server; the test plays the program."""
-
-    id = "registering-tokens"
-
-    async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
-        self.endpoint(rollout)
-        await trio.lowlevel.checkpoint()
-
-
 async def test_token_data_is_kept_for_programs_behind_the_interception_server() -> None:
     async with open_interception_server(graceful_timeout=0.1) as server:
         agent = Agent(
             "agent",
             AgentConfig(model="builtin/echo", sampling=Sampling(logprobs=True)),
-            harness=_Registering(),
+            harness=HoldingHarness(),
             services={"interception": server},
         )
-        async with agent.chat(Task(0, prompt="go")) as session:
-            await session.turn()
-            endpoint = session.rollout.state["endpoint"]
+        chat = agent.chat(Task(0, prompt="go"))
+        async with chat as session, held_segment(session) as endpoint:
             headers = {"authorization": f"Bearer {endpoint.secret}"}
             body = {"messages": [{"role": "user", "content": "hello you"}]}
             async with httpx2.AsyncClient(timeout=20) as http:

@@ -190,9 +190,13 @@ class Sampling:
 @attrs.define
 class Limits:
     """Per-rollout budgets, checked before every model call and before a segment
-    launches. Token limits count what the rollout has used so far."""
+    launches. Token limits count what the rollout has used so far. ``max_segment_turns``
+    caps the model calls of one segment (a runaway agent, sub-agents...); None takes
+    the harness's default (``Harness.segment_turns``: 100 for the agent CLIs, no cap
+    for the in-process harnesses): set a number to change it."""
 
     max_turns: int | None = attrs.field(default=None, validator=_positive)
+    max_segment_turns: int | None = attrs.field(default=None, validator=_positive)
     max_input_tokens: int | None = attrs.field(default=None, validator=_positive)
     max_output_tokens: int | None = attrs.field(default=None, validator=_positive)
     max_total_tokens: int | None = attrs.field(default=None, validator=_positive)

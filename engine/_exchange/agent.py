@@ -102,6 +102,9 @@ class Agent:
         if harness is None:
             harness = make_harness(config.harness or "null", config.harness_options, field=name)
         self.harness: Harness = harness
+        self.limits = config.limits
+        if config.limits.max_segment_turns is None and harness.segment_turns is not None:
+            self.limits = attrs.evolve(config.limits, max_segment_turns=harness.segment_turns)
         self.harness_id: str = config.harness or type(harness).id or "null"
         self.rubric = rubric if rubric is not None else Rubric()
         self._stamp = AgentStamp(self.name, self.model, self.harness_id, config.trainable)
@@ -188,7 +191,7 @@ class Agent:
             self.client,
             model=self.model,
             sampling=self._request_fields,
-            limits=self.config.limits,
+            limits=self.limits,
             rubric=self.rubric,
             limiter=self.limiter,
         )

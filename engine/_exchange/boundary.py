@@ -70,6 +70,7 @@ class ModelBoundary:
         "model",
         "rubric",
         "sampling",
+        "segment_start",
         "trace",
     )
 
@@ -91,9 +92,11 @@ class ModelBoundary:
         self.limits = limits
         self.rubric = rubric
         self.limiter = limiter
+        self.segment_start = 0  # the trace's turn count when the current segment began
         self._unlimited = (  # nothing to check before a call
             not rubric.stops
             and limits.max_turns is None
+            and limits.max_segment_turns is None
             and limits.max_input_tokens is None
             and limits.max_output_tokens is None
             and limits.max_total_tokens is None
@@ -153,6 +156,9 @@ class ModelBoundary:
         limits, used, turns = self.limits, self.trace.usage, len(self.trace.turns)
         if limits.max_turns is not None and turns >= limits.max_turns:
             return "max_turns"
+        cap = limits.max_segment_turns
+        if cap is not None and turns - self.segment_start >= cap:
+            return "max_segment_turns"
         if limits.max_input_tokens is not None and used.prompt_tokens >= limits.max_input_tokens:
             return "max_input_tokens"
         if (

@@ -11,11 +11,13 @@ str)`` harness without its own ``resume`` is one-shot only.
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import shutil
 import tempfile
 import typing
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -146,6 +148,9 @@ class Harness(abc.ABC):
     ``shutdown``."""
 
     id: ClassVar[str] = ""
+    # the default of ``limits.max_segment_turns`` for this harness's agents (None: no
+    # cap); an agent's own ``limits.max_segment_turns`` overrides it
+    segment_turns: ClassVar[int | None] = None
 
     @abc.abstractmethod
     async def launch(self, rollout: Rollout, prompt: Any) -> None:
@@ -156,6 +161,13 @@ class Harness(abc.ABC):
         """Run a continuation after the user sent ``messages`` (already appended to the
         conversation). Default: relaunch on the accreted conversation."""
         await self.launch(rollout, rollout.relaunch_prompt())
+
+    def open_segment(self, rollout: Rollout) -> AbstractAsyncContextManager[Any]:
+        """What the harness holds open for exactly one segment: the session enters it
+        around every ``launch``/``resume``, inside the segment's cancel scope, and
+        leaves it when the segment ends, however it ends (a served harness opens its
+        rollout's endpoint here: ``ServedHarness``). Default: nothing."""
+        return contextlib.nullcontext()
 
     async def aclose(self, rollout: Rollout) -> None:  # noqa: B027 - optional hook
         """Finalize the rollout at session close (inside a shielded, timed scope)."""

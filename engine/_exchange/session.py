@@ -120,6 +120,7 @@ class ChatSession:
         "_lock",
         "_on_close",
         "_segment_scope",
+        "_segments",
         "_state",
         "_trace",
         "cancel_reason",
@@ -160,6 +161,8 @@ class ChatSession:
         self._done = False  # the first close() has finished
         self._segment_scope: trio.CancelScope | None = None
         self._finalizes = type(harness).aclose is not Harness.aclose
+        # a harness holding something open per segment (most don't: skip the no-op)
+        self._segments = type(harness).open_segment is not Harness.open_segment
         self.discard = False  # set by Agent.run for a retried attempt: not scored
         # what a cancellation means when it closes the session (the episode knows)
         self.cancel_reason: Callable[[], str] = lambda: "cancelled"
@@ -271,6 +274,7 @@ class ChatSession:
         self._state = SessionState.READY
         rollout, trace = self.rollout, self._trace
         boundary = rollout.boundary
+        boundary.segment_start = len(trace.turns)
         condition = None if boundary._unlimited else await boundary.refusal()
         if condition is None and self._closing:
             condition = self._close_reason  # close() came in while a stop hook ran
@@ -285,12 +289,11 @@ class ChatSession:
         try:
             with trio.CancelScope(deadline=deadline) as scope:
                 self._segment_scope = scope
-                if not first:
-                    await self.harness.resume(rollout, new)
-                elif takes_text(type(self.harness)):
-                    await self.harness.launch(rollout, self._prompt_text(new))
+                if self._segments:
+                    async with self.harness.open_segment(rollout):
+                        await self._play(first, new)
                 else:
-                    await self.harness.launch(rollout, rollout.relaunch_prompt())
+                    await self._play(first, new)
         except Exception as exc:
             # a refusal or an endpoint failure is already on the trace (the boundary
             # recorded it); anything else is the harness failing
@@ -311,6 +314,16 @@ class ChatSession:
             return self._end(condition, rollout._segment_messages())
         messages = rollout._segment_messages()
         return Reply(last_text(messages), messages)
+
+    async def _play(self, first: bool, new: list[Message]) -> None:
+        """The harness's part of a segment: launch the first, resume the rest."""
+        rollout = self.rollout
+        if not first:
+            await self.harness.resume(rollout, new)
+        elif takes_text(type(self.harness)):
+            await self.harness.launch(rollout, self._prompt_text(new))
+        else:
+            await self.harness.launch(rollout, rollout.relaunch_prompt())
 
     def _prompt_text(self, new: list[Message]) -> str:
         if isinstance(self.task.prompt, str) and self.speaks_first:

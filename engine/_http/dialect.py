@@ -50,9 +50,9 @@ class Parsed:
 @attrs.frozen
 class Failure:
     """A refusal or failure, before a dialect words it: HTTP ``status``, ``kind``
-    (``invalid_request_error``, ``authentication_error``, ``rollout_closed``,
-    ``rollout_stopped``, ``upstream_error``, ``server_error``), ``message`` and, for a
-    stop, the stop condition as ``code``."""
+    (``invalid_request_error``, ``authentication_error``, ``rollout_idle``,
+    ``rollout_closed``, ``rollout_stopped``, ``upstream_error``, ``server_error``),
+    ``message`` and, for a stop, the stop condition as ``code``."""
 
     status: int
     kind: str

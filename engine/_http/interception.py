@@ -12,16 +12,29 @@ same wire-neutral request (``taketurns._http.dialect``): ``POST .../v1/chat/comp
 rollout's ``ModelBoundary`` (limits, ``@stop``, recording), so one request = one
 recorded turn exactly as for in-process harnesses.
 
+The gate: a rollout's endpoint is open only while one of its segments runs
+(``open_segment``, which ``ServedHarness`` enters around every segment). Its state
+is one ``EndpointState``: ``IDLE`` (registered, no segment running), ``OPEN`` (a
+segment runs) or ``CLOSED`` (the rollout closed). Between segments and after close
+every request of the rollout (model call, token count, tool call) answers 409 with
+a one-line reason in the dialect's error shape (``type`` ``rollout_idle`` or
+``rollout_closed``) and nothing is recorded: a process a segment left behind cannot
+add turns or spend the rollout's limits. The model calls of a segment run in a
+nursery the segment owns: when the segment ends (however it ends) its calls still
+in flight are cancelled and answered 409, and the segment's end waits for them, so
+no turn is recorded after it.
+
 Refusals, none of which reaches a trace: no or unknown secret 401; another
-rollout's secret on a rollout's URL 401; a closed rollout's secret 409; malformed
-body 400 naming the problem; body over ``max_body_bytes`` 413. A refusal made before
-the body was read (401, 409, unknown paths) closes the connection.
+rollout's secret on a rollout's URL 401; a rollout between segments or closed 409;
+malformed body 400 naming the problem; body over ``max_body_bytes`` 413. A refusal
+made before the body was read (401, 409, unknown paths) closes the connection.
 
 Retries: a request marked as a retry (``x-stainless-retry-count`` > 0) with the same
 body as an earlier request of the same rollout waits for that request if it is in
 flight, or gets its recorded answer: never a duplicate turn. The model call runs in
-the server's own nursery, not the request handler, so an original whose client gave
-up still finishes and answers its retry. An unmarked identical request is a new turn.
+the segment's nursery, not the request handler, so an original whose client gave up
+still finishes (within its segment) and answers its retry. An unmarked identical
+request is a new turn.
 
 A program's tool loop runs the rollout's Python tools at
 ``POST .../rollouts/<id>/v1/tools/call`` (``{"id", "name", "arguments"}`` in, an
@@ -39,12 +52,13 @@ dialect's shape.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import logging
 import secrets
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -70,7 +84,7 @@ from taketurns._http.dialects import CHAT, DIALECT_PATHS, MESSAGES
 from taketurns._models.messages import ToolCall, ToolMessage
 from taketurns._models.model import ModelRequest, ModelResponse
 
-__all__ = ["Endpoint", "InterceptionServer", "open_interception_server"]
+__all__ = ["Endpoint", "EndpointState", "InterceptionServer", "open_interception_server"]
 
 log = logging.getLogger(__name__)
 
@@ -97,18 +111,51 @@ class _Call:
     failure: Failure | None = None
 
 
+class EndpointState(enum.Enum):
+    """Where a rollout's endpoint is in its life (the module docstring's gate)."""
+
+    IDLE = "idle"  # registered, no segment running: requests answer 409
+    OPEN = "open"  # one of its segments runs: model calls are taken
+    CLOSED = "closed"  # the rollout closed: its secret answers 409 for good
+
+
 @attrs.define(eq=False)
 class _Registration:
     endpoint: Endpoint
     rollout: Rollout
-    calls: dict[bytes, _Call] = attrs.field(factory=dict)
-    scopes: set[trio.CancelScope] = attrs.field(factory=set)
     final_failures: bool = False  # answer every upstream failure as not worth retrying
-    closed: bool = False  # unregistered: requests already past the secret check are refused
+    calls: dict[bytes, _Call] = attrs.field(factory=dict)
+    state: EndpointState = EndpointState.IDLE
+    # the running segment's nursery for model calls: set exactly while ``OPEN``
+    segment: trio.Nursery | None = None
+
+    def refusal(self) -> Failure | None:
+        """Why a request of this rollout is refused now, or None while a segment runs."""
+        if self.state is EndpointState.OPEN:
+            return None
+        return _CLOSED if self.state is EndpointState.CLOSED else _IDLE
+
+    def open(self, segment: trio.Nursery) -> None:
+        if self.state is not EndpointState.IDLE:
+            raise RuntimeError(f"a segment of a rollout whose endpoint is {self.state.value}")
+        self.state, self.segment = EndpointState.OPEN, segment
+
+    def end(self, state: EndpointState) -> None:
+        """Leave ``OPEN`` (for ``IDLE`` or ``CLOSED``); calls in flight are cancelled."""
+        if self.segment is not None:
+            self.segment.cancel_scope.cancel()
+        if self.state is not EndpointState.CLOSED:
+            self.state = state
+        self.segment = None
 
 
 _CLOSED = Failure(409, "rollout_closed", "this rollout is closed; its key no longer works")
-_SEGMENT_ENDED = Failure(409, "rollout_closed", "the rollout's segment ended")
+_IDLE = Failure(
+    409,
+    "rollout_idle",
+    "no segment of this rollout is running; its endpoint is open only during the agent's turn",
+)
+_SEGMENT_ENDED = Failure(409, "rollout_idle", "the rollout's segment ended during this call")
 
 
 def _stopped(condition: str, status: int) -> Failure:
@@ -167,19 +214,48 @@ class InterceptionServer:
         self._by_id[rollout_id] = registration
         return endpoint
 
+    def state(self, endpoint: Endpoint) -> EndpointState:
+        """Where ``endpoint``'s rollout is: ``IDLE``, ``OPEN`` or ``CLOSED``."""
+        registration = self._by_id.get(endpoint.rollout_id)
+        return EndpointState.CLOSED if registration is None else registration.state
+
+    @asynccontextmanager
+    async def open_segment(self, endpoint: Endpoint) -> AsyncGenerator[None]:
+        """Open ``endpoint`` for the body of the ``async with`` (one segment of its
+        rollout): its model calls run in a nursery owned here, and when the body ends,
+        however it ends, the endpoint is idle again (409) and the calls still in
+        flight are cancelled and waited for. Refuses a closed rollout, or a second
+        segment of a rollout whose segment runs, with ``RuntimeError``."""
+        registration = self._by_id.get(endpoint.rollout_id)
+        if registration is None:
+            raise RuntimeError("this rollout's endpoint is closed: it has no more segments")
+        try:
+            async with trio.open_nursery() as nursery:
+                calls: trio.Nursery = await nursery.start(_hold_calls)
+                registration.open(calls)
+                try:
+                    yield
+                finally:
+                    registration.end(EndpointState.IDLE)
+        except BaseExceptionGroup as group:
+            # the calls never raise (their errors are answers), so a lone exception is
+            # the segment's own: it leaves as itself, as if no nursery were here
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+
     def cancel_inflight(self, endpoint: Endpoint) -> None:
-        """Cancel model calls still running for ``endpoint`` (its program is gone)."""
+        """Close ``endpoint`` before its segment ends (its program is gone): requests
+        answer 409 from now on and model calls still in flight are cancelled."""
         registration = self._by_id.get(endpoint.rollout_id)
         if registration is not None:
-            for scope in registration.scopes:
-                scope.cancel()
+            registration.end(EndpointState.IDLE)
 
     def unregister(self, endpoint: Endpoint) -> None:
-        """Close the rollout's endpoint: its secret is refused (409) from now on."""
-        self.cancel_inflight(endpoint)
+        """Close the rollout's endpoint for good: its secret is refused (409) from now on."""
         registration = self._by_id.pop(endpoint.rollout_id, None)
         if registration is not None:
-            registration.closed = True
+            registration.end(EndpointState.CLOSED)
         if self._by_secret.pop(endpoint.secret, None) is not None:
             self._closed.add(_digest(endpoint.secret))
 
@@ -195,6 +271,9 @@ class InterceptionServer:
             return dialect.error(_unauthorized("unknown API key"))
         if rollout_id is not None and rollout_id != registration.endpoint.rollout_id:
             return dialect.error(_unauthorized("this key belongs to another rollout"))
+        refusal = registration.refusal()
+        if refusal is not None:
+            return dialect.error(refusal)
         return registration
 
     # -- requests -------------------------------------------------------------------
@@ -202,36 +281,31 @@ class InterceptionServer:
     async def _compute(
         self, registration: _Registration, req: ModelRequest, dialect: Dialect, call: _Call
     ) -> None:
+        """One model call, in the segment's nursery (``open_segment``)."""
         overrides = {
             k: v for k, v in req.sampling.items() if k not in registration.rollout.boundary.sampling
         }
-        if registration.closed:  # closed while this request's body was arriving
-            call.failure = _CLOSED
-            call.done.set()
-            await trio.lowlevel.checkpoint()
-            return
         try:
-            with trio.CancelScope() as scope:
-                registration.scopes.add(scope)
-                try:
-                    call.response = await registration.rollout.complete(
-                        req.messages, tools=req.tools, sampling=overrides
-                    )
-                except RolloutStopped as exc:
-                    call.failure = _stopped(exc.stop_condition, dialect.stopped_status)
-                except ModelEndpointError as exc:
-                    status = 502 if exc.retryable and not registration.final_failures else 424
-                    message = f"the model endpoint failed: {exc}"
-                    if registration.final_failures:
-                        message = "the model endpoint failed (recorded on the trace); do not retry"
-                    call.failure = Failure(status, "upstream_error", message)
-            if scope.cancelled_caught:
-                call.failure = _SEGMENT_ENDED
+            try:
+                call.response = await registration.rollout.complete(
+                    req.messages, tools=req.tools, sampling=overrides
+                )
+            except RolloutStopped as exc:
+                call.failure = _stopped(exc.stop_condition, dialect.stopped_status)
+            except ModelEndpointError as exc:
+                status = 502 if exc.retryable and not registration.final_failures else 424
+                message = f"the model endpoint failed: {exc}"
+                if registration.final_failures:
+                    message = "the model endpoint failed (recorded on the trace); do not retry"
+                call.failure = Failure(status, "upstream_error", message)
+            except trio.Cancelled:  # the segment ended: its calls end with it
+                closed = registration.state is EndpointState.CLOSED
+                call.failure = _CLOSED if closed else _SEGMENT_ENDED
+                raise
         except Exception as exc:  # a bug: answer 500, keep the server up
             log.exception("interception server: model call failed")
             call.failure = Failure(500, "server_error", f"internal error: {type(exc).__name__}")
         finally:
-            registration.scopes.discard(scope)
             call.done.set()
 
     async def _turn(self, rollout_id: str | None, dialect: Dialect) -> Any:
@@ -251,10 +325,13 @@ class InterceptionServer:
         retry = _is_retry(request.headers.get(RETRY_HEADER))
         call = registration.calls.get(key) if retry else None
         if call is None or (call.done.is_set() and call.response is None):
+            if registration.segment is None:  # the segment ended while the body arrived
+                return dialect.error(registration.refusal() or _IDLE, parsed)
             call = _Call()
             registration.calls[key] = call
-            assert self._nursery is not None
-            self._nursery.start_soon(self._compute, registration, parsed.request, dialect, call)
+            registration.segment.start_soon(
+                self._compute, registration, parsed.request, dialect, call
+            )
         await call.done.wait()
         if call.response is None:
             assert call.failure is not None
@@ -283,8 +360,9 @@ class InterceptionServer:
             body = None
         if not isinstance(body, dict) or not isinstance(body.get("name"), str):
             return error_response('expected {"name": ..., "arguments": "{...}"}', 400)
-        if registration.closed:
-            return CHAT.error(_CLOSED)
+        refusal = registration.refusal()
+        if refusal is not None:  # the segment ended while the body arrived
+            return CHAT.error(refusal)
         tools = as_tools(registration.rollout.tools)
         tool = tools.get(body["name"])
         arguments = body.get("arguments", "{}")
@@ -364,6 +442,13 @@ def _route(app: QuartTrio, dialect: Dialect, path: str, turn: Any) -> None:
         app.add_url_rule(url, f"{dialect.name}-shared-{url}", shared, methods=["POST"])
     for url in (f"/rollouts/<rollout_id>/v1/{path}", f"/rollouts/<rollout_id>/{path}"):
         app.add_url_rule(url, f"{dialect.name}-rollout-{url}", per_rollout, methods=["POST"])
+
+
+async def _hold_calls(*, task_status: trio.TaskStatus[trio.Nursery]) -> None:
+    """Host one segment's model calls until the segment cancels them."""
+    async with trio.open_nursery() as calls:
+        task_status.started(calls)
+        await trio.sleep_forever()
 
 
 def _digest(secret: str) -> str:

@@ -3,7 +3,8 @@ HTTP, through the interception server (``taketurns._http.interception``)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from contextlib import AbstractAsyncContextManager
+from typing import Any, ClassVar
 
 import trio
 
@@ -19,8 +20,10 @@ class ServedHarness(Harness):
     runner starts the interception server when any role's harness is one; outside an
     eval, pass ``services={"interception": server}`` to the ``Agent``.
 
-    ``endpoint(rollout)`` registers the rollout on first use; ``aclose`` (at session
-    close) unregisters it, so its secret stops working. A harness whose program
+    ``endpoint(rollout)`` registers the rollout on first use; every segment opens
+    its endpoint for the segment's duration only (``open_segment``: 409 between
+    segments); ``aclose`` (at session close) unregisters it, so its secret stops
+    working. A harness whose program
     re-sends failed requests unmarked, with no way to turn that off, sets
     ``final_failures`` (see ``InterceptionServer.register``)."""
 
@@ -43,8 +46,17 @@ class ServedHarness(Harness):
             rollout.state["endpoint"] = endpoint
         return endpoint
 
+    def open_segment(self, rollout: Rollout) -> AbstractAsyncContextManager[Any]:
+        """The rollout's endpoint, open for this segment only (registered on first use):
+        between segments and after close it answers 409 and records nothing, and the
+        segment's model calls still in flight when it ends are cancelled."""
+        endpoint = self.endpoint(rollout)
+        server: InterceptionServer = rollout.services["interception"]
+        return server.open_segment(endpoint)
+
     def end_segment(self, rollout: Rollout) -> None:
-        """Cancel model calls the segment's program left in flight."""
+        """Close the endpoint before the segment ends (its program is gone): requests
+        answer 409 and model calls still in flight are cancelled."""
         endpoint = rollout.state.get("endpoint")
         if endpoint is not None:
             rollout.services["interception"].cancel_inflight(endpoint)

@@ -1,0 +1,261 @@
+"""The endpoint gate: a rollout's interception endpoint is open only while one of its
+segments runs. Real hypercorn server on an ephemeral loopback port, real sessions, and
+(for the adversary) a real ``program`` harness whose program leaves a child behind.
+Real clock (NOTES.md: autojump + sockets gives false timeouts)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx2
+import pytest
+import trio
+from scripted import ScriptedModel, Sleep
+from segments import HoldingHarness, held_segment
+
+from taketurns import (
+    Agent,
+    AgentConfig,
+    EndpointState,
+    InterceptionServer,
+    Limits,
+    Task,
+    open_interception_server,
+)
+from taketurns.harnesses.program import ProgramHarness
+
+LIMIT = 60
+HELLO = {"messages": [{"role": "user", "content": "hello"}]}
+MESSAGES = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hello"}]}
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[InterceptionServer]:
+    async with open_interception_server(graceful_timeout=0.1) as running:
+        yield running
+
+
+@pytest.fixture
+async def http(server: InterceptionServer) -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(timeout=20) as client:  # closed before the server
+        yield client
+
+
+def agent(server: InterceptionServer, model: ScriptedModel, **config: object) -> Agent:
+    return Agent(
+        "agent",
+        AgentConfig(model="scripted", **config),  # type: ignore[arg-type]
+        client=model,
+        harness=HoldingHarness(),
+        services={"interception": server},
+    )
+
+
+async def test_the_endpoint_is_open_only_while_a_segment_runs(
+    server: InterceptionServer, http: httpx2.AsyncClient
+) -> None:
+    """Before the first segment, between segments and after close: 409 in every
+    dialect's error shape, on every route of the rollout, and nothing recorded."""
+    model = ScriptedModel(default="ok")
+    with trio.fail_after(LIMIT):
+        async with agent(server, model).chat(Task(0, prompt="go")) as session:
+            async with held_segment(session) as endpoint:
+                assert server.state(endpoint) is EndpointState.OPEN
+                bearer = {"authorization": f"Bearer {endpoint.secret}"}
+                chat_url = f"{endpoint.base_url}/chat/completions"
+                during = await http.post(chat_url, json=HELLO, headers=bearer)
+            assert server.state(endpoint) is EndpointState.IDLE
+            key = {"x-api-key": endpoint.secret}
+            between = {
+                "chat": await http.post(chat_url, json=HELLO, headers=bearer),
+                "shared": await http.post(
+                    f"{server.url}/v1/chat/completions", json=HELLO, headers=bearer
+                ),
+                "responses": await http.post(
+                    f"{endpoint.base_url}/responses", json={"input": "hi"}, headers=bearer
+                ),
+                "messages": await http.post(
+                    f"{endpoint.base_url}/messages", json=MESSAGES, headers=key
+                ),
+                "count_tokens": await http.post(
+                    f"{endpoint.base_url}/messages/count_tokens", json=MESSAGES, headers=key
+                ),
+                "tools": await http.post(
+                    f"{endpoint.base_url}/tools/call", json={"name": "x"}, headers=bearer
+                ),
+            }
+            turns_between = len(session.trace.turns)
+        assert server.state(endpoint) is EndpointState.CLOSED
+        after = await http.post(chat_url, json=HELLO, headers=bearer)
+    assert during.status_code == 200
+    assert {name: r.status_code for name, r in between.items()} == dict.fromkeys(between, 409)
+    for name in ("chat", "shared", "responses", "tools"):  # OpenAI's error shape
+        error = between[name].json()["error"]
+        assert error["type"] == "rollout_idle", name
+        assert "no segment of this rollout is running" in error["message"]
+        assert "\n" not in error["message"]
+    for name in ("messages", "count_tokens"):  # Anthropic's
+        body = between[name].json()
+        assert body["type"] == "error"
+        assert body["error"]["type"] == "rollout_idle"
+    assert after.status_code == 409
+    assert after.json()["error"]["type"] == "rollout_closed"
+    assert turns_between == 1
+    assert len(session.trace.turns) == 1
+    assert len(model.requests) == 1
+
+
+async def test_a_call_in_flight_ends_with_its_segment_and_is_never_recorded(
+    server: InterceptionServer, http: httpx2.AsyncClient
+) -> None:
+    """The segment ends while its call waits on the model: the call is cancelled and
+    answered 409, the segment's end waits for it, and the next segment is served."""
+    model = ScriptedModel(Sleep(30), "second")
+    results: list[httpx2.Response] = []
+    with trio.fail_after(LIMIT):
+        async with agent(server, model).chat(Task(0, prompt="go")) as session:
+            async with held_segment(session) as endpoint:
+                bearer = {"authorization": f"Bearer {endpoint.secret}"}
+                chat_url = f"{endpoint.base_url}/chat/completions"
+
+                async def call() -> None:
+                    results.append(await http.post(chat_url, json=HELLO, headers=bearer))
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(call)
+                    while not model.requests:  # noqa: ASYNC110 - the server's own task
+                        await trio.sleep(0.01)
+                    session.harness.release.set()  # type: ignore[attr-defined]  # ends it
+            recorded = len(session.trace.turns)
+            # the next segment: the endpoint opens again
+            harness = session.harness
+            assert isinstance(harness, HoldingHarness)
+            harness.opened, harness.release = trio.Event(), trio.Event()
+            async with held_segment(session, "next") as again:
+                second = await http.post(chat_url, json=HELLO, headers=bearer)
+    [cut] = results
+    assert cut.status_code == 409
+    assert cut.json()["error"]["type"] == "rollout_idle"
+    assert "segment ended" in cut.json()["error"]["message"]
+    assert recorded == 0
+    assert again == endpoint
+    assert second.status_code == 200
+    assert second.json()["choices"][0]["message"]["content"] == "second"
+    assert [t.response.content for t in session.trace.turns if t.response] == ["second"]
+
+
+# -- the adversary: a process left behind ------------------------------------------------
+
+PROBE = textwrap.dedent(
+    """
+    import json, os, subprocess, sys, time, urllib.error, urllib.request
+
+    def call(text):
+        body = json.dumps({"messages": [{"role": "user", "content": text}]}).encode()
+        request = urllib.request.Request(
+            os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+            data=body,
+            headers={
+                "authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+                "content-type": "application/json",
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, json.load(answer)
+        except urllib.error.HTTPError as error:
+            return error.code, json.load(error)
+
+    if sys.argv[1] == "--late":  # the child left behind
+        go, result = sys.argv[2], sys.argv[3]
+        for round in ("idle", "closed"):
+            while not os.path.exists(go + "." + round):
+                time.sleep(0.02)
+            status, body = call("sneak")
+            with open(result + "." + round + ".tmp", "w") as out:
+                json.dump({"status": status, "body": body}, out)
+            os.rename(result + "." + round + ".tmp", result + "." + round)
+        sys.exit(0)
+
+    args = sys.argv[1:]
+    output = args[args.index("--output-file") + 1]
+    go, result = os.environ["PROBE_GO"], os.environ["PROBE_RESULT"]
+    pidfile = os.environ["PROBE_PID"]
+    if not os.path.exists(pidfile):  # the first segment leaves a detached child behind
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--late", go, result],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        with open(pidfile, "w") as out:
+            out.write(str(child.pid))
+    status, body = call("segment")
+    text = body["choices"][0]["message"]["content"] if status == 200 else ""
+    with open(output, "w") as out:
+        json.dump({"messages": [{"role": "assistant", "content": text}]}, out)
+    """
+)
+
+
+async def _result(path: Path) -> dict[str, object]:
+    """The left-behind child's answer, once it has written it."""
+    with trio.fail_after(LIMIT):
+        while not await trio.Path(path).exists():  # noqa: ASYNC110 - another process writes it
+            await trio.sleep(0.02)
+    result: dict[str, object] = json.loads(await trio.Path(path).read_text())
+    return result
+
+
+async def test_a_process_left_behind_by_a_segment_gets_409_and_adds_no_turn(
+    server: InterceptionServer, tmp_path: Path
+) -> None:
+    """A real program leaves a detached (``setsid``) child behind that calls the
+    rollout's endpoint with the rollout's key after the segment ended, then after the
+    rollout closed: 409 both times, no turn recorded, the limits untouched (the next
+    segment's call is still within ``max_turns=2``)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    go, result, pidfile = tmp_path / "go", tmp_path / "result", tmp_path / "pid"
+    harness = ProgramHarness(
+        [sys.executable, str(probe)],
+        env={"PROBE_GO": str(go), "PROBE_RESULT": str(result), "PROBE_PID": str(pidfile)},
+    )
+    seat = Agent(
+        "agent",
+        AgentConfig(model="builtin/echo", harness="program", limits=Limits(max_turns=2)),
+        harness=harness,
+        services={"interception": server},
+    )
+    try:
+        with trio.fail_after(LIMIT):
+            async with seat.chat(Task(0, prompt="first")) as session:
+                first = await session.turn()
+                endpoint = session.rollout.state["endpoint"]
+                assert server.state(endpoint) is EndpointState.IDLE
+                (tmp_path / "go.idle").touch()
+                idle = await _result(tmp_path / "result.idle")
+                turns_idle = len(session.trace.turns)
+                second = await session.turn("second")
+            (tmp_path / "go.closed").touch()
+            closed = await _result(tmp_path / "result.closed")
+    finally:
+        if pidfile.exists():  # the child is the test's to clean up
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert not first.stopped
+    assert idle["status"] == 409
+    assert idle["body"]["error"]["type"] == "rollout_idle"  # type: ignore[index]
+    assert turns_idle == 1
+    assert not second.stopped, second.stop_condition  # max_turns=2 not spent by the child
+    assert closed["status"] == 409
+    assert closed["body"]["error"]["type"] == "rollout_closed"  # type: ignore[index]
+    assert len(session.trace.turns) == 2
+    assert "sneak" not in str(session.trace.turns)
+    assert session.trace.stop_condition == "user_closed"
