@@ -130,13 +130,16 @@ async def _protocol(ops: Sequence[str], prompted: bool, max_turns: int | None, e
             await turn(fail=False)
             return
         model.push(Sleep(10))
+        conversation = list(session.trace.messages)
         with trio.move_on_after(1) as scope:
             await opening()
         assert scope.cancelled_caught
         want.requests += 1
         want.segments += 1
         want.agent_s += 1
-        want.state = "open"  # a cancelled turn leaves the run open, the message sent
+        # a cancelled turn is rolled back: the conversation (and the state: a
+        # cancelled opening leaves the session fresh) is as it was before it
+        assert session.trace.messages == conversation
 
     async def close() -> None:
         trace = await session.close()
