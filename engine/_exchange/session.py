@@ -417,7 +417,9 @@ class ChatSession:
             start = await self._finalize_and_score(reason)
         finally:
             self._joined(start)
-        await trio.lowlevel.checkpoint()  # after the close is done: nothing is lost
+        # the lock's acquire yielded (shielded): raise a pending cancellation now that
+        # the close is done (nothing is lost)
+        await trio.lowlevel.checkpoint_if_cancelled()
         return self._trace
 
     async def _finalize_and_score(self, reason: str) -> float:
