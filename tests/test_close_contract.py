@@ -226,8 +226,9 @@ async def test_close_called_in_a_cancelled_scope_closes_then_raises(autojump_clo
 async def test_a_turn_during_the_close_waits_for_the_scoring_then_is_refused(
     shape: str, autojump_clock: Any
 ) -> None:
-    # the close holds the session from its first wait on (a scorer that waits): a
-    # turn() coming in meanwhile runs no segment, and is refused once the close is done
+    # the close holds the session's lock through finalize and scoring, whatever the
+    # scorer's shape: a turn() coming in meanwhile runs no segment, and is refused once
+    # the close is done
     calls: list[str] = []
     joined: list[Trace] = []
     session = _agent(shape, calls, joined, delay=0.1).chat(TASK)

@@ -728,6 +728,7 @@ async def test_turn_refuses_other_shapes_before_the_segment(message: object) -> 
         ({"role": "robot", "content": "x"}, "turn(message).role must be one of"),
         ([{"role": "user", "content": 3}], "turn(message)[0].content must be"),
     ],
+    ids=["no-content", "bad-role", "bad-content-in-list"],
 )
 async def test_turn_refuses_a_malformed_dict_naming_the_field(message: object, field: str) -> None:
     session = make_agent().chat(OPEN)

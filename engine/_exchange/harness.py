@@ -144,7 +144,9 @@ class Rollout:
 
 class Harness(abc.ABC):
     """Plays the agent's side. Subclasses implement ``launch``; ``resume`` and
-    ``aclose`` are optional. ``launch``/``resume`` may raise anything: the session
+    ``aclose`` are optional; a subclass whose ``launch`` takes text declares
+    ``takes_text = True``, one whose ``resume`` continues natively ``resumes = True``
+    (module docstring). ``aclose`` (finalize) runs at every close. ``launch``/``resume`` may raise anything: the session
     records the error and ends the run; ``RolloutStopped`` ends it with that stop
     condition. Harness instances are shared between rollouts: keep per-rollout state
     on the ``Rollout`` or in its scratch directory, and release what is shared in
@@ -170,7 +172,8 @@ class Harness(abc.ABC):
         await self.launch(rollout, rollout.relaunch_prompt())
 
     async def aclose(self, rollout: Rollout) -> None:  # noqa: B027 - optional hook
-        """Finalize the rollout at session close (inside a shielded, timed scope)."""
+        """Finalize the rollout at session close, once (in the close's shielded scope
+        bounded by ``timeouts.scoring_s``, before the scorers). Default: nothing."""
 
     async def shutdown(self) -> None:
         """Release what the harness holds across its rollouts (a pool of programs,
