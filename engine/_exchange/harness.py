@@ -146,11 +146,11 @@ class Harness(abc.ABC):
     """Plays the agent's side. Subclasses implement ``launch``; ``resume`` and
     ``aclose`` are optional; a subclass whose ``launch`` takes text declares
     ``takes_text = True``, one whose ``resume`` continues natively ``resumes = True``
-    (module docstring). ``aclose`` (finalize) runs at every close. ``launch``/``resume`` may raise anything: the session
-    records the error and ends the run; ``RolloutStopped`` ends it with that stop
-    condition. Harness instances are shared between rollouts: keep per-rollout state
-    on the ``Rollout`` or in its scratch directory, and release what is shared in
-    ``shutdown``."""
+    (module docstring). ``aclose`` (finalize) runs at every close. ``launch`` and
+    ``resume`` may raise anything: the session records the error and ends the run;
+    ``RolloutStopped`` ends it with that stop condition. Harness instances are shared
+    between rollouts: keep per-rollout state on the ``Rollout`` or in its scratch
+    directory, and release what is shared in ``shutdown``."""
 
     id: ClassVar[str] = ""
     # what the harness can do (see the module docstring); checked at class definition
