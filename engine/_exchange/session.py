@@ -24,10 +24,11 @@ The rules (README "The exchange"):
   the segment emitted are removed; a cancelled opening leaves the session fresh). The
   model calls it made stay on ``trace.turns``, its time on ``timing.agent_s``; a
   natively resuming harness's own program may have seen the message.
-- A segment cut off by its own deadline (``segment_timeout``/``rollout_timeout``) or by
-  ``close()`` ends with that condition even when the harness's cleanup then raises (the
-  cleanup's error is kept on the trace as a ``timeout``/``cancelled`` error, not a
-  harness failure).
+- A segment cut off by its own deadline (``segment_timeout``/``rollout_timeout``, or
+  ``model_error`` when it caught a model request in flight: ``ModelBoundary.timed_out``)
+  or by ``close()`` ends with that condition even when the harness's cleanup then
+  raises (the cleanup's error is kept on the trace as a ``timeout``/``cancelled``
+  error, not a harness failure).
 """
 
 from __future__ import annotations
