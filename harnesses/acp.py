@@ -96,6 +96,7 @@ class AcpHarness(AgentCLIHarness):
     """One live ACP adapter process per rollout, one ``session/prompt`` per segment."""
 
     id = "acp"
+    resumes = True  # its resume continues the session natively
     binary = "codex-acp"
     install = ADAPTERS["codex"][1]
 

@@ -74,6 +74,7 @@ class ClaudeCodeHarness(AgentCLIHarness):
     """``claude -p --session-id`` per first segment, ``claude -p --resume`` after."""
 
     id = "claude-code"
+    resumes = True  # its resume continues the session natively
     binary = "claude"
     install = "npm install -g @anthropic-ai/claude-code@2.1.332"
 

@@ -127,6 +127,7 @@ class CodexHarness(AgentCLIHarness):
     """``codex exec`` per segment, ``codex exec resume <thread_id>`` to continue."""
 
     id = "codex"
+    resumes = True  # its resume continues the session natively
     binary = "codex"
     install = "npm install -g @openai/codex@0.171.0"
 

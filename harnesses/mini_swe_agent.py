@@ -41,6 +41,7 @@ class MiniSweAgentHarness(AgentCLIHarness):
     """One mini-swe-agent run per rollout (one-shot: no ``resume``)."""
 
     id = "mini-swe-agent"
+    takes_text = True  # one-shot: launch gets the prompt text
     binary = "mini"
     install = (
         "python -m venv /opt/mini-swe-agent && /opt/mini-swe-agent/bin/pip install "

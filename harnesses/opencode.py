@@ -79,6 +79,7 @@ class OpencodeHarness(AgentCLIHarness):
     """``opencode run`` per segment, ``opencode run --session <id>`` to continue."""
 
     id = "opencode"
+    resumes = True  # its resume continues the session natively
     binary = "opencode"
     final_failures = True  # opencode re-sends failed calls itself; nothing turns it off
     install = "npm install -g opencode-ai@1.18.33"

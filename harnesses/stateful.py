@@ -27,6 +27,7 @@ class StatefulHarness(ProgramHarness):
     only the new user message (``command``; None: the reference stateful program)."""
 
     id = "stateful"
+    resumes = True  # its resume continues the session natively
     default_command = DEFAULT_COMMAND
 
     def __init__(

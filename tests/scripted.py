@@ -71,6 +71,8 @@ class ToolLoopHarness(Harness):
 class TextHarness(Harness):
     """Takes its prompt as plain text and has no ``resume``: one-shot only."""
 
+    takes_text = True
+
     def __init__(self) -> None:
         self.prompts: list[str] = []
 
@@ -82,6 +84,8 @@ class TextHarness(Harness):
 
 class TextResumeHarness(TextHarness):
     """A text harness with a native ``resume``: chat-capable."""
+
+    resumes = True
 
     def __init__(self) -> None:
         super().__init__()

@@ -3,6 +3,8 @@ capability check (line 8), sampling, the model-call limiter and stamps."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 import trio
 from scripted import (
@@ -25,9 +27,12 @@ from taketurns import (
     BuiltinModel,
     ConfigError,
     EpisodeInfo,
+    Harness,
     HarnessError,
+    Message,
     ModelEndpointError,
     NullHarness,
+    Rollout,
     Sampling,
     SessionOver,
     Task,
@@ -245,14 +250,52 @@ async def test_run_needs_a_prompted_task() -> None:
         await make_agent().run(OPEN)
 
 
-# 8. Multi-turn capability comes from the harness contract ---------------------------------
+# 8. Multi-turn capability is declared by the harness ---------------------------------------
 
 
-def test_can_chat_is_derived_from_the_contract() -> None:
+def test_can_chat_follows_the_declarations() -> None:
     assert can_chat(ToolLoopHarness())  # launch takes a Prompt: default resume relaunches
     assert can_chat(NullHarness())
-    assert can_chat(TextResumeHarness())  # native resume
-    assert not can_chat(TextHarness())  # text launch, no resume
+    assert can_chat(TextResumeHarness())  # takes_text, resumes natively
+    assert not can_chat(TextHarness())  # takes_text, no native resume: one-shot
+    assert (TextHarness.takes_text, TextHarness.resumes) == (True, False)
+    assert (NullHarness.takes_text, NullHarness.resumes) == (False, False)
+
+
+@pytest.mark.parametrize("harness", ["relaunch", "text"])
+async def test_a_harness_importing_its_types_under_type_checking_chats_and_runs(
+    harness: str,
+) -> None:
+    # issue 23, item 4: capability used to come from typing.get_type_hints, which raised
+    # NameError here (chat) or recorded harness_error (run)
+    from typechecked_harness import TypeCheckedHarness, TypeCheckedTextHarness
+
+    cls = TypeCheckedHarness if harness == "relaunch" else TypeCheckedTextHarness
+    async with make_agent(harness=cls()).chat(PROMPTED) as session:
+        assert not (await session.turn()).stopped
+        assert not (await session.turn("again")).stopped
+    assert session.trace.errors == []
+    trace = await make_agent(harness=cls()).run(PROMPTED)
+    assert trace.stop_condition == "agent_completed"
+    assert trace.errors == []
+
+
+def test_declarations_are_checked_when_the_class_is_defined() -> None:
+    with pytest.raises(TypeError, match=r"takes_text = 'yes'; declare it True or False"):
+
+        class NotABool(Harness):
+            takes_text = "yes"  # type: ignore[assignment]
+
+    with pytest.raises(TypeError, match=r"declares resumes = True but defines no resume\(\)"):
+
+        class NoResume(Harness):
+            resumes = True
+
+    with pytest.raises(TypeError, match=r"takes text and does not declare resumes = True"):
+
+        class Undeclared(TextHarness):
+            async def resume(self, rollout: Rollout, messages: Sequence[Message]) -> None:
+                pass
 
 
 def test_chat_on_a_text_only_harness_fails_at_once() -> None:

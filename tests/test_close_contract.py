@@ -20,6 +20,10 @@ from scripted import CloseRecordingHarness, ToolLoopHarness, make_agent
 from taketurns import (
     ChatSession,
     Harness,
+    ModelClient,
+    ModelEndpointError,
+    ModelRequest,
+    ModelResponse,
     Prompt,
     Rollout,
     SessionClosed,
@@ -29,6 +33,7 @@ from taketurns import (
     Timeouts,
     Trace,
     TurnError,
+    stop,
 )
 
 TASK = Task(0, "t", prompt="hi")
@@ -221,8 +226,9 @@ async def test_close_called_in_a_cancelled_scope_closes_then_raises(autojump_clo
 async def test_a_turn_during_the_close_waits_for_the_scoring_then_is_refused(
     shape: str, autojump_clock: Any
 ) -> None:
-    # the close holds the session from its first wait on (a scorer that waits): a
-    # turn() coming in meanwhile runs no segment, and is refused once the close is done
+    # the close holds the session's lock through finalize and scoring, whatever the
+    # scorer's shape: a turn() coming in meanwhile runs no segment, and is refused once
+    # the close is done
     calls: list[str] = []
     joined: list[Trace] = []
     session = _agent(shape, calls, joined, delay=0.1).chat(TASK)
@@ -384,3 +390,200 @@ async def test_turn_after_the_run_ended_is_a_checkpoint(autojump_clock: Any) -> 
     with trio.testing.assert_checkpoints(), pytest.raises(SessionOver):
         await session.turn("more")
     await session.close()
+
+
+# --- re-entry from the session's own code, everywhere ----------------------------
+
+
+class Reenter:
+    """Calls ``call`` (``turn`` or ``close``) on ``target`` once, from wherever it is
+    invoked (in that task, or in a task spawned there), recording what it raised."""
+
+    def __init__(self, call: str, *, spawned: bool) -> None:
+        self.call = call
+        self.spawned = spawned
+        self.target: ChatSession | None = None
+        self.raised: list[BaseException] = []
+        self.done = False
+
+    async def _once(self) -> None:
+        assert self.target is not None
+        try:
+            if self.call == "turn":
+                await self.target.turn("from inside")
+            else:
+                await self.target.close()
+        except Exception as exc:
+            self.raised.append(exc)
+
+    async def __call__(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.spawned:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._once)
+        else:
+            await self._once()
+
+
+class FinalizeReenters(ToolLoopHarness):
+    def __init__(self, reenter: Reenter) -> None:
+        super().__init__()
+        self.reenter = reenter
+
+    async def aclose(self, rollout: Rollout) -> None:
+        await self.reenter()
+
+
+class ToolReenters(ToolLoopHarness):
+    def __init__(self, reenter: Reenter) -> None:
+        super().__init__()
+        self.reenter = reenter
+
+    async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
+        await super().launch(rollout, prompt)
+        await self.reenter()
+
+
+@pytest.mark.parametrize("where", ["segment", "stop_hook", "finalize", "scorer"])
+@pytest.mark.parametrize("call", ["turn", "close"])
+@pytest.mark.parametrize("spawned", [False, True], ids=["same-task", "child-task"])
+async def test_reentry_from_the_sessions_own_code_is_refused_everywhere(
+    where: str, call: str, spawned: bool, autojump_clock: Any
+) -> None:
+    # issue 23, items 1 and 2: from a @stop hook (the turn's task holds the lock
+    # outside any segment), finalize or a scorer, trio's own lock error (or a wait for
+    # itself) used to come out instead, and the trace could join its owner unscored
+    reenter = Reenter(call, spawned=spawned)
+    counter: list[str] = []
+
+    async def hook(trace: Trace) -> bool:
+        if where == "stop_hook":
+            await reenter()
+        return False
+
+    async def scored(task: Task, trace: Trace) -> float:
+        if where == "scorer":
+            await reenter()
+        counter.append("scored")
+        return 1.0
+
+    harness: Harness = ToolLoopHarness()
+    if where == "finalize":
+        harness = FinalizeReenters(reenter)
+    elif where == "segment":
+        harness = ToolReenters(reenter)
+    joined: list[Trace] = []
+    session = make_agent(
+        harness=harness, rewards=[scored, stop(hook)], on_close=joined.append
+    ).chat(TASK)
+    reenter.target = session
+    with trio.fail_after(5):  # a hang would be a wait on the session's own lock
+        reply = await session.turn()
+        trace = await session.close()
+    assert reenter.done
+    assert [type(e) for e in reenter.raised] == [SessionError]
+    assert f"{call}()" in str(reenter.raised[0])
+    assert "from inside this session's own running segment" in str(reenter.raised[0])
+    assert not reply.stopped
+    assert trace.stop_condition == "user_closed"
+    assert counter == ["scored"]
+    assert trace.rewards == {"scored": 1.0}
+    assert joined == [trace]
+    assert trace.errors == []
+
+
+async def test_a_stop_hook_closing_its_session_is_refused_and_the_trace_is_scored(
+    autojump_clock: Any,
+) -> None:
+    # issue 23, item 1, as found: the hook lets the refusal out (it stops the run, its
+    # error on the trace), the session stays open to its owner's close, which scores it
+    box: list[ChatSession] = []
+    joined: list[Trace] = []
+
+    @stop
+    async def closes_its_session(trace: Trace) -> bool:
+        await box[0].close()
+        return False
+
+    def scored(task: Task, trace: Trace) -> float:
+        return 1.0
+
+    session = make_agent(rewards=[scored, closes_its_session], on_close=joined.append).chat(TASK)
+    box.append(session)
+    reply = await session.turn()
+    assert reply.stopped
+    assert reply.stop_condition == "closes_its_session"
+    assert joined == []  # not closed by the refused call
+    trace = await session.close()
+    assert joined == [trace]
+    assert trace.rewards == {"scored": 1.0}
+    assert [(e.kind, e.type) for e in trace.errors] == [("scoring", "SessionError")]
+
+
+# --- every path yields ------------------------------------------------------------
+
+
+class FailsAtOnce(ModelClient):
+    """An endpoint client that fails before its first await."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        raise ModelEndpointError("down before any wait")
+
+
+async def test_a_turn_whose_model_fails_before_its_first_await_still_yields() -> None:
+    # issue 23, item 3: an uncontended turn used to trust the model client to yield
+    session = make_agent(FailsAtOnce()).chat(TASK)
+    with trio.testing.assert_checkpoints():  # a schedule point: other tasks run
+        reply = await session.turn()
+    assert reply.stop_condition == "model_error"
+    with trio.testing.assert_checkpoints():
+        await session.close()
+
+
+# --- the scoring deadline holds for a plain function too -------------------------
+
+
+async def test_a_sync_scorer_overrunning_scoring_s_is_a_scoring_failure(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # issue 23, item 7: a plain function cannot be interrupted; it is measured
+    calls: list[str] = []
+
+    def blocks(task: Task, trace: Trace) -> float:
+        calls.append("blocks")
+        autojump_clock.jump(4)  # four seconds of blocking work, in virtual time
+        return 1.0
+
+    def after(task: Task, trace: Trace) -> float:
+        calls.append("after")
+        return 1.0
+
+    joined: list[Trace] = []
+    agent = make_agent(
+        rewards=[blocks, after], timeouts=Timeouts(scoring_s=1), on_close=joined.append
+    )
+    session = agent.chat(TASK)
+    await session.turn()
+    trace = await session.close()
+    assert calls == ["blocks"]  # nothing starts after the deadline
+    assert trace.rewards == {"blocks": 0.0, "after": 0.0}
+    messages = _scoring_errors(trace)
+    assert any("blocks" in m and "after the scoring deadline" in m for m in messages)
+    assert any("timeouts.scoring_s" in m and "unfinished" in m for m in messages)
+    assert joined == [trace]
+
+
+async def test_a_sync_scorer_within_scoring_s_keeps_its_value(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    def works(task: Task, trace: Trace) -> float:
+        autojump_clock.jump(0.5)
+        return 1.0
+
+    session = make_agent(rewards=[works], timeouts=Timeouts(scoring_s=1)).chat(TASK)
+    await session.turn()
+    trace = await session.close()
+    assert trace.rewards == {"works": 1.0}
+    assert _scoring_errors(trace) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from taketurns import (
     ModelEndpointError,
     Reply,
     SessionClosed,
+    SessionError,
     SessionOver,
     SessionState,
     Task,
@@ -42,6 +44,7 @@ from taketurns import (
     TurnError,
     reward,
     run_episode,
+    stop,
 )
 
 SETTINGS = settings(max_examples=60, deadline=None)
@@ -130,13 +133,16 @@ async def _protocol(ops: Sequence[str], prompted: bool, max_turns: int | None, e
             await turn(fail=False)
             return
         model.push(Sleep(10))
+        conversation = list(session.trace.messages)
         with trio.move_on_after(1) as scope:
             await opening()
         assert scope.cancelled_caught
         want.requests += 1
         want.segments += 1
         want.agent_s += 1
-        want.state = "open"  # a cancelled turn leaves the run open, the message sent
+        # a cancelled turn is rolled back: the conversation (and the state: a
+        # cancelled opening leaves the session fresh) is as it was before it
+        assert session.trace.messages == conversation
 
     async def close() -> None:
         trace = await session.close()
@@ -487,3 +493,200 @@ def test_cancelling_an_episode_mid_turn_closes_and_scores_every_session(
     bare: list[bool], delay_ms: int, limited: bool
 ) -> None:
     run_virtual(_cancel_episode, bare, delay_ms, limited)
+
+
+# (e) Re-entry from the session's own code, interleaved with the user's calls --------------
+
+USER_OPS = ("turn", "cancel_turn", "two_turns", "close", "close_during_turn")
+WHERE = ("hook", "tool", "scorer", "finalize")
+
+
+@attrs.frozen
+class Reentry:
+    """Where the session's own code calls back into it: ``call`` (None: never) on
+    its ``at``-th invocation there, in that task or a spawned one."""
+
+    call: str | None
+    spawned: bool
+    at: int
+
+
+reentries = st.builds(
+    Reentry, st.sampled_from([None, "turn", "close"]), st.booleans(), st.integers(0, 2)
+)
+
+
+class ReenteringHarness(ToolLoopHarness):
+    """Calls back after its model calls (a tool) and while finalizing."""
+
+    def __init__(self, reenter: Callable[[str], Awaitable[None]]) -> None:
+        super().__init__()
+        self.reenter = reenter
+        self.finalized = 0
+
+    async def launch(self, rollout: Any, prompt: Any) -> None:
+        await super().launch(rollout, prompt)
+        await self.reenter("tool")
+
+    async def aclose(self, rollout: Any) -> None:
+        self.finalized += 1
+        await self.reenter("finalize")
+
+
+async def _reentrant(
+    ops: Sequence[str], plan: dict[str, Reentry], prompted: bool, ending: str
+) -> None:
+    refused: list[BaseException] = []
+    succeeded: list[str] = []
+    seen: collections.Counter[str] = collections.Counter()
+    session: ChatSession
+
+    async def reenter(where: str) -> None:
+        entry, n = plan[where], seen[where]
+        seen[where] += 1
+        if entry.call is None or n != entry.at:
+            return
+
+        async def once() -> None:
+            try:
+                if entry.call == "turn":
+                    await session.turn("from inside")
+                else:
+                    await session.close()
+            except Exception as exc:
+                refused.append(exc)
+            else:
+                succeeded.append(where)
+
+        if entry.spawned:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(once)
+        else:
+            await once()
+
+    async def hook(trace: Trace) -> bool:
+        await reenter("hook")
+        return False
+
+    scored: list[int] = []
+
+    async def scorer(task: Task, trace: Trace) -> float:
+        await reenter("scorer")
+        scored.append(1)
+        return 1.0
+
+    model = ScriptedModel()
+    harness = ReenteringHarness(reenter)
+    joined: list[Trace] = []
+    agent = scripted_agent(model, harness, rewards=[scorer, stop(hook)], on_close=joined.append)
+    session = agent.chat(Task(0, prompt="open") if prompted else Task(0))
+    state = "fresh"
+
+    def opening(text: str = "a user message") -> Awaitable[Reply]:
+        return session.turn() if state == "fresh" and prompted else session.turn(text)
+
+    async def turn() -> None:
+        nonlocal state
+        if state == "closed":
+            with pytest.raises(SessionClosed):
+                await opening()
+            return
+        reply = await opening()
+        assert not reply.stopped
+        state = "open"
+
+    async def cancel_turn() -> None:
+        if state == "closed":
+            await turn()
+            return
+        before = list(session.trace.messages)
+        model.push(Sleep(10))
+        with trio.move_on_after(1) as scope:
+            await opening()
+        assert scope.cancelled_caught
+        assert session.trace.messages == before  # rolled back
+
+    async def two_turns() -> None:
+        nonlocal state
+        if state == "closed":
+            await turn()
+            return
+        model.push(Sleep(1))
+        replies: list[Reply] = []
+
+        async def user(text: str) -> None:
+            replies.append(await opening(text))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(user, "first")
+            await trio.testing.wait_all_tasks_blocked()
+            state = "open"  # the second caller sends a message, whatever the first did
+            nursery.start_soon(user, "second")
+        assert [r.stopped for r in replies] == [False, False]
+
+    async def close() -> None:
+        nonlocal state
+        assert await session.close() is session.trace
+        state = "closed"
+
+    async def close_during_turn() -> None:
+        nonlocal state
+        if state == "closed":
+            await close()
+            return
+        model.push(Sleep(10))
+        replies: list[Reply] = []
+
+        async def user() -> None:
+            replies.append(await opening())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(user)
+            await trio.testing.wait_all_tasks_blocked()
+            await close()
+        assert [r.stop_condition for r in replies] == ["user_closed"]
+
+    actions = {
+        "turn": turn,
+        "cancel_turn": cancel_turn,
+        "two_turns": two_turns,
+        "close": close,
+        "close_during_turn": close_during_turn,
+    }
+    with trio.fail_after(10_000):  # a wait on the session's own lock would be a hang
+        with trio.CancelScope() as outer:
+            async with session:
+                for op in ops:
+                    await actions[op]()
+                if ending == "cancel":
+                    outer.cancel()
+                    await trio.lowlevel.checkpoint()
+
+    trace = session.trace
+    assert succeeded == []  # no call from the session's own code ever got through
+    assert all(isinstance(exc, SessionError) for exc in refused), refused
+    assert scored == [1]
+    assert harness.finalized == 1
+    assert joined == [trace]
+    assert trace.rewards == {"scorer": 1.0}
+    assert [e.kind for e in trace.errors] == []
+    roles = [m.role for m in trace.messages]
+    # no user message left unanswered before the next one
+    assert not any(a == b == "user" for a, b in itertools.pairwise(roles)), roles
+    assert session.state is SessionState.CLOSED
+    assert await session.close() is trace
+    with pytest.raises(SessionClosed):
+        await session.turn("anyone?")
+
+
+@SETTINGS
+@given(
+    ops=st.lists(st.sampled_from(USER_OPS), max_size=8),
+    plan=st.fixed_dictionaries({where: reentries for where in WHERE}),
+    prompted=st.booleans(),
+    ending=st.sampled_from(["exit", "cancel"]),
+)
+def test_reentry_is_refused_whatever_the_interleaving(
+    ops: list[str], plan: dict[str, Reentry], prompted: bool, ending: str
+) -> None:
+    run_virtual(_reentrant, ops, plan, prompted, ending)

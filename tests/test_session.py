@@ -678,3 +678,154 @@ async def test_turn_and_close_are_checkpoints_on_every_path() -> None:
         await session.close()  # already closed
     with trio.testing.assert_checkpoints(), pytest.raises(SessionClosed):
         await session.turn("x")
+
+
+# Issue 23: turn input, a cancelled turn, a cut-off segment whose cleanup raises -------
+
+
+async def test_turn_accepts_an_openai_shaped_dict() -> None:
+    # issue 23, item 6: the dict used to be iterated, sending ("role", "content")
+    import json
+
+    from taketurns._output.records import record
+
+    model = ScriptedModel()
+    session = make_agent(model).chat(OPEN)
+    await session.turn({"role": "user", "content": "hi"})
+    await session.turn([{"role": "user", "content": "and"}, UserMessage("more")])
+    assert model.requests[0].messages == (UserMessage("hi"),)
+    assert model.requests[1].messages[-2:] == (UserMessage("and"), UserMessage("more"))
+    trace = await session.close()
+    json.dumps(record.unstructure(trace))  # a trace that serialises
+
+
+@pytest.mark.parametrize(
+    "message",
+    [42, b"hi", ("role", "content"), [UserMessage("ok"), "a bare string"], object()],
+    ids=["int", "bytes", "tuple-of-str", "list-with-str", "object"],
+)
+async def test_turn_refuses_other_shapes_before_the_segment(message: object) -> None:
+    harness = ToolLoopHarness()
+    session = make_agent(harness=harness).chat(OPEN)
+    with (
+        trio.testing.assert_checkpoints(),
+        pytest.raises(TypeError, match=r"it accepts|holds messages") as info,
+    ):
+        await session.turn(message)  # type: ignore[arg-type]
+    assert "OpenAI-shaped dict" in str(info.value)
+    assert harness.prompts == []
+    assert session.trace.messages == []
+    assert session.state is SessionState.FRESH
+    await session.turn("now properly")  # the session is untouched
+    assert harness.prompts[0].messages == (UserMessage("now properly"),)
+    await session.close()
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ({"role": "user"}, "turn(message).content is missing"),
+        ({"role": "robot", "content": "x"}, "turn(message).role must be one of"),
+        ([{"role": "user", "content": 3}], "turn(message)[0].content must be"),
+    ],
+    ids=["no-content", "bad-role", "bad-content-in-list"],
+)
+async def test_turn_refuses_a_malformed_dict_naming_the_field(message: object, field: str) -> None:
+    session = make_agent().chat(OPEN)
+    with pytest.raises(TurnError) as info:
+        await session.turn(message)  # type: ignore[arg-type]
+    assert field in str(info.value)
+    assert session.trace.messages == []
+    await session.close()
+
+
+async def test_a_cancelled_turn_is_rolled_back(autojump_clock) -> None:
+    # issue 23, item 8: the unanswered message used to stay, unmarked: [user, user, ...]
+    model = ScriptedModel("first answer", tool_call("c1"), Sleep(10))
+    harness = ToolLoopHarness()
+    session = make_agent(model, harness).chat(OPEN)
+    await session.turn("first")
+    before = list(session.trace.messages)
+    with trio.move_on_after(1) as scope:
+        await session.turn("cancelled")  # a tool call, its result, then a stuck call
+    assert scope.cancelled_caught
+    assert session.trace.messages == before  # the turn never happened, in the history
+    assert session.state is SessionState.READY
+    assert len(session.trace.turns) == 2  # the model calls it made stay on the trace
+    reply = await session.turn("third")
+    assert reply.text == "ok"
+    assert harness.prompts[-1].messages == (
+        UserMessage("first"),
+        AssistantMessage("first answer"),
+        UserMessage("third"),
+    )
+    await session.close()
+    roles = [m.role for m in session.trace.messages]
+    assert roles == ["user", "assistant", "user", "assistant"]
+
+
+async def test_a_cancelled_opening_leaves_the_session_fresh(autojump_clock) -> None:
+    task = Task(0, "p", prompt="open", system_prompt="be brief")
+    session = make_agent(ScriptedModel(Sleep(10))).chat(task)
+    with trio.move_on_after(1):
+        await session.turn()
+    assert session.state is SessionState.FRESH
+    assert session.trace.messages == []
+    with pytest.raises(TurnError):
+        await session.turn("not yet")  # still the agent's turn to speak first
+    reply = await session.turn()
+    assert not reply.stopped
+    assert session.trace.messages[:2] == [SystemMessage("be brief"), UserMessage("open")]
+    await session.close()
+
+
+class CleanupRaises(ToolLoopHarness):
+    """Its segment waits; cut off, its cleanup raises."""
+
+    async def launch(self, rollout, prompt) -> None:
+        try:
+            await trio.sleep(100)
+        finally:
+            raise RuntimeError("cleanup broke")
+
+
+async def test_a_segment_timeout_whose_cleanup_raises_is_still_the_timeout(autojump_clock) -> None:
+    # issue 23, item 5: this used to be harness_error, a failed episode
+    from taketurns._exchange.outcome import trace_cause
+
+    agent = make_agent(harness=CleanupRaises(), timeouts=Timeouts(segment_s=5))
+    async with agent.chat(PROMPTED) as session:
+        reply = await session.turn()
+    assert (reply.stopped, reply.stop_condition) == (True, "segment_timeout")
+    trace = session.trace
+    assert trace.stop_condition == "segment_timeout"
+    assert [(e.kind, e.type, e.message) for e in trace.errors] == [
+        ("timeout", "RuntimeError", "cleanup broke")
+    ]
+    assert trace_cause(trace.stop_condition, [e.kind for e in trace.errors]) is None
+
+
+async def test_a_close_whose_segment_cleanup_raises_is_still_the_close(autojump_clock) -> None:
+    from taketurns._exchange.outcome import trace_cause
+
+    session = make_agent(harness=CleanupRaises()).chat(PROMPTED)
+    replies: list[Reply] = []
+
+    async def user() -> None:
+        replies.append(await session.turn())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(user)
+        await trio.testing.wait_all_tasks_blocked()
+        trace = await session.close()
+    assert replies == [Reply("", (), True, "user_closed")]
+    assert [(e.kind, e.type) for e in trace.errors] == [("cancelled", "RuntimeError")]
+    assert trace_cause(trace.stop_condition, [e.kind for e in trace.errors]) is None
+
+
+async def test_a_harness_failing_on_its_own_is_still_a_harness_error(autojump_clock) -> None:
+    # the timeout rule above covers only a segment being cut off
+    agent = make_agent(harness=FailingHarness(), timeouts=Timeouts(segment_s=5))
+    async with agent.chat(PROMPTED) as session:
+        reply = await session.turn()
+    assert reply.stop_condition == "harness_error"

@@ -164,11 +164,12 @@ class Agent:
         scores the real row. ``tools`` (default: the agent's) are offered to tool
         harnesses; ``state`` goes on ``trace.state`` for the rubric (never persisted).
         Raises ``HarnessError`` at once when the harness cannot hold a multi-turn
-        session."""
+        session (``can_chat``: as its class declares)."""
         if not can_chat(self.harness):
             raise HarnessError(
-                f"harness {self.harness_id!r} cannot chat: it has no native resume and "
-                "its launch takes only text; use agent.run(task) or a chat-capable harness"
+                f"harness {self.harness_id!r} cannot chat: it has no native resume (its "
+                "class does not declare resumes = True) and its launch takes text "
+                "(takes_text = True); use agent.run(task) or a chat-capable harness"
             )
         return self._open(task, mask_prompt=mask_prompt, tools=tools, state=state)
 

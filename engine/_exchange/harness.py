@@ -1,21 +1,26 @@
 """The harness contract: what plays one agent's side for one segment.
 
 A segment runs from a user message until the agent yields back. ``launch`` runs the
-first segment, ``resume`` every continuation. Multi-turn capability is derived from
-this contract, never declared: a harness can chat when it overrides ``resume`` (native
-resume) or when its ``launch`` accepts a ``Prompt`` of messages (the default
-``resume`` then relaunches on the accreted conversation). A ``launch(rollout, prompt:
-str)`` harness without its own ``resume`` is one-shot only.
+first segment, ``resume`` every continuation. A harness declares what it can do in two
+class attributes, read as declared (never guessed from annotations or from which
+methods it overrides) and checked when the class is defined:
+
+- ``takes_text`` (default False): ``launch`` receives the task's prompt as plain text
+  (``str``) instead of a ``Prompt`` of messages;
+- ``resumes`` (default False): its own ``resume`` continues the session natively (the
+  program keeps its state); else the default ``resume`` relaunches on the accreted
+  conversation, which needs a ``launch`` that takes a ``Prompt``.
+
+So a harness can chat when it ``resumes``, or relaunches on messages (``takes_text``
+False); a text-only harness without a native resume is one-shot (``agent.run``).
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
-import functools
 import shutil
 import tempfile
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -31,7 +36,7 @@ from taketurns._exchange.trace import Trace
 from taketurns._models.messages import Message, SystemMessage
 from taketurns._models.model import ModelResponse
 
-__all__ = ["Harness", "Prompt", "Rollout", "can_chat", "takes_text"]
+__all__ = ["Harness", "Prompt", "Rollout", "can_chat"]
 
 
 @attrs.frozen
@@ -141,21 +146,31 @@ class Rollout:
 
 class Harness(abc.ABC):
     """Plays the agent's side. Subclasses implement ``launch``; ``resume`` and
-    ``aclose`` are optional. ``launch``/``resume`` may raise anything: the session
-    records the error and ends the run; ``RolloutStopped`` ends it with that stop
-    condition. Harness instances are shared between rollouts: keep per-rollout state
-    on the ``Rollout`` or in its scratch directory, and release what is shared in
-    ``shutdown``."""
+    ``aclose`` are optional; a subclass whose ``launch`` takes text declares
+    ``takes_text = True``, one whose ``resume`` continues natively ``resumes = True``
+    (module docstring). ``aclose`` (finalize) runs at every close. ``launch`` and
+    ``resume`` may raise anything: the session records the error and ends the run;
+    ``RolloutStopped`` ends it with that stop condition. Harness instances are shared
+    between rollouts: keep per-rollout state on the ``Rollout`` or in its scratch
+    directory, and release what is shared in ``shutdown``."""
 
     id: ClassVar[str] = ""
     # the default of ``limits.max_segment_turns`` for this harness's agents (None: no
     # cap); an agent's own ``limits.max_segment_turns`` overrides it
     segment_turns: ClassVar[int | None] = None
 
+    # what the harness can do (see the module docstring); checked at class definition
+    takes_text: ClassVar[bool] = False
+    resumes: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _check_declarations(cls)
+
     @abc.abstractmethod
     async def launch(self, rollout: Rollout, prompt: Any) -> None:
-        """Run the first segment. ``prompt`` is a ``Prompt`` or, for a harness whose
-        annotation says ``str``, the task's prompt text."""
+        """Run the first segment. ``prompt`` is a ``Prompt``, or the task's prompt text
+        (``str``) for a harness that declares ``takes_text = True``."""
 
     async def resume(self, rollout: Rollout, messages: Sequence[Message]) -> None:
         """Run a continuation after the user sent ``messages`` (already appended to the
@@ -170,7 +185,8 @@ class Harness(abc.ABC):
         return contextlib.nullcontext()
 
     async def aclose(self, rollout: Rollout) -> None:  # noqa: B027 - optional hook
-        """Finalize the rollout at session close (inside a shielded, timed scope)."""
+        """Finalize the rollout at session close, once (in the close's shielded scope
+        bounded by ``timeouts.scoring_s``, before the scorers). Default: nothing."""
 
     async def shutdown(self) -> None:
         """Release what the harness holds across its rollouts (a pool of programs,
@@ -181,19 +197,29 @@ class Harness(abc.ABC):
         await trio.lowlevel.checkpoint()
 
 
-@functools.cache
-def takes_text(cls: type[Harness]) -> bool:
-    """True when ``cls.launch`` takes the prompt as plain text."""
-    hints = typing.get_type_hints(cls.launch)
-    return hints.get("prompt") is str
-
-
-@functools.cache
-def _native_resume(cls: type[Harness]) -> bool:
-    return cls.resume is not Harness.resume
+def _check_declarations(cls: type[Harness]) -> None:
+    """Refuse a harness class whose declarations are not booleans or contradict it."""
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    for attr in ("takes_text", "resumes"):
+        if not isinstance(getattr(cls, attr), bool):
+            raise TypeError(
+                f"harness {name}: {attr} = {getattr(cls, attr)!r}; declare it True or False "
+                "(see taketurns.Harness)"
+            )
+    if cls.resumes and cls.resume is Harness.resume:
+        raise TypeError(
+            f"harness {name} declares resumes = True but defines no resume(): define the "
+            "native resume, or drop the declaration (the default resume relaunches)"
+        )
+    if cls.takes_text and not cls.resumes and "resume" in vars(cls):
+        raise TypeError(
+            f"harness {name} defines resume() but takes text and does not declare "
+            "resumes = True: its resume would never run (chat() is refused); declare "
+            "resumes = True if it continues the session natively"
+        )
 
 
 def can_chat(harness: Harness) -> bool:
-    """Whether ``agent.chat`` can hold this harness open turn by turn."""
-    cls = type(harness)
-    return _native_resume(cls) or not takes_text(cls)
+    """Whether ``agent.chat`` can hold this harness open turn by turn: it resumes
+    natively, or relaunches on messages (its ``launch`` takes a ``Prompt``)."""
+    return harness.resumes or not harness.takes_text

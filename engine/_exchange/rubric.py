@@ -3,7 +3,9 @@ and ``@stop`` hooks that end a rollout.
 
 A reward or metric is ``fn(task, trace) -> float``: a plain function, a coroutine
 function, or a plain function returning an awaitable (e.g. one calling an async judge);
-all three are scored the same way, inside the session's shielded, timed close. A stop
+all three are scored the same way, inside the session's shielded close bounded by
+``timeouts.scoring_s`` (a plain function that overruns it is measured, not interrupted:
+see ``Rubric.score``). A stop
 hook is ``fn(trace) -> bool`` (sync or async), checked before every model call and
 before a segment launches. Mark methods on an env or taskset class, or plain functions, and
 collect them with ``Rubric.of(obj)`` / ``Rubric(fns)``.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -121,40 +123,26 @@ class Rubric:
                 return hook.name
         return None
 
-    async def score(self, task: Task, trace: Trace) -> None:
+    async def score(self, task: Task, trace: Trace, *, deadline: float = math.inf) -> bool:
         """Run every reward and metric once, in order, writing ``rewards``, ``reward``
         and ``metrics`` on the trace. A function that raises (or returns a
-        non-number) scores 0.0 and its error is recorded. The caller bounds the time
-        (the session's close). A checkpoint only if a scorer's value is awaited."""
-        rest = self.score_now(task, trace)
-        if rest is not None:
-            await rest
+        non-number, or NaN) scores 0.0 and its error is recorded.
 
-    def score_now(self, task: Task, trace: Trace) -> Awaitable[None] | None:
-        """``score``, as far as it goes without waiting: every scorer in order, up to
-        the first whose value is an awaitable (a coroutine function's, or one a
-        plain function returned). None when every scorer is done (nothing waited);
-        else an awaitable that scores the rest: await it at once, in whatever scope
-        bounds the waits (the session's close awaits it in its shielded scope)."""
+        Every shape takes the same path: the scorer is called, and an awaitable it
+        returns is awaited in the caller's scope (the session's close: shielded, and
+        cancelled at ``deadline``, a ``trio.current_time()``). A plain function cannot
+        be interrupted (nothing stops a thread safely, and one left running would
+        still write on the trace), so it is measured instead: a scorer whose value
+        arrives after ``deadline`` scores 0.0 with a scoring error, and no scorer
+        starts after it. Returns False when the deadline left scorers unrun (their
+        names are not written: the caller records the timeout)."""
         total = 0.0
         for i, scorer in enumerate(self.rewards + self.metrics):
-            value = _value(scorer, task, trace)
-            if not isinstance(value, float):
-                return self._score_rest(task, trace, i, value, total)
+            if trio.current_time() >= deadline:
+                return False
+            value = await _value(scorer, task, trace, deadline)
             total = self._record(trace, i, value, total)
-        return None
-
-    async def _score_rest(
-        self, task: Task, trace: Trace, at: int, pending: Awaitable[Any], total: float
-    ) -> None:
-        """Scorers ``at`` onwards, the first one's value being ``pending``; ``total``
-        is the weighted reward so far."""
-        scorers = self.rewards + self.metrics
-        for i in range(at, len(scorers)):
-            value = pending if i == at else _value(scorers[i], task, trace)
-            if not isinstance(value, float):
-                value = await _settle(scorers[i], trace, value)
-            total = self._record(trace, i, value, total)
+        return True
 
     def _record(self, trace: Trace, i: int, value: float, total: float) -> float:
         """Write scorer ``i``'s value (rewards first, then metrics); returns the
@@ -169,22 +157,21 @@ class Rubric:
         return total
 
 
-def _value(scorer: _Scorer, task: Task, trace: Trace) -> float | Awaitable[Any]:
-    """A scorer's value, or the awaitable it returned (an async scorer, or a sync
-    one handing back an awaitable): no coroutine of ours for the common sync case."""
+async def _value(scorer: _Scorer, task: Task, trace: Trace, deadline: float) -> float:
+    """One scorer's value, whatever its shape; 0.0 (with its error on the trace) when
+    it fails or its value arrives after ``deadline``."""
     try:
         raw = scorer.fn(task, trace)
         if inspect.isawaitable(raw):
-            return raw
+            raw = await raw
+        late = trio.current_time() - deadline
+        if late > 0:
+            raise ScoringError(
+                f"{scorer.name} returned {late:.3g}s after the scoring deadline "
+                "(timeouts.scoring_s); its value is not kept"
+            )
         return _checked(scorer, raw)
     except Exception as exc:
-        return _failed(scorer, trace, exc)
-
-
-async def _settle(scorer: _Scorer, trace: Trace, pending: Awaitable[Any]) -> float:
-    try:
-        return _checked(scorer, await pending)
-    except (Exception, trio.TooSlowError) as exc:
         return _failed(scorer, trace, exc)
 
 

@@ -1,15 +1,34 @@
 """``ChatSession``: the exchange. Whoever calls ``turn(message)`` is the user.
 
-Each ``turn()`` runs exactly one harness segment under the session's lock (a
-``trio.Lock``: concurrent callers are served FIFO and segments never interleave). A
-``turn()`` or ``close()`` from inside the session's own running segment (a tool calling
-back into its session, in the segment's task or a task it spawned) is refused with
-``SessionError``: it could only wait for itself.
-``close()`` runs finalize and scoring exactly once, every wait of theirs in one shielded
-cancel scope bounded by ``timeouts.scoring_s`` (entered at the first wait: what runs
-before it cannot be interrupted anyway), then hands the trace to its owner, whatever
-the scorers are and however the close came about. Leaving ``async with
-agent.chat(task)`` closes the session however the block is left.
+The rules (README "The exchange"):
+
+- Each ``turn()`` runs exactly one harness segment under the session's lock, a
+  ``trio.Lock`` always taken with ``async with``: concurrent callers are served FIFO and
+  segments never interleave. ``turn()`` and ``close()`` are checkpoints on every path.
+- Re-entry is refused: a ``turn()`` or ``close()`` from inside the session's own turn or
+  close (its segment, a ``@stop`` hook, the harness's finalize, a scorer, or any task one
+  of them spawned) raises ``SessionError`` before any lock is touched: it could only
+  wait for itself.
+- ``close()`` marks the session closing before anything that can raise, cancels a
+  running segment, then runs finalize and every scorer, whatever its shape, exactly once
+  in one ``CancelScope(shield=True)`` bounded by ``timeouts.scoring_s`` (from when the
+  lock is its own), then hands the trace to its owner however the close came about. A
+  plain-function scorer cannot be interrupted: it is measured, and one that returns
+  after the deadline is a scoring failure (``Rubric.score``). Leaving ``async with
+  agent.chat(task)`` closes the session however the block is left.
+- ``turn(message)`` takes a ``str``, a message, an OpenAI-shaped dict (``{"role":
+  "user", "content": "hi"}``, validated) or a sequence of messages and dicts; anything
+  else raises ``TypeError`` naming the accepted shapes before the segment starts.
+- A ``turn()`` cancelled from outside (its caller's scope, the episode) is rolled back:
+  the conversation is left as it was before the turn (its user message and whatever
+  the segment emitted are removed; a cancelled opening leaves the session fresh). The
+  model calls it made stay on ``trace.turns``, its time on ``timing.agent_s``; a
+  natively resuming harness's own program may have seen the message.
+- A segment cut off by its own deadline (``segment_timeout``/``rollout_timeout``, or
+  ``model_error`` when it caught a model request in flight: ``ModelBoundary.timed_out``)
+  or by ``close()`` ends with that condition even when the harness's cleanup then
+  raises (the cleanup's error is kept on the trace as a ``timeout``/``cancelled``
+  error, not a harness failure).
 """
 
 from __future__ import annotations
@@ -18,7 +37,7 @@ import contextvars
 import enum
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -33,18 +52,33 @@ from taketurns._errors import (
     SessionOver,
     TurnError,
 )
-from taketurns._exchange.harness import Harness, Rollout, takes_text
+from taketurns._exchange.harness import Harness, Rollout
 from taketurns._exchange.rubric import Rubric
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import ErrorInfo, Trace
-from taketurns._models.messages import Message, SystemMessage, UserMessage, last_text, text_of
+from taketurns._models.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+    last_text,
+    text_of,
+)
+from taketurns._models.wire import from_wire
 
 if TYPE_CHECKING:
     from taketurns._config.options import Timeouts
 
 __all__ = ["ChatSession", "Reply", "SessionState"]
 
-UserInput = str | Message | Sequence[Message]
+UserInput = str | Message | Mapping[str, object] | Sequence[Message | Mapping[str, object]]
+
+_MESSAGES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
+_ACCEPTED = (
+    "a str, a message (taketurns.UserMessage, ...), an OpenAI-shaped dict such as "
+    '{"role": "user", "content": "hi"}, or a list of messages and such dicts'
+)
 
 
 @attrs.frozen
@@ -66,12 +100,41 @@ class SessionState(enum.Enum):
     CLOSED = "closed"
 
 
-def _as_messages(message: UserInput) -> list[Message]:
+def _as_messages(message: object) -> list[Message]:
+    """The user's turn as messages; ``TypeError`` naming the accepted shapes for
+    anything else, ``TurnError`` (a ValueError) naming the field of a malformed dict."""
     if isinstance(message, str):
         return [UserMessage(message)]
-    if isinstance(message, SystemMessage | UserMessage) or hasattr(message, "role"):
-        return [message]  # type: ignore[list-item]
-    return list(message)
+    if isinstance(message, _MESSAGES):
+        return [message]
+    if isinstance(message, Mapping):
+        return [_from_dict(message, "turn(message)")]
+    if isinstance(message, Sequence):
+        out: list[Message] = []
+        for i, item in enumerate(message):
+            if isinstance(item, _MESSAGES):
+                out.append(item)
+            elif isinstance(item, Mapping):
+                out.append(_from_dict(item, f"turn(message)[{i}]"))
+            else:
+                raise TypeError(
+                    f"turn(message)[{i}] is a {type(item).__name__}; a list passed to "
+                    f"turn() holds messages or OpenAI-shaped dicts. turn() accepts {_ACCEPTED}"
+                )
+        if not out:
+            raise TurnError("turn(message) got an empty list: send at least one message")
+        return out
+    raise TypeError(f"turn(message) got a {type(message).__name__}; it accepts {_ACCEPTED}")
+
+
+def _from_dict(raw: Mapping[str, object], where: str) -> Message:
+    try:
+        return from_wire(dict(raw), where)
+    except ValueError as exc:
+        raise TurnError(
+            f"{exc}: a dict passed to turn() is an OpenAI chat message, such as "
+            '{"role": "user", "content": "hi"}'
+        ) from None
 
 
 def _leaves(exc: BaseException) -> Iterator[BaseException]:
@@ -95,20 +158,23 @@ def _condition_of(exc: Exception) -> str | None:
     return None
 
 
-# The sessions whose segment is running in this context: set around each segment, so
-# the segment's own task and every task it spawns (trio copies the context) see it.
-_RUNNING: contextvars.ContextVar[tuple[ChatSession, ...]] = contextvars.ContextVar(
-    "taketurns_running_segments", default=()
+# The sessions whose turn() or close() holds the lock in this context: set once the
+# lock is taken, so the holder's own task and every task it spawns (trio copies the
+# context) see it, and a turn()/close() from there is refused instead of waiting.
+_HOLDING: contextvars.ContextVar[tuple[ChatSession, ...]] = contextvars.ContextVar(
+    "taketurns_holding_sessions", default=()
 )
 
 
 class ChatSession:
-    """Created by ``Agent.chat``; not constructed directly.
+    """Created by ``Agent.chat``; not constructed directly. The rules are the module
+    docstring's.
 
-    ``turn`` and ``close`` are checkpoints on every path. ``turn`` raises ``TurnError``
-    (a ValueError) for the wrong opening, ``SessionOver`` after the run ended,
+    ``turn`` and ``close`` are checkpoints on every path. ``turn`` raises ``TypeError``
+    for a message of the wrong shape, ``TurnError`` (a ValueError) for the wrong
+    opening or a malformed message dict, ``SessionOver`` after the run ended,
     ``SessionClosed`` after close, and both raise ``SessionError`` when called from
-    inside this session's own running segment; everything that goes wrong inside the
+    inside this session's own turn or close; everything that goes wrong inside the
     segment is recorded on the trace and reported as ``Reply(stopped=True)``."""
 
     __slots__ = (
@@ -116,11 +182,9 @@ class ChatSession:
         "_closed",
         "_closing",
         "_done",
-        "_finalizes",
         "_lock",
         "_on_close",
         "_segment_scope",
-        "_segments",
         "_state",
         "_trace",
         "cancel_reason",
@@ -160,9 +224,6 @@ class ChatSession:
         self._closed: trio.Event | None = None  # made when a close() has to wait
         self._done = False  # the first close() has finished
         self._segment_scope: trio.CancelScope | None = None
-        self._finalizes = type(harness).aclose is not Harness.aclose
-        # a harness holding something open per segment (most don't: skip the no-op)
-        self._segments = type(harness).open_segment is not Harness.open_segment
         self.discard = False  # set by Agent.run for a retried attempt: not scored
         # what a cancellation means when it closes the session (the episode knows)
         self.cancel_reason: Callable[[], str] = lambda: "cancelled"
@@ -182,80 +243,80 @@ class ChatSession:
         return self.task.prompt is not None and not self.mask_prompt
 
     async def turn(self, message: UserInput | None = None) -> Reply:
-        """Send one user turn and run one harness segment; see the class docstring.
-
-        The lock, free, is taken at once with a cancellation point only: the turn's
-        schedule point is its model call (``ModelClient.complete`` is a checkpoint),
-        and a turn that made none yields explicitly, so an uncontended turn yields
-        once, not twice (benchmarks/bench_exchange.py); a turn that waited for the
-        lock has yielded there."""
-        lock = self._lock
-        try:
-            lock.acquire_nowait()
-            waited = False
-        except (trio.WouldBlock, RuntimeError):  # RuntimeError: held by this very task
-            # busy: a segment of this session may be running, and it may be the caller
-            # (a free lock means none is, so there is nothing to refuse)
-            if self in _RUNNING.get():
-                await self._refuse("turn")
-            await lock.acquire()  # FIFO behind the waiters; a checkpoint
-            waited = True
-        try:
-            if not waited:
-                await trio.lowlevel.checkpoint_if_cancelled()
-            turns = len(self._trace.turns)
+        """Send one user turn and run one harness segment; see the class docstring."""
+        if self in _HOLDING.get():
+            await self._refuse("turn")
+        async with self._lock:  # FIFO behind the waiters; a checkpoint, taken or not
+            holding = _HOLDING.set((*_HOLDING.get(), self))
             try:
                 if self._state is SessionState.CLOSED or self._closing:
                     raise SessionClosed()
                 if self._state is SessionState.OVER:
                     raise SessionOver(self._trace.stop_condition)
-                return await self._run_segment(self._accept(message))
+                return await self._take_turn(message)
             finally:
-                if not waited and len(self._trace.turns) == turns:
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-        finally:
-            lock.release()
+                _HOLDING.reset(holding)
 
     async def _refuse(self, call: str) -> None:
-        """``call`` came from inside this session's own running segment (its lock is
-        held by the caller's own segment: waiting would never end): raise
-        ``SessionError``, after a checkpoint."""
+        """``call`` came from inside this session's own turn or close (the session is
+        held by the caller itself: waiting would never end): raise ``SessionError``,
+        after a checkpoint."""
         await trio.lowlevel.checkpoint()
         raise SessionError(
-            f"{call}() called from inside this session's own running segment (a tool "
-            "or harness calling back into its session); the segment holds the "
-            f"session, so {call}() would wait for itself. Return to the caller of "
+            f"{call}() called from inside this session's own running segment, @stop "
+            "hook, finalize or scorer (or a task one of them spawned); that code holds "
+            f"the session, so {call}() would wait for itself. Return to the caller of "
             "turn() first, or use another session."
         )
 
+    async def _take_turn(self, message: UserInput | None) -> Reply:
+        """Accept the user's message, run the segment; a turn cancelled from outside
+        is rolled back (module docstring)."""
+        rollout = self.rollout
+        first = self._state is SessionState.FRESH
+        before = len(self._trace.messages)
+        new = self._accept(message)
+        self._state = SessionState.READY
+        try:
+            return await self._run_segment(first, new)
+        except BaseException:  # cancelled (segment errors are caught inside): roll back
+            del self._trace.messages[before:]
+            rollout._start_segment()
+            if first:
+                self._state = SessionState.FRESH
+                rollout.synthesized_system = False
+            raise
+
     def _accept(self, message: UserInput | None) -> list[Message]:
+        """The new messages, appended to the conversation (nothing appended when the
+        message is refused)."""
+        given = None if message is None else _as_messages(message)
         if self._state is SessionState.FRESH:
-            if self.speaks_first and message is not None:
+            if self.speaks_first and given is not None:
                 raise TurnError(
                     "this task has a prompt, so the agent speaks first: open the session "
                     "with a bare `await session.turn()` and send messages after its reply"
                 )
-            if not self.speaks_first and message is None:
+            if not self.speaks_first and given is None:
                 why = "its prompt is masked" if self.task.prompt is not None else "it has no prompt"
                 raise TurnError(
                     f"this task cannot open the session ({why}): open it with "
                     "`await session.turn(message)`"
                 )
-            return self._open(message)
-        if message is None:
+            return self._open(given)
+        if given is None:
             raise TurnError("the session is open: pass the user's message, `turn(message)`")
-        new = _as_messages(message)
-        self._trace.messages.extend(new)
-        return new
+        self._trace.messages.extend(given)
+        return given
 
-    def _open(self, message: UserInput | None) -> list[Message]:
+    def _open(self, given: list[Message] | None) -> list[Message]:
         conversation = self._trace.messages
         if self.task.system_prompt is not None:
             conversation.append(SystemMessage(self.task.system_prompt))
             self.rollout.synthesized_system = True
         new = list(self.task.opening_messages()) if self.speaks_first else []
-        if message is not None:
-            new.extend(_as_messages(message))
+        if given is not None:
+            new.extend(given)
         conversation.extend(new)
         return new
 
@@ -269,9 +330,7 @@ class ChatSession:
                 deadline, which = left, "rollout_timeout"
         return deadline, which
 
-    async def _run_segment(self, new: list[Message]) -> Reply:
-        first = self._state is SessionState.FRESH
-        self._state = SessionState.READY
+    async def _run_segment(self, first: bool, new: list[Message]) -> Reply:
         rollout, trace = self.rollout, self._trace
         boundary = rollout.boundary
         boundary.segment_start = len(trace.turns)
@@ -285,29 +344,33 @@ class ChatSession:
         if condition is not None:
             return self._end(condition, ())  # the lock's acquire was the checkpoint
         rollout._start_segment()
-        running = _RUNNING.set((*_RUNNING.get(), self))
+        cleanup: Exception | None = None  # raised by the harness while being cut off
         try:
             with trio.CancelScope(deadline=deadline) as scope:
                 self._segment_scope = scope
-                if self._segments:
-                    async with self.harness.open_segment(rollout):
-                        await self._play(first, new)
-                else:
-                    await self._play(first, new)
+                async with self.harness.open_segment(rollout):
+                    await self._launch_or_resume(first, new)
         except Exception as exc:
             # a refusal or an endpoint failure is already on the trace (the boundary
-            # recorded it); anything else is the harness failing
+            # recorded it); an error raised while the segment was being cut off is its
+            # cleanup failing (the cut decides, below); anything else is the harness failing
             condition = _condition_of(exc)
-            if condition is None:
+            if condition is None and scope.cancel_called:
+                cleanup = exc
+            elif condition is None:
                 trace.errors.append(ErrorInfo.of("harness", exc))
                 condition = "harness_error"
         finally:
-            _RUNNING.reset(running)
             self._segment_scope = None
             trace.timing.agent_s += trio.current_time() - start
-        if condition is None and scope.cancelled_caught:
-            # a timeout that caught a model request in flight is the endpoint's failure
+        if condition is None and (scope.cancelled_caught or cleanup is not None):
+            # the one place a cut-off segment's condition is decided: a close() cut it,
+            # or its own deadline did (``which``); a timeout that caught a model request
+            # in flight is the endpoint's failure
             condition = self._close_reason if self._closing else boundary.timed_out(which, deadline)
+            if cleanup is not None:
+                kind = "cancelled" if self._closing else "timeout"
+                trace.errors.append(ErrorInfo.of(kind, cleanup))
         if condition is None and trace.stop_condition is not None:
             condition = trace.stop_condition  # a refusal the harness swallowed
         if condition is not None:
@@ -315,15 +378,14 @@ class ChatSession:
         messages = rollout._segment_messages()
         return Reply(last_text(messages), messages)
 
-    async def _play(self, first: bool, new: list[Message]) -> None:
-        """The harness's part of a segment: launch the first, resume the rest."""
-        rollout = self.rollout
+    async def _launch_or_resume(self, first: bool, new: list[Message]) -> None:
+        harness, rollout = self.harness, self.rollout
         if not first:
-            await self.harness.resume(rollout, new)
-        elif takes_text(type(self.harness)):
-            await self.harness.launch(rollout, self._prompt_text(new))
+            await harness.resume(rollout, new)
+        elif harness.takes_text:
+            await harness.launch(rollout, self._prompt_text(new))
         else:
-            await self.harness.launch(rollout, rollout.relaunch_prompt())
+            await harness.launch(rollout, rollout.relaunch_prompt())
 
     def _prompt_text(self, new: list[Message]) -> str:
         if isinstance(self.task.prompt, str) and self.speaks_first:
@@ -338,81 +400,55 @@ class ChatSession:
 
     async def close(self, *, reason: str = "user_closed") -> Trace:
         """Close the session: idempotent. If the run is still open it is stamped with
-        ``reason``; a segment still running is cancelled. Finalize and scoring run
-        exactly once; every wait of theirs is in one cancel scope, shielded from
-        outside cancellation and bounded by ``timeouts.scoring_s`` once the lock is
-        ours (rewards still unfinished then score 0.0, with an error); the trace
-        joins its owner on every path. A later ``close()`` waits for the first one,
-        then returns. A checkpoint: a cancellation pending when close is done is
-        raised then (nothing is lost).
-
-        The scope, and the lock, are taken before the close's first wait: at once
-        when it must wait for the lock or finalize the harness, else when a scorer's
-        value has to be awaited. Work before that has no checkpoint, so nothing could
-        cancel it, time it out, or run beside it; a close whose scorers are all plain
-        functions needs neither (a scope costs as much as a scheduler yield, the lock
-        a third of that: benchmarks/bench_instructions.py)."""
-        if self._lock.locked() and self in _RUNNING.get():
+        ``reason``; a segment still running is cancelled. Finalize and every scorer
+        run exactly once, in one cancel scope shielded from outside cancellation and
+        bounded by ``timeouts.scoring_s`` once the lock is ours (rewards unfinished
+        then score 0.0, with an error); the trace joins its owner on every path. A
+        later ``close()`` waits for the first one, then returns. A checkpoint: a
+        cancellation pending when close is done is raised then (nothing is lost)."""
+        if self in _HOLDING.get():
             await self._refuse("close")  # before anything of the close is done
         if self._closing:
             await self._wait_closed()
             return self._trace
-        self._closing = True
+        self._closing = True  # first: whatever happens next, this is the one close
         self._close_reason = reason
-        if self._segment_scope is not None:
-            self._segment_scope.cancel()
-        start: float | None = None
+        start = trio.current_time()
         try:
-            if self._finalizes or self._lock.locked():
-                start = await self._close_waiting(reason)
-            else:  # the lock is free, and stays so until this task yields
-                self._mark_closed(reason)
-                start = trio.current_time()
-                rest = None if self.discard else self.rubric.score_now(self.task, self._trace)
-                if rest is not None:
-                    self._lock.acquire_nowait()  # a turn() now waits for the scoring
-                    try:
-                        await self._score_rest(rest, start)
-                    finally:
-                        self._lock.release()
+            if self._segment_scope is not None:
+                self._segment_scope.cancel()
+            start = await self._finalize_and_score(reason)
         finally:
-            self._joined(trio.current_time() if start is None else start)
-        await trio.lowlevel.checkpoint()  # after the close is done: nothing is lost
+            self._joined(start)
+        # the lock's acquire yielded (shielded): raise a pending cancellation now that
+        # the close is done (nothing is lost)
+        await trio.lowlevel.checkpoint_if_cancelled()
         return self._trace
 
-    async def _close_waiting(self, reason: str) -> float:
-        """The close of a session whose lock is busy (a turn runs or waits) or whose
-        harness finalizes: all of it in the shielded scope. Returns when scoring
-        started (the lock was ours)."""
+    async def _finalize_and_score(self, reason: str) -> float:
+        """The one close path: the lock (behind any turn() running or waiting), then
+        finalize and every scorer in one shielded scope whose deadline is set when the
+        lock is ours. Returns when scoring started."""
+        finished, start = False, trio.current_time()
         with trio.CancelScope(shield=True) as scope:
-            try:
-                self._lock.acquire_nowait()
-            except trio.WouldBlock:
-                await self._lock.acquire()  # behind any turn() already waiting
-            try:
-                self._mark_closed(reason)
-                start = trio.current_time()
-                scope.deadline = start + self.timeouts.scoring_s
-                if self._finalizes:
+            async with self._lock:
+                holding = _HOLDING.set((*_HOLDING.get(), self))
+                try:
+                    self._mark_closed(reason)
+                    start = trio.current_time()
+                    scope.deadline = start + self.timeouts.scoring_s
                     try:
                         await self.harness.aclose(self.rollout)
                     except Exception as exc:  # recorded; scoring still runs
                         self._trace.errors.append(ErrorInfo.of("harness", exc))
-                if not self.discard:
-                    await self.rubric.score(self.task, self._trace)
-            finally:
-                self._lock.release()
-        if scope.cancelled_caught:
+                    finished = self.discard or await self.rubric.score(
+                        self.task, self._trace, deadline=scope.deadline
+                    )
+                finally:
+                    _HOLDING.reset(holding)
+        if not finished:  # cut off (cancelled at the deadline, or measured past it)
             self._scoring_timed_out()
         return start
-
-    async def _score_rest(self, rest: Awaitable[None], start: float) -> None:
-        """The scorers that wait (``Rubric.score_now``'s rest), in the shielded scope
-        bounded by ``timeouts.scoring_s`` from ``start``."""
-        with trio.CancelScope(shield=True, deadline=start + self.timeouts.scoring_s) as scope:
-            await rest
-        if scope.cancelled_caught:
-            self._scoring_timed_out()
 
     async def _wait_closed(self) -> None:
         """A later close(): returns once the first one is done; a checkpoint."""
