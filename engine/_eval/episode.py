@@ -26,6 +26,7 @@ from taketurns._errors import sole_error
 from taketurns._eval.env import Env
 from taketurns._exchange.agent import Agent, Agents
 from taketurns._exchange.outcome import cause_of
+from taketurns._exchange.session import ChatSession
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import EpisodeInfo, ErrorInfo, Trace
 
@@ -104,10 +105,12 @@ async def run_episode(
     reason = "user_closed"
     deadline = math.inf if timeout is None else start + timeout
 
-    def cancel_reason() -> str:
+    def cancel_reason(session: ChatSession) -> str:
+        # holds no session or agent (they hold it): the episode's objects stay free
+        # of reference cycles, freed by reference counting (tests/test_work_counts.py)
         if trio.current_time() < deadline:
             return "cancelled"
-        _waited_on_endpoint(agents, deadline)
+        _waited_on_endpoint(session, deadline)
         return "episode_timeout"
 
     for agent in agents.values():
@@ -122,7 +125,8 @@ async def run_episode(
             await env.run(episode.task, agents)
         if scope.cancelled_caught:  # an outcome, unless it caught a model request
             episode.stop, reason = "episode_timeout", "episode_timeout"
-            _waited_on_endpoint(agents, deadline)
+            for session in (s for agent in agents.values() for s in agent.sessions):
+                _waited_on_endpoint(session, deadline)
             episode.errors.append(
                 ErrorInfo("timeout", f"the episode took longer than {timeout}s", "TooSlowError")
             )
@@ -145,13 +149,11 @@ async def run_episode(
     return episode
 
 
-def _waited_on_endpoint(agents: Agents, deadline: float) -> None:
-    """The episode's timeout fired at ``deadline``: each session still open whose run
-    has not ended and that was waiting on its model endpoint then fails with cause
-    ``model`` (``ModelBoundary.timed_out``), before it is closed as timed out. Called
-    when a session closes by the timeout's cancellation (its ``cancel_reason``) and
-    once more for the sessions left open; idempotent."""
-    for agent in agents.values():
-        for session in agent.sessions:
-            if session.trace.stop_condition is None:
-                session.rollout.boundary.timed_out("episode_timeout", deadline)
+def _waited_on_endpoint(session: ChatSession, deadline: float) -> None:
+    """The episode's timeout fired at ``deadline``: ``session``, if still open, its run
+    not ended, and waiting on its model endpoint then, fails with cause ``model``
+    (``ModelBoundary.timed_out``) before it is closed as timed out. Called when a
+    session closes by the timeout's cancellation (its ``cancel_reason``) and once more
+    for each session left open; idempotent."""
+    if session.trace.stop_condition is None:
+        session.rollout.boundary.timed_out("episode_timeout", deadline)

@@ -117,7 +117,7 @@ class Agent:
         self._on_close = on_close
         self._open_sessions: dict[int, ChatSession] = {}
         # what a cancellation that closes one of this agent's sessions means
-        self.cancel_reason: Callable[[], str] = _cancelled
+        self.cancel_reason: Callable[[ChatSession], str] = _cancelled
 
     def bind(
         self,
@@ -245,7 +245,7 @@ class Agent:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _cancelled() -> str:
+def _cancelled(session: ChatSession) -> str:
     return "cancelled"
 
 

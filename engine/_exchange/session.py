@@ -225,8 +225,9 @@ class ChatSession:
         self._done = False  # the first close() has finished
         self._segment_scope: trio.CancelScope | None = None
         self.discard = False  # set by Agent.run for a retried attempt: not scored
-        # what a cancellation means when it closes the session (the episode knows)
-        self.cancel_reason: Callable[[], str] = lambda: "cancelled"
+        # what a cancellation means when it closes the session (the episode knows; it
+        # is given the session, so it need not hold one: no reference cycle)
+        self.cancel_reason: Callable[[ChatSession], str] = lambda session: "cancelled"
 
     @property
     def trace(self) -> Trace:
@@ -506,7 +507,7 @@ class ChatSession:
         if exc is None:
             reason = "user_closed"
         elif all(isinstance(leaf, trio.Cancelled) for leaf in _leaves(exc)):
-            reason = self.cancel_reason()
+            reason = self.cancel_reason(self)
         else:
             reason = "env_error"
         await self.close(reason=reason)
