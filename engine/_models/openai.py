@@ -12,7 +12,9 @@ vLLM's OpenAI server does when asked (put these in ``sampling.extra`` or
 ``choices[0].token_ids`` and the top-level ``prompt_token_ids``; with only logprobs,
 ``return_tokens_as_token_ids: true`` writes each logprob's token as ``token_id:N``,
 which is read back as the completion's ids. The answering ``model`` is kept as the
-turn's ``policy_version``.
+turn's ``policy_version``. A server that returns no ids (llama-cpp-python's) gets
+them from ``tokens``, the model's own tokenizer and chat template
+(``taketurns._models.gguf``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import os
 import random
 import time
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import httpx2
 import orjson
@@ -34,6 +36,9 @@ from taketurns._errors import ConfigError, ModelEndpointError
 from taketurns._models.messages import AssistantMessage, UserMessage
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse, Usage
 from taketurns._models.wire import from_wire, messages_to_wire
+
+if TYPE_CHECKING:
+    from taketurns._models.gguf import GgufTokens
 
 __all__ = ["RETRY_COUNT_HEADER", "OpenAIClient"]
 
@@ -73,6 +78,7 @@ class OpenAIClient(ModelClient):
     ``Retry-After`` when given, else ``backoff * 2**(n-1)`` less up to 25% jitter; every
     wait is capped at ``max_backoff``. The connection pool holds ``concurrency``
     connections; more concurrent calls queue for one (and count toward ``timeout``).
+    ``tokens``: the model's tokenizer, for a server that returns no token ids.
 
     Raises ``ConfigError`` at construction for a bad ``base_url`` or limits.
     """
@@ -90,6 +96,7 @@ class OpenAIClient(ModelClient):
         concurrency: int = 64,
         transport: httpx2.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
+        tokens: GgufTokens | None = None,
     ) -> None:
         _check_config(base_url, timeout, retries, backoff, max_backoff, concurrency)
         self.base_url = base_url.rstrip("/")
@@ -122,6 +129,7 @@ class OpenAIClient(ModelClient):
             for _ in range(shards)
         ]
         self._turn = 0
+        self.tokens = tokens
         self.state = ClientState.OPEN
 
     def __repr__(self) -> str:  # never shows the key
@@ -156,11 +164,15 @@ class OpenAIClient(ModelClient):
             raise ModelEndpointError(
                 "this OpenAIClient is closed; make a new one for more calls", retryable=False
             )
-        body = _request_body(request)
+        fields = _request_fields(request)
+        body = orjson.dumps(fields)
         attempt = 0
         while True:
             try:
-                return await self._attempt(body, attempt)
+                response, pieces = await self._attempt(body, attempt)
+                if self.tokens is None:
+                    return response
+                return self.tokens.annotate(response, fields, pieces)
             except _Failure as failure:
                 if not failure.retryable or attempt >= self.retries:
                     _give_up(failure, attempt)
@@ -186,10 +198,11 @@ class OpenAIClient(ModelClient):
             wait = self.backoff * 2 ** (retry - 1) * (1 - 0.25 * random.random())
         return max(0.0, min(wait, self.max_backoff))
 
-    async def _attempt(self, body: bytes, attempt: int) -> ModelResponse:
+    async def _attempt(self, body: bytes, attempt: int) -> tuple[ModelResponse, list[str] | None]:
         """One attempt, bounded as a whole by ``timeout``: waiting for a connection,
         connecting, sending and reading the answer to its last byte (httpx2's own
-        timeouts bound each step only, so a server trickling bytes never trips them)."""
+        timeouts bound each step only, so a server trickling bytes never trips them).
+        Also the completion tokens' texts when ``tokens`` wants them."""
         headers = {RETRY_COUNT_HEADER: str(attempt)} if attempt else None
         try:
             self._turn = (self._turn + 1) % len(self._pools)
@@ -202,7 +215,7 @@ class OpenAIClient(ModelClient):
             raise self._transport_failure(httpx2.TimeoutException("the whole request"))
         if response.status_code != 200:
             raise self._status_failure(response)
-        return _parse_response(response, self._url)
+        return _parse_response(response, self._url, pieces=self.tokens is not None)
 
     def _transport_failure(self, exc: httpx2.HTTPError) -> _Failure:
         """No HTTP answer: a timeout, a cut-off answer, an unreachable server (all
@@ -291,15 +304,15 @@ def _give_up(failure: _Failure, attempt: int) -> NoReturn:
     ) from failure.__cause__
 
 
-def _request_body(request: ModelRequest) -> bytes:
-    """The JSON body, encoded once for every attempt (orjson: several times faster
-    than the standard library's encoder httpx would use)."""
+def _request_fields(request: ModelRequest) -> dict[str, Any]:
+    """The JSON body's fields, encoded once (orjson: several times faster than the
+    standard library's encoder httpx would use) for every attempt."""
     body: dict[str, Any] = dict(request.sampling)
     body["model"] = request.model
     body["messages"] = messages_to_wire(request.messages)
     if request.tools:
         body["tools"] = [dict(t) for t in request.tools]
-    return orjson.dumps(body)
+    return body
 
 
 def _retry_after(response: httpx2.Response) -> float | None:
@@ -349,7 +362,11 @@ def _malformed(url: str, problem: str) -> ModelEndpointError:
     )
 
 
-def _parse_response(response: httpx2.Response, url: str) -> ModelResponse:
+def _parse_response(
+    response: httpx2.Response, url: str, *, pieces: bool = False
+) -> tuple[ModelResponse, list[str] | None]:
+    """The response, and (asked for ``pieces``) its completion tokens' texts
+    (``logprobs.content[*].token``) when given."""
     try:
         data = orjson.loads(response.content)
     except ValueError:
@@ -368,7 +385,7 @@ def _parse_response(response: httpx2.Response, url: str) -> ModelResponse:
         raise _malformed(url, f"choices[0].message has role {message.role!r}, not assistant")
     finish = choice.get("finish_reason")
     model = data.get("model")
-    return ModelResponse(
+    parsed = ModelResponse(
         message,
         _usage(data.get("usage")),
         finish if isinstance(finish, str) else None,
@@ -377,6 +394,7 @@ def _parse_response(response: httpx2.Response, url: str) -> ModelResponse:
         logprobs=_logprobs(choice.get("logprobs")),
         policy_version=model if isinstance(model, str) and model else None,
     )
+    return parsed, _pieces(choice.get("logprobs")) if pieces else None
 
 
 def _usage(raw: Any) -> Usage:
@@ -407,6 +425,15 @@ def _logprobs(raw: Any) -> list[float] | None:
             return None
         out.append(float(value))
     return out
+
+
+def _pieces(raw: Any) -> list[str] | None:
+    """``logprobs.content[*].token``: each completion token's text."""
+    content = raw.get("content") if isinstance(raw, dict) else None
+    if not isinstance(content, list):
+        return None
+    out = [entry.get("token") if isinstance(entry, dict) else None for entry in content]
+    return out if all(isinstance(t, str) for t in out) else None  # type: ignore[return-value]
 
 
 def _logprob_token_ids(raw: Any) -> list[int] | None:
