@@ -24,6 +24,7 @@ import enum
 import logging
 import os
 import random
+import re
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 
 _RETRYABLE_STATUS = frozenset({408, 429})
+# how OpenAI, vLLM, SGLang and llama.cpp's servers say a request exceeds the context
+_CONTEXT = re.compile(r"context length|context window|context_length_exceeded", re.IGNORECASE)
 _CONNECTIONS_PER_POOL = 128
 _SNIPPET = 300
 _JSON = {"Content-Type": "application/json"}
@@ -257,6 +260,14 @@ class OpenAIClient(ModelClient):
             hint = "the endpoint is rate-limiting; lower the concurrency or raise --request-retries"
         elif retryable:
             hint = "the server failed; check its logs, or raise --request-retries"
+        elif _CONTEXT.search(detail):
+            hint = (
+                "the prompt and max_tokens do not fit the model's context window: give the "
+                "server a longer context (llamacpp/ models: --model-server-args='--n_ctx "
+                "8192'; vLLM: --max-model-len), lower --sampling.max_tokens, cap the "
+                "conversation (limits.max_input_tokens), or give the harness shorter "
+                "instructions"
+            )
         else:
             hint = "the endpoint refused the request; check the sampling args and --model"
         return _Failure(
