@@ -41,9 +41,12 @@ def resolve_role(config: EvalConfig, env: Env, role: str, agent: AgentConfig) ->
     sampling = agent.sampling.over(config.sampling)
     if is_llamacpp(model):
         defaults = served_sampling()
-        sampling = sampling.over(
-            Sampling(logprobs=bool(defaults.pop("logprobs")), extra=dict(defaults))
+        served = Sampling(
+            logprobs=defaults.pop("logprobs"),
+            max_tokens=defaults.pop("max_tokens"),
+            extra=defaults,
         )
+        sampling = sampling.over(served)
     return attrs.evolve(
         agent,
         harness=agent.harness or env.default_harness(role),
@@ -98,6 +101,8 @@ def _client_for(
             backoff=config.request_backoff_s,
             concurrency=config.concurrency * 2,
             tokens=tokens,
+            # llama-cpp-python's server takes only strings as system and assistant content
+            text_parts="join" if tokens is not None else "keep",
         )
 
     if server is not None:

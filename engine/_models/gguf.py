@@ -28,8 +28,10 @@ token the next prompt inserts) and its logprob.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +73,10 @@ class GgufTokens:
 
         self.path = path
         self._request_model = CreateChatCompletionRequest
-        self._llama = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+        with _quiet_stderr():  # llama.cpp warns of a context it never uses, in C
+            self._llama = llama_cpp.Llama(
+                str(path), vocab_only=True, verbose=False, n_ctx=8, n_batch=8
+            )
         # generation is intercepted: the chat handler's prompt ids are the result
         vars(self._llama)["create_completion"] = _capture
         self._pieces: dict[str, tuple[tuple[int, bytes], ...]] | None = None
@@ -146,6 +151,19 @@ class GgufTokens:
                 found.setdefault(raw.decode("utf-8", errors="ignore"), []).append((token, raw))
             self._pieces = {k: tuple(v) for k, v in found.items()}
         return self._pieces
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 sent to /dev/null meanwhile (what C code prints there)."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _search(options: Sequence[Sequence[tuple[int, bytes]]], target: bytes) -> list[list[int]]:

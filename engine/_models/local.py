@@ -18,6 +18,7 @@ import importlib.util
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from taketurns._errors import ConfigError
 from taketurns._models.server import ModelServer
@@ -93,8 +94,9 @@ def llamacpp_server(model: str, *, args: str, timeout_s: float, field: str) -> M
     return ModelServer(argv, f"llama.cpp serving {path.name}", timeout_s, expect_model=model)
 
 
-def served_sampling() -> dict[str, object]:
+def served_sampling() -> dict[str, Any]:
     """Request fields every llama.cpp turn carries unless the config sets them:
     logprobs (``top_logprobs`` too: ``logprobs`` alone comes back null), which also
-    carry the completion's token pieces."""
-    return {"logprobs": True, "top_logprobs": 0}
+    carry the completion's token pieces; ``max_tokens`` 128 (a small local model
+    left unbounded may ramble to the end of its context, a minute a turn on a CPU)."""
+    return {"logprobs": True, "top_logprobs": 0, "max_tokens": 128}

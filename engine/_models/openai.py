@@ -82,6 +82,10 @@ class OpenAIClient(ModelClient):
     wait is capped at ``max_backoff``. The connection pool holds ``concurrency``
     connections; more concurrent calls queue for one (and count toward ``timeout``).
     ``tokens``: the model's tokenizer, for a server that returns no token ids.
+    ``text_parts``: ``"join"`` sends a content made only of text parts as one string,
+    the parts joined by newlines (as vLLM renders them for a template that takes
+    strings), for servers that refuse parts in some roles (llama-cpp-python: system
+    and assistant); ``"keep"`` (default) sends them as they are.
 
     Raises ``ConfigError`` at construction for a bad ``base_url`` or limits.
     """
@@ -100,8 +104,11 @@ class OpenAIClient(ModelClient):
         transport: httpx2.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
         tokens: GgufTokens | None = None,
+        text_parts: str = "keep",
     ) -> None:
         _check_config(base_url, timeout, retries, backoff, max_backoff, concurrency)
+        if text_parts not in ("keep", "join"):
+            raise ConfigError(f"text_parts: {text_parts!r} must be 'keep' or 'join'")
         self.base_url = base_url.rstrip("/")
         self.api_key_var = api_key_var
         self.timeout = timeout
@@ -133,6 +140,7 @@ class OpenAIClient(ModelClient):
         ]
         self._turn = 0
         self.tokens = tokens
+        self._join_text = text_parts == "join"
         self.state = ClientState.OPEN
 
     def __repr__(self) -> str:  # never shows the key
@@ -167,7 +175,7 @@ class OpenAIClient(ModelClient):
             raise ModelEndpointError(
                 "this OpenAIClient is closed; make a new one for more calls", retryable=False
             )
-        fields = _request_fields(request)
+        fields = _request_fields(request, join_text=self._join_text)
         body = orjson.dumps(fields)
         attempt = 0
         while True:
@@ -315,12 +323,17 @@ def _give_up(failure: _Failure, attempt: int) -> NoReturn:
     ) from failure.__cause__
 
 
-def _request_fields(request: ModelRequest) -> dict[str, Any]:
+def _request_fields(request: ModelRequest, *, join_text: bool = False) -> dict[str, Any]:
     """The JSON body's fields, encoded once (orjson: several times faster than the
     standard library's encoder httpx would use) for every attempt."""
     body: dict[str, Any] = dict(request.sampling)
     body["model"] = request.model
     body["messages"] = messages_to_wire(request.messages)
+    if join_text:
+        for message in body["messages"]:
+            content = message.get("content")
+            if isinstance(content, list) and all(p.get("type") == "text" for p in content):
+                message["content"] = "\n".join(p["text"] for p in content)
     if request.tools:
         body["tools"] = [dict(t) for t in request.tools]
     return body
