@@ -97,6 +97,6 @@ def llamacpp_server(model: str, *, args: str, timeout_s: float, field: str) -> M
 def served_sampling() -> dict[str, Any]:
     """Request fields every llama.cpp turn carries unless the config sets them:
     logprobs (``top_logprobs`` too: ``logprobs`` alone comes back null), which also
-    carry the completion's token pieces; ``max_tokens`` 128 (a small local model
+    carry the completion's token pieces; ``max_tokens`` 64 (a small local model
     left unbounded may ramble to the end of its context, a minute a turn on a CPU)."""
-    return {"logprobs": True, "top_logprobs": 0, "max_tokens": 128}
+    return {"logprobs": True, "top_logprobs": 0, "max_tokens": 64}
