@@ -9,7 +9,12 @@ greedy, logprobs, max_tokens) with a plain httpx2 client, ``c`` requests at once
 parsing each answer. Measured: wall time, this process's CPU and the server's CPU
 (from /proc), per model turn, and the completion tokens/s the server delivered.
 The engine's overhead per turn is taketurns' CPU minus the bare loop's, and its
-share is that over the model's turn (the bare loop's wall time per turn at -c 1).
+share is that over the model's turn (the bare loop's wall time per turn at -c 1); at
+-c 1 also the wall time per turn spent outside model calls (the run's wall time less
+its turns' recorded latencies), when the server waits for the engine. The wall-time
+difference between the two runs is shown too, but on a shared machine it measures the
+server (its CPU per turn varies with other load and with the order requests reach its
+prompt cache) more than the engine.
 Apart: the CPU of taking token ids (rendering the chat template and tokenizing the
 prompt, matching the completion's pieces), measured on the recorded turns.
 
@@ -114,14 +119,16 @@ async def taketurns_run(config: EvalConfig, out: Path) -> tuple[int, int, list[d
     sampling = Plan(config, env).roles["player0"].sampling.request_fields()
     bodies = []
     tokens = 0
+    waited = 0.0  # time inside model calls (request, server, answer, token ids)
     for episode in read_episodes(out / "episodes.jsonl"):
+        waited += sum(u["latency_s"] for t in episode["traces"] for u in t["turns"])
         # the seats' turns interleaved as they were played (the server's prompt cache
         # sees the same order)
         for turns in itertools.zip_longest(*(t["turns"] for t in episode["traces"])):
             for turn in (t for t in turns if t is not None):
                 bodies.append({**sampling, "model": MODEL, "messages": turn["request"]})
                 tokens += turn["usage"]["completion_tokens"]
-    return len(bodies), tokens, bodies
+    return len(bodies), tokens, (bodies, waited)
 
 
 async def bare_run(url: str, bodies: list[dict[str, Any]], c: int) -> tuple[int, int, None]:
@@ -182,11 +189,14 @@ async def main(episodes: int, max_tokens: int) -> str:
             for c in (1, 2):
                 out = Path(tmp) / f"run-c{c}"
                 config = config_for(url, c, episodes, max_tokens)
-                ours, bodies = await measured("taketurns", c, pid, taketurns_run, config, out)
+                ours, (bodies, waited) = await measured(
+                    "taketurns", c, pid, taketurns_run, config, out
+                )
                 bare, _ = await measured("bare", c, pid, bare_run, url, bodies, c)
                 rows.append((ours, bare))
                 if c == 1:
                     prompt_ms, completion_ms = token_capture_ms(bodies, out)
+                    outside_ms = (ours.wall_s - waited) * 1000 / ours.turns
             server.stop()
     model_turn_s = rows[0][1].wall_s / rows[0][1].turns
     lines.append(
@@ -205,6 +215,11 @@ async def main(episodes: int, max_tokens: int) -> str:
         lines.append(bare.row(model_turn_s, None))
         lines.append(ours.row(model_turn_s, bare))
     lines.append("")
+    lines.append(
+        f"taketurns -c 1: {outside_ms:.1f} ms wall per turn outside model calls "
+        f"({100 * outside_ms / 1000 / model_turn_s:.2f}% of the model's turn; the server "
+        "idles meanwhile)"
+    )
     lines.append(
         f"model turn (bare, -c 1): {model_turn_s * 1000:.0f} ms wall; token ids per turn: "
         f"{prompt_ms:.2f} ms CPU for the prompt (request model + chat template + tokenizer), "

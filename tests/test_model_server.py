@@ -195,3 +195,19 @@ def test_sigint_stops_the_eval_and_its_server(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert marked(marker) == []
+
+
+async def test_open_rollouts_starts_and_stops_the_model_server(tmp_path: Path, monkeypatch) -> None:
+    from taketurns import EvalConfig, open_rollouts
+    from taketurns.envs.kuhn import KuhnPoker
+
+    marker = f"TAKETURNS_TEST_SERVER={uuid.uuid4().hex}"
+    monkeypatch.setenv(*marker.split("="))
+    env = KuhnPoker()
+    config = EvalConfig(env_id="kuhn-poker", model="served-model", model_server=SERVE)
+    async with open_rollouts(env, config) as source:
+        assert len(marked(marker)) == 1  # the server, up before the first episode
+        async for group in source.groups(env.tasks(2), per_task=2):
+            assert all(e.ok for e in group.episodes)
+            assert group.samples()  # taketurns serve returns vLLM's token fields
+    assert marked(marker) == []

@@ -25,7 +25,6 @@ import shlex
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import attrs
 import httpx2
@@ -232,8 +231,3 @@ class ServedModel(ModelClient):
 
     def __repr__(self) -> str:
         return f"ServedModel({self.server.label!r}, client={self._client!r})"
-
-
-def describe(server: ModelServer) -> dict[str, Any]:
-    """What the run directory's summary says about the server."""
-    return {"label": server.label, "command": shlex.join(server.argv)}
