@@ -39,7 +39,7 @@ import orjson
 import trio
 
 from taketurns import EvalConfig, RunDir, Sampling, read_episodes, run_eval
-from taketurns._eval.plan import Plan
+from taketurns._eval.plan import resolve_role
 from taketurns._models.gguf import gguf_tokens
 from taketurns._models.local import gguf_path, llamacpp_server
 from taketurns.envs.kuhn import KuhnConfig, KuhnPoker
@@ -111,23 +111,39 @@ def config_for(url: str, c: int, episodes: int, max_tokens: int) -> EvalConfig:
     )
 
 
-async def taketurns_run(config: EvalConfig, out: Path) -> tuple[int, int, list[dict[str, Any]]]:
+async def taketurns_run(config: EvalConfig, out: Path) -> tuple[int, int, Any]:
     run_dir = RunDir(out)
     run_dir.prepare(resume=False, overwrite=True)
     await run_eval(config, run_dir, progress=False, report=False)
+    return replayed(config, out)
+
+
+def replayed(config: EvalConfig, out: Path) -> tuple[int, int, Any]:
+    """(turns, completion tokens, (request bodies, seconds inside model calls)) of a
+    run. The bodies are in about the order the server got them (each episode's seats
+    alternate; ``c`` episodes at once take turns), so that the server's prompt cache
+    sees the same sequence in the replay."""
     env = KuhnPoker(config.env)
-    sampling = Plan(config, env).roles["player0"].sampling.request_fields()
-    bodies = []
+    sampling = resolve_role(config, env, "player0", env.roles["player0"]).sampling
+    fields = sampling.request_fields()
+    played: list[list[dict[str, Any]]] = []
     tokens = 0
     waited = 0.0  # time inside model calls (request, server, answer, token ids)
     for episode in read_episodes(out / "episodes.jsonl"):
         waited += sum(u["latency_s"] for t in episode["traces"] for u in t["turns"])
-        # the seats' turns interleaved as they were played (the server's prompt cache
-        # sees the same order)
+        played.append([])
         for turns in itertools.zip_longest(*(t["turns"] for t in episode["traces"])):
             for turn in (t for t in turns if t is not None):
-                bodies.append({**sampling, "model": MODEL, "messages": turn["request"]})
+                played[-1].append({**fields, "model": MODEL, "messages": turn["request"]})
                 tokens += turn["usage"]["completion_tokens"]
+    c = config.concurrency
+    bodies = [
+        body
+        for start in range(0, len(played), c)
+        for step in itertools.zip_longest(*played[start : start + c])
+        for body in step
+        if body is not None
+    ]
     return len(bodies), tokens, (bodies, waited)
 
 
@@ -182,7 +198,7 @@ async def main(episodes: int, max_tokens: int) -> str:
         server.log = Path(tmp) / "model-server.log"
         async with trio.open_nursery() as nursery:
             url = await nursery.start(server.run)
-            pid = server._process.pid  # type: ignore[union-attr]
+            pid = server._process.pid
             # warm-up: imports, the tokenizer, the server's first prompts
             await taketurns_run(config_for(url, 1, 1, max_tokens), Path(tmp) / "warm-up")
             rows: list[tuple[Measure, Measure]] = []
