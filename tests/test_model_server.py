@@ -211,3 +211,27 @@ async def test_open_rollouts_starts_and_stops_the_model_server(tmp_path: Path, m
             assert all(e.ok for e in group.episodes)
             assert group.samples()  # taketurns serve returns vLLM's token fields
     assert marked(marker) == []
+
+
+@pytest.mark.slow
+def test_sigint_while_the_server_starts_stops_it(tmp_path: Path) -> None:
+    marker = f"TAKETURNS_TEST_SERVER={uuid.uuid4().hex}"
+    out = tmp_path / "run"
+    args = ["eval", "kuhn-poker", "-n", "2", "-o", str(out), "--no-progress"]
+    args += ["--model", "served-model", "--model-server", "sleep 3600 {port}"]
+    env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}
+    with subprocess.Popen(
+        [sys.executable, "-m", "taketurns", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as proc:
+        deadline = time.monotonic() + 60
+        while len(marked(marker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the eval has started its (never ready) server
+        assert len(marked(marker)) == 2
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert marked(marker) == []
