@@ -4,8 +4,11 @@ and exports there, and how ``summary.json`` counts them."""
 
 from __future__ import annotations
 
+import re
+
 import hypothesis.strategies as st
 from hypothesis import given
+from rich.console import Console
 
 from taketurns import AssistantMessage, Task, Trace, UserMessage, trace_samples
 from taketurns._exchange.divergence import (
@@ -15,7 +18,7 @@ from taketurns._exchange.divergence import (
     first_difference,
 )
 from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Turn
-from taketurns._output.summary import Summarizer, digest
+from taketurns._output.summary import Summarizer, digest, render
 
 ids = st.lists(st.integers(0, 50), max_size=12)
 
@@ -133,6 +136,9 @@ def test_the_summary_counts_divergences_alike_from_digests_and_records() -> None
     for summarizer in (from_digest, from_record):
         stats = summarizer.result()["agents"]["a"]["token_divergences"]
         assert stats == {**expected, "kinds": {"completion": 1}}
+    console = Console(width=100, record=True)
+    console.print(render(from_digest.result()))
+    assert re.search(r"token divergences\s*│\s*1 of 2 checked", console.export_text())
     # a trace without token ids adds no token statistics
     bare = Summarizer()
     episode.traces[0] = _trace([_turn(0, None, None)])

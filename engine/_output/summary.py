@@ -294,7 +294,15 @@ def _rows(agents: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, list[str],
     rows += keyed("stop_conditions", "d", "stop: {}")
     rows.append(("turns (mean)", [_cell(a["turns_mean"], ".1f") for a in stats], False))
     rows.append(("tokens", [_tokens(a) for a in stats], False))
+    if any(a.get("token_divergences") for a in stats):
+        rows.append(("token divergences", [_divergences(a) for a in stats], False))
     return rows
+
+
+def _divergences(stats: Mapping[str, Any]) -> str:
+    """``2 of 32 checked`` turns whose prompt did not extend the sequence before it."""
+    check = stats.get("token_divergences")
+    return f"{check['divergent']} of {check['checked']} checked" if check else "-"
 
 
 def _reward(stats: Mapping[str, Any]) -> str:
