@@ -28,6 +28,7 @@ token the next prompt inserts) and its logprob.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import threading
@@ -47,11 +48,22 @@ _lock = threading.Lock()
 
 
 def gguf_tokens(path: Path) -> GgufTokens:
-    """The (cached) token view of the GGUF at ``path``."""
+    """The (cached) token view of the GGUF at ``path``; closed at interpreter exit."""
     with _lock:
         if path not in _cache:
+            if not _cache:
+                atexit.register(_close_all)
             _cache[path] = GgufTokens(path)
         return _cache[path]
+
+
+def _close_all() -> None:
+    """Free the cached vocabularies while llama.cpp's bindings still exist (left to
+    the garbage collector at shutdown, their finalizer fails noisily)."""
+    with _lock:
+        for tokens in _cache.values():
+            tokens.close()
+        _cache.clear()
 
 
 class _Captured(Exception):  # control flow: never escapes this module
@@ -116,6 +128,10 @@ class GgufTokens:
             return None
         solutions = _search(options, target)
         return solutions[0] if len(solutions) == 1 else None
+
+    def close(self) -> None:
+        """Free the vocabulary (llama.cpp's memory). Idempotent."""
+        self._llama.close()
 
     def detokenize(self, ids: Sequence[int]) -> bytes:
         return bytes(self._llama.detokenize(list(ids)))
