@@ -12,6 +12,7 @@ from one root (a test checks that this drawing is the tree, and that every excep
     ├── HarnessError             a harness failed or cannot do what was asked
     ├── ToolArgumentError        a model's tool arguments do not fit (also a ValueError)
     ├── ModelEndpointError       a model endpoint answered badly or not at all
+    │   └── ModelServerError     a model server the eval started failed to start or died
     ├── BadRequest               a request to taketurns' own HTTP face is refused with
     │                            400 (also a ValueError)
     ├── ScoringError             a reward, metric or stop hook failed
@@ -40,6 +41,7 @@ __all__ = [
     "HarnessError",
     "Interrupted",
     "ModelEndpointError",
+    "ModelServerError",
     "OptionError",
     "OutputError",
     "RolloutStopped",
@@ -137,6 +139,15 @@ class ModelEndpointError(TaketurnsError):
 
 class BadRequest(TaketurnsError, ValueError):
     """A request the server refuses with HTTP 400; the message names the problem."""
+
+
+class ModelServerError(ModelEndpointError):
+    """A model server the eval owns (``--model llamacpp/...``, ``--model-server``)
+    could not start, did not become ready, or exited during the eval. The message
+    names its log file and quotes its last lines."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
 
 
 class ScoringError(TaketurnsError):

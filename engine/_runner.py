@@ -4,15 +4,18 @@ episode, written the moment it finishes; then the summary and the report.
 Structure::
 
     run_eval (one nursery: signal watcher, the backend)
-     └─ the backend: ``play_pairs`` in this loop (local), or worker processes / Ray
-        workers each running ``play_pairs`` on their shard (``_backends``)
+     └─ model servers the run owns, if any (``_eval.servers``: llamacpp/ models,
+        │ --model-server), up before the first episode, stopped after the last
+        └─ the backend: ``play_pairs`` in this loop (local), or worker processes / Ray
+           workers each running ``play_pairs`` on their shard (``_backends``)
 
 Each finished episode is appended to ``episodes.jsonl`` at once (also a failed,
 timed-out or cancelled one); a worker backend hands over each batch it receives,
 lines and digests as its workers made them (``_backends.shards.OnLines``).
 With ``handle_signals=True`` (the CLI), SIGINT/SIGTERM/SIGHUP cancel the running episodes,
 which are closed, scored and written as cancelled (also by worker processes; on Ray:
-not written, ``--resume`` reruns them); a second signal exits at once.
+not written, ``--resume`` reruns them); a second signal exits at once (killing the
+model servers first).
 
 Fail fast (``_eval.brake``): once too many of the run's episodes failed
 (``max_failures``, or by default a model endpoint that is down) no further episode is
@@ -30,6 +33,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import attrs
@@ -46,6 +50,7 @@ from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
 from taketurns._eval.plan import Plan, make_env
 from taketurns._eval.play import play_pairs
+from taketurns._eval.servers import open_model_servers
 from taketurns._exchange.task import Task
 from taketurns._output.failures import LiveFailures
 from taketurns._output.progress import EvalProgress
@@ -73,11 +78,14 @@ class EvalRun:
     stopped: str | None = None
 
 
-async def _watch_signals(cancel: trio.CancelScope, task_status: Any) -> None:
+async def _watch_signals(
+    cancel: trio.CancelScope, before_exit: Callable[[], None], task_status: Any
+) -> None:
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         task_status.started()
         async for _ in signals:
             if cancel.cancel_called:
+                before_exit()
                 os._exit(130)  # second signal: exit at once, as promised
             cancel.cancel()
 
@@ -127,17 +135,24 @@ async def run_eval(
                 with writer.cancel, _unwrapped():
                     async with trio.open_nursery() as nursery:
                         if handle_signals:
-                            await nursery.start(_watch_signals, writer.cancel)
-                        with writer.braked:
-                            await _on_backend(
-                                config,
-                                env,
-                                plan,
-                                todo,
-                                writer.record_lines,
-                                lambda: bar.phase("eval"),
-                                writer.stop_admitting,
-                            )
+                            kill = partial(_kill_servers, plan)
+                            await nursery.start(_watch_signals, writer.cancel, kill)
+                        async with open_model_servers(
+                            plan,
+                            run_dir.path,
+                            say=partial(_starting, bar, notify),
+                            timeout_s=config.preflight_timeout_s,
+                        ):
+                            with writer.braked:
+                                await _on_backend(
+                                    config,
+                                    env,
+                                    plan,
+                                    todo,
+                                    writer.record_lines,
+                                    lambda: bar.phase("eval"),
+                                    writer.stop_admitting,
+                                )
                         nursery.cancel_scope.cancel()
                 interrupted = writer.cancel.cancelled_caught and not writer.failure
             finally:
@@ -162,6 +177,17 @@ async def run_eval(
             f"interrupted; {writer.written} episodes written this run to {run_dir.path}"
         )
     return EvalRun(summary, run_dir, writer.written, tidied, writer.brake.reason)
+
+
+def _starting(bar: EvalProgress, notify: Callable[[str], None] | None, text: str) -> None:
+    bar.phase("starting model server")
+    if notify is not None:
+        notify(text)
+
+
+def _kill_servers(plan: Plan) -> None:
+    for server in plan.servers.values():
+        server.kill_now()
 
 
 def _tidy(run_dir: RunDir, finished: Summarizer, notify: Callable[[str], None] | None) -> Tidied:

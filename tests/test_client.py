@@ -181,6 +181,28 @@ async def test_404_points_at_base_url_and_model(
     assert len(endpoint.seen) == 1
 
 
+async def test_a_prompt_over_the_context_window_says_how_to_make_it_fit(
+    nursery: trio.Nursery, make_client: MakeClient
+) -> None:
+    # llama-cpp-python's server's words (vLLM's are the same but for the numbers)
+    message = (
+        "This model's maximum context length is 2048 tokens. However, you requested 9215 "
+        "tokens (9199 in the messages, 16 in the completion). Please reduce the length of "
+        "the messages or completion."
+    )
+    error = {"message": message, "type": "invalid_request_error", "param": "messages"}
+    endpoint = await start_scripted(nursery, Answer(400, {"error": error}))
+    client = make_client(endpoint.base_url)
+    with trio.fail_after(10), pytest.raises(ModelEndpointError) as info:
+        await client.complete(REQUEST)
+    assert (info.value.status, info.value.retryable) == (400, False)
+    assert "maximum context length is 2048 tokens" in str(info.value)
+    assert "do not fit the model's context window" in str(info.value)
+    assert "--n_ctx" in str(info.value)
+    assert "--max-model-len" in str(info.value)
+    assert len(endpoint.seen) == 1
+
+
 @pytest.mark.parametrize(
     ("body", "needle"),
     [

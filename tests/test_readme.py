@@ -57,6 +57,12 @@ NOT_RUN = {
     "taketurns eval jsonl --env.taskset.path=examples/qa.jsonl --model builtin/echo "
     "--env.taskset.judge.model=gpt-4.1-mini": "a hosted judge (a key and the network); "
     "tests/test_judge.py judges against an OpenAI-compatible server on loopback",
+    "taketurns eval kuhn-poker -n 20 -c 2 --model llamacpp/smollm2-135m-instruct": "a real "
+    "model on 2 CPU cores: minutes; tests/test_real_model.py plays Kuhn on it, then exports",
+    "taketurns export kuhn-smol": "the samples of the run above",
+    "taketurns eval kuhn-poker -n 100 -c 64 --model qwen3-8b --model-server": "vLLM or "
+    "SGLang on a GPU; tests/test_model_server.py and tests/test_real_model.py run "
+    "--model-server commands",
 }
 
 

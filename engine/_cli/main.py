@@ -11,7 +11,8 @@ failure, ``_exchange.outcome``; everything is written and ``--resume`` reruns th
 when too many failed and the run stopped early, ``_eval.brake``) or
 the run directory could not be written (a full disk), 2 bad config or usage (also a
 run directory another process is writing), 130 interrupted (finished episodes are on
-disk; ``--resume`` continues).
+disk; ``--resume`` continues). A model server the run started (``llamacpp/`` models,
+``--model-server``) that cannot start or dies: 1, its log named in the message.
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
 from taketurns._config.registry import envs, tasksets
 from taketurns._config.settings import dump_toml, load_eval_config, read_toml
-from taketurns._errors import ConfigError, Interrupted, OutputError, WorkerError, WorkerLost
+from taketurns._errors import (
+    ConfigError,
+    Interrupted,
+    ModelServerError,
+    OutputError,
+    WorkerError,
+    WorkerLost,
+)
 from taketurns._eval.plan import Plan, env_class, make_env, preflight
 from taketurns._eval.taskset import Taskset
 from taketurns._exchange.outcome import describe_cause
@@ -352,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # one line per problem at any width (soft_wrap: never wrapped or cut)
             console.print(f"  - {problem}", highlight=False, markup=False, soft_wrap=True)
         return 2
-    except (WorkerLost, WorkerError, OutputError) as exc:
+    except (WorkerLost, WorkerError, OutputError, ModelServerError) as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 1
 

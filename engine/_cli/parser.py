@@ -34,6 +34,9 @@ FLAGS = {
     "request_retries": "request_retries",
     "request_backoff": "request_backoff_s",
     "preflight_timeout": "preflight_timeout_s",
+    "model_server": "model_server",
+    "model_server_args": "model_server_args",
+    "model_server_timeout": "model_server_timeout_s",
     "max_concurrent_calls": "max_concurrent_calls",
     "backend": "backend",
     "workers": "workers",
@@ -69,7 +72,11 @@ _EVAL_HELP = {
     "num_tasks": ("N", "tasks to run"),
     "rollouts": ("R", "rollouts of each task"),
     "concurrency": ("C", "episodes at once"),
-    "model": ("M", "model name; builtin/<policy> runs in process, no endpoint"),
+    "model": (
+        "M",
+        "model name; builtin/<policy> runs in process, no endpoint; llamacpp/FILE.gguf or "
+        "llamacpp/smollm2-135m-instruct starts a local llama.cpp server for the run",
+    ),
     "base_url": ("URL", "OpenAI-compatible endpoint, e.g. http://host:8000/v1"),
     "api_key_var": ("VAR", "environment variable holding the API key"),
     "episode_timeout": ("S", "seconds an episode may take"),
@@ -79,6 +86,13 @@ _EVAL_HELP = {
     "request_retries": ("N", "retries of a failed model call (429, 5xx, timeouts)"),
     "request_backoff": ("S", "first wait before a retry, doubled each retry (max 30)"),
     "preflight_timeout": ("S", "seconds for the endpoint check before the first episode"),
+    "model_server": (
+        "CMD",
+        "start this OpenAI server for the run, {port} where its port goes (e.g. "
+        "'vllm serve MODEL --port {port}'); roles without --base-url use it",
+    ),
+    "model_server_args": ("ARGS", "more arguments for the llama.cpp server of llamacpp/ models"),
+    "model_server_timeout": ("S", "seconds a model server may take to start"),
     "max_concurrent_calls": ("N", "cap on model calls at once"),
     "backend": ("B", "where episodes run: local, ray, or processes (on this machine)"),
     "workers": ("N", "worker processes or Ray tasks"),
@@ -87,6 +101,7 @@ _EVAL_HELP = {
 }
 _NONE_MEANS = {
     "base_url": "none: the built-in model",
+    "model_server": "none",
     "episode_timeout_s": "none",
     "max_concurrent_calls": "no cap",
     "workers": "one per CPU",
@@ -103,6 +118,7 @@ _TYPED: dict[str, Callable[[str], Any]] = {
     "concurrency": int,
     "max_concurrent_calls": int,
     "episode_timeout": float,
+    "model_server_timeout": float,
 }
 
 

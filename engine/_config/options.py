@@ -263,6 +263,16 @@ class EvalConfig:
     request_backoff_s: float = attrs.field(default=0.5, validator=_non_negative)
     # the whole endpoint check before the first episode, retries included
     preflight_timeout_s: float = attrs.field(default=30.0, validator=_positive)
+    # a model server the eval starts and owns (taketurns._models.server): a command
+    # serving the OpenAI API, with {port} where the free port taketurns picks goes;
+    # every role with no base URL and a model that is neither builtin/ nor llamacpp/
+    # is sent to it.
+    # A llamacpp/ model starts llama.cpp's server on its own (taketurns._models.local),
+    # its command line extended by model_server_args (e.g. "--n_ctx 8192").
+    # model_server_timeout_s: how long a server may take to answer /v1/models.
+    model_server: str | None = None
+    model_server_args: str = ""
+    model_server_timeout_s: float = attrs.field(default=300.0, validator=_positive)
     # where the interception server listens (loopback unless configured otherwise) and
     # the URL programs on other machines should use to reach it
     interception_host: str = "127.0.0.1"

@@ -2,6 +2,11 @@
 model client per distinct endpoint, a harness and limiters per role (``Plan``), and the
 preflight call that turns a wrong URL, key or model into one ``ConfigError``.
 
+Roles with no base URL whose model is ``llamacpp/...``, or any non-built-in model when
+``model_server`` is set, are served by a model server the eval owns
+(``Plan.servers``, one per distinct server; started by ``_eval.servers``); their
+client is a ``ServedModel`` that points at it once it is up.
+
 Nothing here starts a task: a ``Plan`` is plain objects, closed by ``aclose``.
 """
 
@@ -20,24 +25,88 @@ from taketurns._eval.env import Env
 from taketurns._exchange.agent import Agent, make_harness
 from taketurns._exchange.trace import EpisodeInfo, Trace
 from taketurns._models.builtin import BuiltinModel, is_builtin
+from taketurns._models.local import gguf_path, is_llamacpp, llamacpp_server, served_sampling
 from taketurns._models.model import ModelClient
+from taketurns._models.server import ModelServer, ServedModel, parse_command
 
-__all__ = ["Plan", "env_class", "make_env", "preflight", "resolve_role"]
+__all__ = ["Plan", "env_class", "make_env", "preflight", "resolve_role", "server_key"]
+
+MODEL_SERVER = "model-server"  # Plan.servers key of --model-server
 
 
 def resolve_role(config: EvalConfig, env: Env, role: str, agent: AgentConfig) -> AgentConfig:
-    """The role's config with its unset endpoint fields taken from the eval."""
+    """The role's config with its unset endpoint fields taken from the eval (and, for
+    a llamacpp/ model, the logprobs its token ids come with)."""
+    model = agent.model or config.model
+    sampling = agent.sampling.over(config.sampling)
+    if is_llamacpp(model):
+        defaults = served_sampling()
+        served = Sampling(
+            logprobs=defaults.pop("logprobs"),
+            max_tokens=defaults.pop("max_tokens"),
+            extra=defaults,
+        )
+        sampling = sampling.over(served)
     return attrs.evolve(
         agent,
         harness=agent.harness or env.default_harness(role),
-        model=agent.model or config.model,
+        model=model,
         base_url=agent.base_url if agent.base_url is not None else config.base_url,
         api_key_var=agent.api_key_var or config.api_key_var,
-        sampling=agent.sampling.over(config.sampling),
+        sampling=sampling,
     )
 
 
-def _client_for(config: EvalConfig, role: str, agent: AgentConfig) -> ModelClient:
+def server_key(config: EvalConfig, agent: AgentConfig) -> str | None:
+    """Which model server the eval starts for this (resolved) role, if any: its
+    llamacpp/ model, or ``MODEL_SERVER`` (``config.model_server``)."""
+    if agent.base_url is not None:
+        return None
+    if is_llamacpp(agent.model):
+        return agent.model
+    if config.model_server is not None and not is_builtin(agent.model):
+        return MODEL_SERVER
+    return None
+
+
+def _make_server(config: EvalConfig, role: str, agent: AgentConfig, key: str) -> ModelServer:
+    if key == MODEL_SERVER:
+        argv = parse_command(config.model_server or "", field="model_server")
+        return ModelServer(argv, f"--model-server {argv[0]}", config.model_server_timeout_s)
+    return llamacpp_server(
+        key,
+        args=config.model_server_args,
+        timeout_s=config.model_server_timeout_s,
+        field=f"env.{role}.model",
+    )
+
+
+def _client_for(
+    config: EvalConfig, role: str, agent: AgentConfig, server: ModelServer | None = None
+) -> ModelClient:
+    from taketurns._models.openai import OpenAIClient
+
+    tokens = None
+    if is_llamacpp(agent.model):
+        from taketurns._models.gguf import gguf_tokens
+
+        tokens = gguf_tokens(gguf_path(agent.model or "", field=f"env.{role}.model"))
+
+    def client(base_url: str) -> OpenAIClient:
+        return OpenAIClient(
+            base_url,
+            api_key_var=agent.api_key_var,
+            timeout=config.request_timeout_s,
+            retries=config.request_retries,
+            backoff=config.request_backoff_s,
+            concurrency=config.concurrency * 2,
+            tokens=tokens,
+            # llama-cpp-python's server takes only strings as system and assistant content
+            text_parts="join" if tokens is not None else "keep",
+        )
+
+    if server is not None:
+        return ServedModel(server, client)
     if agent.base_url is None:
         if not is_builtin(agent.model) and agent.model == config.model:
             raise ConfigError(
@@ -48,19 +117,11 @@ def _client_for(config: EvalConfig, role: str, agent: AgentConfig) -> ModelClien
         if not is_builtin(agent.model):
             raise ConfigError(
                 f"env.{role}.model = {agent.model!r}: an endpoint model needs a base URL "
-                f"(--base-url or --env.{role}.base_url); without one use builtin/<policy>"
+                f"(--base-url or --env.{role}.base_url) or a server to start "
+                "(--model-server CMD, or a llamacpp/ model); without one use builtin/<policy>"
             )
         return BuiltinModel.from_model_name(agent.model, field=f"env.{role}.model")
-    from taketurns._models.openai import OpenAIClient
-
-    return OpenAIClient(
-        agent.base_url,
-        api_key_var=agent.api_key_var,
-        timeout=config.request_timeout_s,
-        retries=config.request_retries,
-        backoff=config.request_backoff_s,
-        concurrency=config.concurrency * 2,
-    )
+    return client(agent.base_url)
 
 
 async def preflight(
@@ -69,14 +130,15 @@ async def preflight(
     """Call every distinct endpoint once with throwaway clients (their connections
     belong to this trio run), each check bounded by ``config.preflight_timeout_s``
     (retries included); ``say`` hears which endpoint is being checked; then the env's
-    judges. Raises ``ConfigError`` naming the failing endpoint."""
+    judges. Raises ``ConfigError`` naming the failing endpoint. Roles served by a
+    model server the eval starts are checked once it is up (``_eval.servers``)."""
     seen = set()
     limit = config.preflight_timeout_s
     for role, agent in env.roles.items():
         agent = resolve_role(config, env, role, agent)
         key = (agent.model, agent.base_url, agent.api_key_var)
         if agent.base_url is None or key in seen:
-            continue
+            continue  # the built-in model, or served by a server not started yet
         seen.add(key)
         model = agent.model or config.model
         if say is not None:
@@ -108,6 +170,7 @@ class Plan:
         _refuse_dropped_tools(env, self.roles)
         self.clients: dict[tuple[Any, ...], ModelClient] = {}  # one per distinct endpoint
         self.services: dict[str, Any] = {}  # filled by the runner (interception server)
+        self.servers: dict[str, ModelServer] = {}  # started by _eval.servers
         for judge in env.judges():  # an endpoint judge's requests follow the run's
             judge.take_request_options(config)
         shared = config.max_concurrent_calls
@@ -115,9 +178,13 @@ class Plan:
         # one prototype agent per role; each episode binds its own copy
         self.agents: dict[str, Agent] = {}
         for role, agent in self.roles.items():
-            key = (agent.model, agent.base_url, agent.api_key_var)
+            served = server_key(config, agent)
+            if served is not None and served not in self.servers:
+                self.servers[served] = _make_server(config, role, agent, served)
+            key = (agent.model, agent.base_url, agent.api_key_var, served)
             if key not in self.clients:
-                self.clients[key] = _client_for(config, role, agent)
+                server = self.servers[served] if served is not None else None
+                self.clients[key] = _client_for(config, role, agent, server)
             cap = agent.max_concurrent_calls
             self.agents[role] = Agent(
                 role,
@@ -130,6 +197,21 @@ class Plan:
                 limiter=trio.CapacityLimiter(cap) if cap else shared_limiter,
                 services=self.services,
             )
+
+        if self.servers and config.backend != "local":
+            raise ConfigError(
+                f"backend = {config.backend!r}: a model server the eval starts "
+                "(llamacpp/ models, --model-server) runs with --backend local; for "
+                "workers, start the server yourself and pass --base-url"
+            )
+
+    def served(self, server: ModelServer) -> list[tuple[str, ServedModel]]:
+        """The clients (and their model names) ``server`` serves."""
+        return [
+            (key[0], client)
+            for key, client in self.clients.items()
+            if isinstance(client, ServedModel) and client.server is server
+        ]
 
     def make_agent(
         self, role: str, _config: AgentConfig, info: EpisodeInfo, on_close: Callable[[Trace], None]

@@ -12,7 +12,9 @@ vLLM's OpenAI server does when asked (put these in ``sampling.extra`` or
 ``choices[0].token_ids`` and the top-level ``prompt_token_ids``; with only logprobs,
 ``return_tokens_as_token_ids: true`` writes each logprob's token as ``token_id:N``,
 which is read back as the completion's ids. The answering ``model`` is kept as the
-turn's ``policy_version``.
+turn's ``policy_version``. A server that returns no ids (llama-cpp-python's) gets
+them from ``tokens``, the model's own tokenizer and chat template
+(``taketurns._models.gguf``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import enum
 import logging
 import os
 import random
+import re
 import time
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import httpx2
 import orjson
@@ -35,6 +38,9 @@ from taketurns._models.messages import AssistantMessage, UserMessage
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse, Usage
 from taketurns._models.wire import from_wire, messages_to_wire
 
+if TYPE_CHECKING:
+    from taketurns._models.gguf import GgufTokens
+
 __all__ = ["RETRY_COUNT_HEADER", "OpenAIClient"]
 
 log = logging.getLogger(__name__)
@@ -44,6 +50,8 @@ log = logging.getLogger(__name__)
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 
 _RETRYABLE_STATUS = frozenset({408, 429})
+# how OpenAI, vLLM, SGLang and llama.cpp's servers say a request exceeds the context
+_CONTEXT = re.compile(r"context length|context window|context_length_exceeded", re.IGNORECASE)
 _CONNECTIONS_PER_POOL = 128
 _SNIPPET = 300
 _JSON = {"Content-Type": "application/json"}
@@ -73,6 +81,11 @@ class OpenAIClient(ModelClient):
     ``Retry-After`` when given, else ``backoff * 2**(n-1)`` less up to 25% jitter; every
     wait is capped at ``max_backoff``. The connection pool holds ``concurrency``
     connections; more concurrent calls queue for one (and count toward ``timeout``).
+    ``tokens``: the model's tokenizer, for a server that returns no token ids.
+    ``text_parts``: ``"join"`` sends a content made only of text parts as one string,
+    the parts joined by newlines (as vLLM renders them for a template that takes
+    strings), for servers that refuse parts in some roles (llama-cpp-python: system
+    and assistant); ``"keep"`` (default) sends them as they are.
 
     Raises ``ConfigError`` at construction for a bad ``base_url`` or limits.
     """
@@ -90,8 +103,12 @@ class OpenAIClient(ModelClient):
         concurrency: int = 64,
         transport: httpx2.AsyncBaseTransport | None = None,
         headers: Mapping[str, str] | None = None,
+        tokens: GgufTokens | None = None,
+        text_parts: str = "keep",
     ) -> None:
         _check_config(base_url, timeout, retries, backoff, max_backoff, concurrency)
+        if text_parts not in ("keep", "join"):
+            raise ConfigError(f"text_parts: {text_parts!r} must be 'keep' or 'join'")
         self.base_url = base_url.rstrip("/")
         self.api_key_var = api_key_var
         self.timeout = timeout
@@ -122,6 +139,8 @@ class OpenAIClient(ModelClient):
             for _ in range(shards)
         ]
         self._turn = 0
+        self.tokens = tokens
+        self._join_text = text_parts == "join"
         self.state = ClientState.OPEN
 
     def __repr__(self) -> str:  # never shows the key
@@ -156,11 +175,15 @@ class OpenAIClient(ModelClient):
             raise ModelEndpointError(
                 "this OpenAIClient is closed; make a new one for more calls", retryable=False
             )
-        body = _request_body(request)
+        fields = _request_fields(request, join_text=self._join_text)
+        body = orjson.dumps(fields)
         attempt = 0
         while True:
             try:
-                return await self._attempt(body, attempt)
+                response, pieces = await self._attempt(body, attempt)
+                if self.tokens is None:
+                    return response
+                return self.tokens.annotate(response, fields, pieces)
             except _Failure as failure:
                 if not failure.retryable or attempt >= self.retries:
                     _give_up(failure, attempt)
@@ -213,10 +236,11 @@ class OpenAIClient(ModelClient):
             wait = self.backoff * 2 ** (retry - 1) * (1 - 0.25 * random.random())
         return max(0.0, min(wait, self.max_backoff))
 
-    async def _attempt(self, body: bytes, attempt: int) -> ModelResponse:
+    async def _attempt(self, body: bytes, attempt: int) -> tuple[ModelResponse, list[str] | None]:
         """One attempt, bounded as a whole by ``timeout``: waiting for a connection,
         connecting, sending and reading the answer to its last byte (httpx2's own
-        timeouts bound each step only, so a server trickling bytes never trips them)."""
+        timeouts bound each step only, so a server trickling bytes never trips them).
+        Also the completion tokens' texts when ``tokens`` wants them."""
         headers = {RETRY_COUNT_HEADER: str(attempt)} if attempt else None
         try:
             self._turn = (self._turn + 1) % len(self._pools)
@@ -229,7 +253,7 @@ class OpenAIClient(ModelClient):
             raise self._transport_failure(httpx2.TimeoutException("the whole request"))
         if response.status_code != 200:
             raise self._status_failure(response)
-        return _parse_response(response, self._url)
+        return _parse_response(response, self._url, pieces=self.tokens is not None)
 
     def _transport_failure(self, exc: httpx2.HTTPError) -> _Failure:
         """No HTTP answer: a timeout, a cut-off answer, an unreachable server (all
@@ -271,6 +295,14 @@ class OpenAIClient(ModelClient):
             hint = "the endpoint is rate-limiting; lower the concurrency or raise --request-retries"
         elif retryable:
             hint = "the server failed; check its logs, or raise --request-retries"
+        elif _CONTEXT.search(detail):
+            hint = (
+                "the prompt and max_tokens do not fit the model's context window: give the "
+                "server a longer context (llamacpp/ models: --model-server-args='--n_ctx "
+                "8192'; vLLM: --max-model-len), lower --sampling.max_tokens, cap the "
+                "conversation (limits.max_input_tokens), or give the harness shorter "
+                "instructions"
+            )
         else:
             hint = "the endpoint refused the request; check the sampling args and --model"
         return _Failure(
@@ -318,15 +350,20 @@ def _give_up(failure: _Failure, attempt: int) -> NoReturn:
     ) from failure.__cause__
 
 
-def _request_body(request: ModelRequest) -> bytes:
-    """The JSON body, encoded once for every attempt (orjson: several times faster
-    than the standard library's encoder httpx would use)."""
+def _request_fields(request: ModelRequest, *, join_text: bool = False) -> dict[str, Any]:
+    """The JSON body's fields, encoded once (orjson: several times faster than the
+    standard library's encoder httpx would use) for every attempt."""
     body: dict[str, Any] = dict(request.sampling)
     body["model"] = request.model
     body["messages"] = messages_to_wire(request.messages)
+    if join_text:
+        for message in body["messages"]:
+            content = message.get("content")
+            if isinstance(content, list) and all(p.get("type") == "text" for p in content):
+                message["content"] = "\n".join(p["text"] for p in content)
     if request.tools:
         body["tools"] = [dict(t) for t in request.tools]
-    return orjson.dumps(body)
+    return body
 
 
 def _retry_after(response: httpx2.Response) -> float | None:
@@ -376,7 +413,11 @@ def _malformed(url: str, problem: str) -> ModelEndpointError:
     )
 
 
-def _parse_response(response: httpx2.Response, url: str) -> ModelResponse:
+def _parse_response(
+    response: httpx2.Response, url: str, *, pieces: bool = False
+) -> tuple[ModelResponse, list[str] | None]:
+    """The response, and (asked for ``pieces``) its completion tokens' texts
+    (``logprobs.content[*].token``) when given."""
     try:
         data = orjson.loads(response.content)
     except ValueError:
@@ -395,7 +436,7 @@ def _parse_response(response: httpx2.Response, url: str) -> ModelResponse:
         raise _malformed(url, f"choices[0].message has role {message.role!r}, not assistant")
     finish = choice.get("finish_reason")
     model = data.get("model")
-    return ModelResponse(
+    parsed = ModelResponse(
         message,
         _usage(data.get("usage")),
         finish if isinstance(finish, str) else None,
@@ -404,6 +445,7 @@ def _parse_response(response: httpx2.Response, url: str) -> ModelResponse:
         logprobs=_logprobs(choice.get("logprobs")),
         policy_version=model if isinstance(model, str) and model else None,
     )
+    return parsed, _pieces(choice.get("logprobs")) if pieces else None
 
 
 def _usage(raw: Any) -> Usage:
@@ -434,6 +476,15 @@ def _logprobs(raw: Any) -> list[float] | None:
             return None
         out.append(float(value))
     return out
+
+
+def _pieces(raw: Any) -> list[str] | None:
+    """``logprobs.content[*].token``: each completion token's text."""
+    content = raw.get("content") if isinstance(raw, dict) else None
+    if not isinstance(content, list):
+        return None
+    out = [entry.get("token") if isinstance(entry, dict) else None for entry in content]
+    return out if all(isinstance(t, str) for t in out) else None  # type: ignore[return-value]
 
 
 def _logprob_token_ids(raw: Any) -> list[int] | None:

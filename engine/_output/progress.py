@@ -64,6 +64,9 @@ class _Agent:
         self.traces = 0
 
 
+_BEFORE = ("eval", "setting up", "starting model server")  # phases before the episodes end
+
+
 class EvalProgress:
     """Counts finished episodes (``add``) and shows them; ``phase`` names what the eval
     is doing. A context manager: the line is live between enter and exit."""
@@ -105,9 +108,10 @@ class EvalProgress:
 
     def phase(self, label: str) -> None:
         """Say what the eval is doing now (shown at the start of the line); any phase
-        but ``eval`` and ``setting up`` comes after the episodes and stops the clock."""
+        but ``eval``, ``setting up`` and ``starting model server`` comes after the
+        episodes and stops the clock."""
         self.label = label
-        if label not in ("eval", "setting up") and self._ended is None:
+        if label not in _BEFORE and self._ended is None:
             self._ended = time.monotonic()
         if self.enabled:
             self._live.refresh()

@@ -1,7 +1,12 @@
 """Results: per-agent statistics over episode records (the raw JSONL objects), so the
 same numbers come from a live run, a resumed one, or a directory on disk. Streamed:
 memory does not grow with the number of episodes. Failed episodes (infrastructure
-failures, ``_exchange.outcome``) are counted by cause and kept out of the means."""
+failures, ``_exchange.outcome``) are counted by cause and kept out of the means.
+
+Traces whose turns carry token ids are checked token for token
+(``_exchange.divergence``): each agent's ``token_divergences`` counts the turns
+checked against the sequence before them, those whose prompt did not extend it, the
+rate, and the count by kind."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from taketurns._exchange.divergence import check_trace_tokens
 from taketurns._exchange.outcome import record_cause
 from taketurns._output.failures import FailureKinds, first_failure
 
@@ -51,10 +57,28 @@ def digest(episode: Episode) -> dict[str, Any]:
                 "errors": len(t.errors),
                 "turns": len(t.turns),
                 "usage": {"total_tokens": t.usage.total_tokens},
+                "token_check": check_trace_tokens(
+                    (u.index, u.prompt_token_ids, u.token_ids) for u in t.turns
+                ),
             }
             for t in episode.traces
         ],
     }
+
+
+def _token_check(t: Mapping[str, Any]) -> dict[str, Any]:
+    """A trace's token check: from its digest, or worked out from its record."""
+    check = t.get("token_check")
+    if isinstance(check, dict):
+        return check
+    turns = t.get("turns")
+    if not isinstance(turns, list):
+        return {}
+    return check_trace_tokens(
+        (u.get("index", i), u.get("prompt_token_ids"), u.get("token_ids"))
+        for i, u in enumerate(turns)
+        if isinstance(u, dict)
+    )
 
 
 def _count(value: Any) -> int:
@@ -97,6 +121,8 @@ class _AgentStats:
         self.errors = 0
         self.turns = 0
         self.tokens = 0
+        self.token_checks: Counter[str] = Counter()
+        self.divergence_kinds: Counter[str] = Counter()
         self.by_task: dict[Any, list[int]] = defaultdict(lambda: [0, 0])  # [rollouts, passed]
 
     def add(self, t: Mapping[str, Any]) -> None:
@@ -114,6 +140,11 @@ class _AgentStats:
         self.errors += 1 if _count(t.get("errors")) else 0
         self.turns += _count(t.get("turns"))
         self.tokens += int((t.get("usage") or {}).get("total_tokens", 0))
+        check = _token_check(t)
+        if check.get("turns"):
+            for key in ("turns", "checked", "divergent"):
+                self.token_checks[key] += int(check.get(key, 0))
+            self.divergence_kinds.update(check.get("kinds") or {})
         if self.per_task:
             task = self.by_task[(t.get("episode") or {}).get("task_idx")]
             task[0] += 1
@@ -135,6 +166,15 @@ class _AgentStats:
             "tokens_mean": self.tokens / n if n else None,
             "tokens_total": self.tokens,
         }
+        if self.token_checks["turns"]:
+            checked, divergent = self.token_checks["checked"], self.token_checks["divergent"]
+            stats["token_divergences"] = {
+                "turns_with_ids": self.token_checks["turns"],
+                "checked": checked,
+                "divergent": divergent,
+                "rate": divergent / checked if checked else 0.0,
+                "kinds": dict(self.divergence_kinds),
+            }
         if rollouts > 1:
             tasks = self.by_task.values()
             stats["pass_at_k"] = {
@@ -254,7 +294,15 @@ def _rows(agents: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, list[str],
     rows += keyed("stop_conditions", "d", "stop: {}")
     rows.append(("turns (mean)", [_cell(a["turns_mean"], ".1f") for a in stats], False))
     rows.append(("tokens", [_tokens(a) for a in stats], False))
+    if any(a.get("token_divergences") for a in stats):
+        rows.append(("token divergences", [_divergences(a) for a in stats], False))
     return rows
+
+
+def _divergences(stats: Mapping[str, Any]) -> str:
+    """``2 of 32 checked`` turns whose prompt did not extend the sequence before it."""
+    check = stats.get("token_divergences")
+    return f"{check['divergent']} of {check['checked']} checked" if check else "-"
 
 
 def _reward(stats: Mapping[str, Any]) -> str:

@@ -9,7 +9,9 @@ becomes one row: JSON Lines (always) or Parquet (``pyarrow``, the
 ``episode_id``, ``agent``, ``task_idx``, ``task_name``, ``rollout``, ``turns``), the
 sequence (``prompt_ids``, ``completion_ids``, ``completion_mask``,
 ``completion_logprobs``, possibly null), ``reward``, ``advantage``, ``reason`` (why
-a sample split off, else null) and ``policy_versions``.
+a sample split off, else null), ``policy_versions`` and ``divergence`` (where a prompt
+stopped extending the sequence before it: ``turn``, ``previous``, ``position``,
+``kind``, ``within``, ``expected`` and ``got`` token runs; else null).
 
 A run whose turns carry no token ids (the default eval: nothing asked the endpoint
 for them) exports message-level rows instead (``level="auto"``; or ask for a level:
@@ -77,6 +79,7 @@ ROW_COLUMNS = (
     "advantage",
     "reason",
     "policy_versions",
+    "divergence",
 )
 
 
@@ -134,6 +137,7 @@ def sample_rows(groups: Iterable[Group]) -> Iterator[dict[str, Any]]:
                 "advantage": s.advantage,
                 "reason": s.reason,
                 "policy_versions": list(s.policy_versions),
+                "divergence": s.divergence.to_json() if s.divergence is not None else None,
             }
 
 
@@ -250,6 +254,20 @@ def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
             ("advantage", pa.float64()),
             ("reason", pa.string()),
             ("policy_versions", pa.list_(pa.string())),
+            (
+                "divergence",
+                pa.struct(
+                    [
+                        ("turn", pa.int64()),
+                        ("previous", pa.int64()),
+                        ("position", pa.int64()),
+                        ("kind", pa.string()),
+                        ("within", pa.int64()),
+                        ("expected", pa.list_(pa.int64())),
+                        ("got", pa.list_(pa.int64())),
+                    ]
+                ),
+            ),
         ]
     )
     pq.write_table(pa.table(columns, schema=schema), target)

@@ -11,7 +11,8 @@
 Structure (DESIGN.md "who owns what")::
 
     open_rollouts (env.setup ... env.finalize, shielded; the plan's clients closed)
-     └─ services nursery: interception server (if a harness needs one), asyncio host
+     └─ model servers the config names (llamacpp/ models, model_server), then the
+        services nursery: interception server (if a harness needs one), asyncio host
         └─ episodes nursery: one feeder task per ``groups()`` stream, and the episodes
            it admits, each holding a slot of the episode limiter (``concurrency``)
 
@@ -36,8 +37,10 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import tempfile
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -50,6 +53,7 @@ from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode, episode_id
 from taketurns._eval.plan import Plan, preflight
 from taketurns._eval.play import play_with_retries
+from taketurns._eval.servers import open_model_servers
 from taketurns._exchange.agent import Agent
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import EpisodeInfo, Trace
@@ -298,7 +302,8 @@ async def open_rollouts(
     episode starts, as a bad config does. ``run_dir`` (prepared by the caller): every
     episode is appended to its ``episodes.jsonl`` as it finishes, cut-off ones too,
     as ``taketurns eval`` writes them (``taketurns export`` reads them back, one group
-    per streamed group). An exception of the body leaves as itself (not in an
+    per streamed group); a model server the source starts logs there (else in the
+    a new temporary directory). An exception of the body leaves as itself (not in an
     exception group)."""
     if max_waiting < 1:
         raise ValueError(f"max_waiting = {max_waiting!r}; expected an integer >= 1")
@@ -311,8 +316,15 @@ async def open_rollouts(
         if run_dir is not None:
             run_dir.open()
         await env.setup()
+        log_dir = run_dir.path if run_dir is not None else None
+        if log_dir is None and plan.servers:
+            log_dir = Path(tempfile.mkdtemp(prefix="taketurns-model-server-"))
         with _unwrapped():
-            async with trio.open_nursery() as services, open_asyncio_host():
+            async with (
+                open_model_servers(plan, log_dir or Path(), timeout_s=config.preflight_timeout_s),
+                trio.open_nursery() as services,
+                open_asyncio_host(),
+            ):
                 await _start_services(config, plan, services)
                 sources: list[RolloutSource] = []
                 try:

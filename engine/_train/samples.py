@@ -7,8 +7,10 @@ is one ``TurnTokens``. A trace's turns are merged into one ``Sample`` — one se
 tokens and 0 over what the conversation inserted between its turns (user messages,
 tool results, template tokens) — as long as each turn's prompt extends the previous
 turn's prompt + completion token for token. Where one does not (a harness rewrote the
-history, a template re-rendered an earlier turn differently, a turn came back without
-token ids) the sample ends there and a new one starts, its ``reason`` saying why.
+history, a template re-rendered an earlier turn differently, a completion re-tokenized
+differently, a turn came back without token ids) the sample ends there and a new one
+starts, its ``reason`` saying why and its ``divergence`` (``_exchange.divergence``)
+where: the position, the two token runs and the kind.
 
 Self-play: every seat's trace is its own agent's samples; ``episode_samples`` keeps the
 traces of trainable agents only.
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 import attrs
 
 from taketurns._eval.episode import Episode
+from taketurns._exchange.divergence import Divergence, TokenSequence
 from taketurns._exchange.trace import Trace, Turn
 
 __all__ = ["Sample", "TurnTokens", "episode_samples", "trace_samples", "turn_tokens"]
@@ -47,8 +50,10 @@ class Sample:
     inserted it; ``completion_logprobs`` holds the model's logprob at each masked-in
     position (0.0 elsewhere), or is None when a merged turn came without logprobs.
     ``turns`` are the trace's turn indices merged here. ``reason`` is None for a sample
-    starting at the trace's first turn, else why the previous sample ended. ``reward``
-    is the trace's; ``advantage`` is filled in by ``taketurns.group_advantages``."""
+    starting at the trace's first turn, else why the previous sample ended;
+    ``divergence`` says where, when the reason is a prompt that does not extend the
+    sequence before it. ``reward`` is the trace's; ``advantage`` is filled in by
+    ``taketurns.group_advantages``."""
 
     episode_id: str
     agent: str
@@ -63,6 +68,7 @@ class Sample:
     reward: float = 0.0
     advantage: float | None = None
     policy_versions: tuple[str, ...] = ()
+    divergence: Divergence | None = None
 
     @property
     def input_ids(self) -> list[int]:
@@ -88,6 +94,8 @@ class _Builder:
 
     first: TurnTokens
     reason: str | None
+    divergence: Divergence | None = None
+    seq: TokenSequence = attrs.field(factory=TokenSequence)
     turns: list[int] = attrs.field(factory=list)
     completion: list[int] = attrs.field(factory=list)
     mask: list[int] = attrs.field(factory=list)
@@ -95,6 +103,10 @@ class _Builder:
     versions: list[str] = attrs.field(factory=list)
 
     def add(self, tokens: TurnTokens, inserted: Sequence[int]) -> None:
+        if self.turns:
+            self.seq.extend(tokens.turn, tokens.prompt_ids, tokens.completion_ids)
+        else:
+            self.seq.start(tokens.turn, tokens.prompt_ids, tokens.completion_ids)
         self.turns.append(tokens.turn)
         self.completion += inserted
         self.completion += tokens.completion_ids
@@ -109,15 +121,6 @@ class _Builder:
 
     def sequence_length(self) -> int:
         return len(self.first.prompt_ids) + len(self.completion)
-
-    def extends(self, prompt: Sequence[int]) -> int | None:
-        """None when ``prompt`` starts with this sequence, else the first index where
-        it differs."""
-        seq = self.first.prompt_ids + self.completion
-        for i, (a, b) in enumerate(zip(seq, prompt, strict=False)):
-            if a != b:
-                return i
-        return None if len(prompt) >= len(seq) else len(prompt)
 
     def build(self, trace: Trace) -> Sample:
         info = trace.episode
@@ -135,6 +138,7 @@ class _Builder:
             trace.reward,
             None,
             tuple(self.versions),
+            self.divergence,
         )
 
 
@@ -145,7 +149,7 @@ def trace_samples(trace: Trace) -> list[Sample]:
     samples: list[Sample] = []
     current: _Builder | None = None
     reason: str | None = None
-    previous = -1
+    divergence: Divergence | None = None
     for turn in trace.turns:
         tokens = turn_tokens(turn)
         if tokens is None:
@@ -153,22 +157,17 @@ def trace_samples(trace: Trace) -> list[Sample]:
                 samples.append(current.build(trace))
                 current = None
             what = "failed" if turn.response is None else "came without token ids"
-            reason = f"turn {turn.index} {what}"
+            reason, divergence = f"turn {turn.index} {what}", None
             continue
         if current is not None:
-            differs = current.extends(tokens.prompt_ids)
-            if differs is None:
+            divergence = current.seq.divergence(tokens.turn, tokens.prompt_ids)
+            if divergence is None:
                 current.add(tokens, tokens.prompt_ids[current.sequence_length() :])
-                previous = tokens.turn
                 continue
             samples.append(current.build(trace))
-            reason = (
-                f"turn {tokens.turn}'s prompt does not extend turn {previous}'s prompt + "
-                f"completion (they differ at token {differs})"
-            )
-        current = _Builder(tokens, reason)
+            reason = divergence.describe()
+        current = _Builder(tokens, reason, divergence)
         current.add(tokens, ())
-        previous = tokens.turn
     if current is not None:
         samples.append(current.build(trace))
     return samples

@@ -1,0 +1,213 @@
+"""Real token ids for turns served by llama-cpp-python's server, from the GGUF's own
+tokenizer and chat template.
+
+The server (0.3.x) returns neither ``prompt_token_ids`` nor completion ids. Both are
+recovered here, exactly, with llama.cpp's vocabulary-only loader (``Llama(path,
+vocab_only=True)``: the tokenizer and metadata, no weights) and the server's own code:
+
+- **Prompt ids**: the request body goes through the server's request model
+  (``llama_cpp.server.types.CreateChatCompletionRequest``, the same ``model_dump``)
+  into ``Llama.create_chat_completion``, which picks the chat handler as the server
+  does (the GGUF's ``tokenizer.chat_template``, or the built-in format it matches),
+  renders the template and tokenizes the prompt; the call that would generate is
+  intercepted and its prompt ids kept. So the ids are what the server's own code
+  makes of the same request, checked against the server's ``usage.prompt_tokens``.
+- **Completion ids**: the server reports each completion token's text
+  (``logprobs.content[*].token``, with its logprob: requested with ``logprobs`` and
+  ``top_logprobs``). Each text is looked up in the vocabulary (every token's
+  piece, decoded as the server decodes it); where several tokens share a text (byte
+  fragments of a multi-byte character, control tokens), the one whose bytes continue
+  the reply's text is taken. The ids are kept only if exactly one sequence fits
+  the reply byte for byte and its length is ``usage.completion_tokens``: never a
+  re-tokenization of the reply's text.
+
+Not recoverable through this server (see the README): the end-of-generation token
+that ended a reply (the server drops it before reporting; it appears as the first
+token the next prompt inserts) and its logprob.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from taketurns._models.model import ModelResponse
+
+__all__ = ["GgufTokens", "gguf_tokens"]
+
+_SEARCH_STEPS = 100_000  # bound on the completion-id search (a pathological reply gives up)
+_cache: dict[Path, GgufTokens] = {}
+_lock = threading.Lock()
+
+
+def gguf_tokens(path: Path) -> GgufTokens:
+    """The (cached) token view of the GGUF at ``path``; closed at interpreter exit."""
+    with _lock:
+        if path not in _cache:
+            if not _cache:
+                atexit.register(_close_all)
+            _cache[path] = GgufTokens(path)
+        return _cache[path]
+
+
+def _close_all() -> None:
+    """Free the cached vocabularies while llama.cpp's bindings still exist (left to
+    the garbage collector at shutdown, their finalizer fails noisily)."""
+    with _lock:
+        for tokens in _cache.values():
+            tokens.close()
+        _cache.clear()
+
+
+class _Captured(Exception):  # control flow: never escapes this module
+    def __init__(self, prompt: list[int]) -> None:
+        self.prompt = prompt
+
+
+def _capture(*, prompt: Any, **_: Any) -> Any:
+    raise _Captured(list(prompt))
+
+
+class GgufTokens:
+    """Prompt and completion ids of chat requests to llama-cpp-python's server for
+    the GGUF at ``path`` (module docstring). Loading takes the vocabulary only
+    (and indexes every token's text: about half a second for 49k tokens)."""
+
+    def __init__(self, path: Path) -> None:
+        import llama_cpp
+        from llama_cpp.server.types import CreateChatCompletionRequest
+
+        self.path = path
+        self._request_model = CreateChatCompletionRequest
+        with _quiet_stderr():  # llama.cpp warns of a context it never uses, in C
+            self._llama = llama_cpp.Llama(
+                str(path), vocab_only=True, verbose=False, n_ctx=8, n_batch=8
+            )
+        # generation is intercepted: the chat handler's prompt ids are the result
+        vars(self._llama)["create_completion"] = _capture
+        self._pieces: dict[str, tuple[tuple[int, bytes], ...]] | None = None
+        self._render_lock = threading.Lock()
+        self._index()  # now, not inside the first turn (~0.5 s for 49k tokens)
+
+    @property
+    def chat_format(self) -> str | None:
+        """The chat format the server picks for this GGUF (``chat_template.default``:
+        the GGUF's own Jinja template)."""
+        return self._llama.chat_format
+
+    def prompt_ids(self, body: Mapping[str, Any]) -> list[int] | None:
+        """The prompt ids the server makes of the request ``body``, or None when its
+        request model refuses the body."""
+        try:
+            request = self._request_model(**body)
+        except ValueError:
+            return None
+        kwargs = request.model_dump(exclude={"n", "logit_bias_type", "user", "min_tokens"})
+        kwargs["stream"] = False
+        with self._render_lock:  # the handler is not known to be thread-safe
+            try:
+                self._llama.create_chat_completion(**kwargs)
+            except _Captured as captured:
+                return captured.prompt
+        return None  # pragma: no cover - the handler always generates
+
+    def completion_ids(self, text: str | None, pieces: Sequence[str]) -> list[int] | None:
+        """The one token sequence whose pieces are ``pieces`` and whose bytes are the
+        reply ``text`` (see the module docstring), or None when none or several fit."""
+        index = self._index()
+        target = (text or "").encode("utf-8")
+        options = [index.get(piece, ()) for piece in pieces]
+        if not all(options):
+            return None
+        solutions = _search(options, target)
+        return solutions[0] if len(solutions) == 1 else None
+
+    def close(self) -> None:
+        """Free the vocabulary (llama.cpp's memory). Idempotent."""
+        self._llama.close()
+
+    def detokenize(self, ids: Sequence[int]) -> bytes:
+        return bytes(self._llama.detokenize(list(ids)))
+
+    def annotate(
+        self, response: ModelResponse, body: Mapping[str, Any], pieces: Sequence[str] | None
+    ) -> ModelResponse:
+        """``response`` with ``prompt_token_ids`` and ``token_ids`` set where they are
+        exact: each must also match the server's usage count."""
+        prompt = self.prompt_ids(body)
+        if prompt is not None and len(prompt) != response.usage.prompt_tokens:
+            prompt = None
+        completion = None
+        if pieces is not None and response.logprobs is not None:
+            text = response.message.content if isinstance(response.message.content, str) else ""
+            completion = self.completion_ids(text, pieces)
+            if completion is not None and len(completion) != response.usage.completion_tokens:
+                completion = None
+        return attrs.evolve(response, prompt_token_ids=prompt, token_ids=completion)
+
+    def _index(self) -> dict[str, tuple[tuple[int, bytes], ...]]:
+        """Piece text (as the server writes it) -> the tokens with that text and
+        their bytes."""
+        if self._pieces is None:
+            import ctypes
+
+            import llama_cpp
+
+            vocab = llama_cpp.llama_model_get_vocab(self._llama.model)
+            buffer = ctypes.create_string_buffer(512)
+            found: dict[str, list[tuple[int, bytes]]] = {}
+            for token in range(self._llama.n_vocab()):
+                n = llama_cpp.llama_token_to_piece(vocab, token, buffer, 512, 0, False)
+                raw = buffer.raw[: max(n, 0)]
+                found.setdefault(raw.decode("utf-8", errors="ignore"), []).append((token, raw))
+            self._pieces = {k: tuple(v) for k, v in found.items()}
+        return self._pieces
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 sent to /dev/null meanwhile (what C code prints there)."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _search(options: Sequence[Sequence[tuple[int, bytes]]], target: bytes) -> list[list[int]]:
+    """Up to two token sequences, one option per position, whose bytes are
+    ``target`` (the last tokens may run past it: bytes of a character the reply's
+    text could not decode). Iterative depth-first search, bounded."""
+    solutions: list[list[int]] = []
+    chosen: list[int] = []
+    stack: list[tuple[int, int, int]] = [(0, 0, 0)]  # (position, byte offset, option)
+    steps = 0
+    while stack and len(solutions) < 2:
+        steps += 1
+        if steps > _SEARCH_STEPS:
+            return []
+        i, pos, k = stack.pop()
+        del chosen[i:]
+        if i == len(options):
+            if pos >= len(target):
+                solutions.append(list(chosen))
+            continue
+        if k >= len(options[i]):
+            continue
+        stack.append((i, pos, k + 1))  # the next option, tried after this one
+        token, raw = options[i][k]
+        rest = target[pos:]
+        if rest.startswith(raw) or (raw.startswith(rest) and pos + len(raw) > len(target)):
+            chosen.append(token)
+            stack.append((i + 1, pos + len(raw), 0))
+    return solutions
