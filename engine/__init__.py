@@ -94,6 +94,10 @@ from taketurns._models.messages import (
 )
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
 from taketurns._models.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
+from taketurns._procs.owner import Captured, OwnedProcess
+from taketurns._procs.owner import run as run_owned
+from taketurns._procs.owner import start as start_owned
+from taketurns._procs.sandbox import Sandbox
 from taketurns._train.advantages import TraceAdvantage, group_advantages
 from taketurns._train.groups import Group, make_group
 from taketurns._train.rollouts import GroupStream, RolloutSource, open_rollouts
@@ -155,6 +159,7 @@ __all__ = [
     "AssistantMessage",
     "AsyncioCancelled",
     "BuiltinModel",
+    "Captured",
     "ChatSession",
     "ConfigError",
     "Endpoint",
@@ -188,6 +193,7 @@ __all__ = [
     "OpenAIClient",
     "OptionError",
     "OutputError",
+    "OwnedProcess",
     "Prompt",
     "Reply",
     "Resources",
@@ -198,6 +204,7 @@ __all__ = [
     "RunDir",
     "Sample",
     "Sampling",
+    "Sandbox",
     "ScoringError",
     "ServedHarness",
     "SessionClosed",
@@ -251,6 +258,8 @@ __all__ = [
     "run_asyncio",
     "run_episode",
     "run_eval",
+    "run_owned",
+    "start_owned",
     "stop",
     "taskset_registry",
     "text_of",

@@ -4,8 +4,9 @@ per rollout.
 Install an adapter: ``npm install -g @zed-industries/codex-acp@0.16.0`` (Codex) or
 ``npm install -g @zed-industries/claude-agent-acp@0.23.1`` (Claude Code).
 
-The rollout's first segment starts the adapter (in its own process group, in the
-rollout's own home and working directory: ``taketurns.harnesses.agent_cli``) and
+The rollout's first segment starts the adapter (owned and sandboxed like every
+agent process, in the rollout's own home and working directory:
+``taketurns.harnesses.agent_cli``) and
 speaks newline-delimited JSON-RPC on its stdin/stdout (``taketurns.harnesses.acp_rpc``):
 ``initialize``, ``session/new``, then one ``session/prompt`` per segment; the process
 stays up between segments, so a turn costs no process start. When the process is
@@ -13,7 +14,7 @@ gone at the start of a segment (it crashed, or a cancelled segment killed it) a 
 one is started and continues the same session with ``session/load``. Permission
 requests are answered by the ``permissions`` option; file-system and terminal
 requests are refused (none are advertised: the agents use their own tools). The
-process group is killed and reaped at close (also on error and cancellation) and when
+whole process tree is killed and reaped at close (also on error and cancellation) and when
 a segment is cancelled or times out.
 
 ``agent`` picks the adapter's wiring to the rollout's interception URL and secret:
@@ -43,12 +44,11 @@ from typing import Any
 import attrs
 import trio
 
-from taketurns import HarnessError, Message, Prompt, Rollout
+from taketurns import HarnessError, Message, OwnedProcess, Prompt, Rollout
 from taketurns.harnesses.acp_rpc import AcpConnection, AcpError, AcpGone, choose_permission
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
     check_strings,
-    kill_and_reap,
     prompt_text,
     refuse,
     split_system,
@@ -69,17 +69,13 @@ _CAPABILITIES = {"fs": {"readTextFile": False, "writeTextFile": False}, "termina
 class _Live:
     """One running adapter and the session it serves."""
 
-    process: trio.Process
+    owned: OwnedProcess
     connection: AcpConnection
     session_id: str | None = None
 
     async def aclose(self) -> None:
-        """Kill the process group, reap it, close the pipes; shielded."""
-        await kill_and_reap(self.process)
-        with trio.CancelScope(shield=True):
-            for stream in (self.process.stdin, self.process.stdout):
-                if stream is not None:
-                    await stream.aclose()
+        """Kill the whole tree, reap it, close the pipes; shielded."""
+        await self.owned.aclose()
 
 
 class AcpHarness(AgentCLIHarness):
@@ -137,19 +133,20 @@ class AcpHarness(AgentCLIHarness):
         argv, env = self._wiring(rollout)
         n = rollout.state["starts"] = rollout.state.get("starts", 0) + 1
         with (dirs.tmp.parent / f"stderr-{n}").open("wb") as stderr:
-            process = await trio.lowlevel.open_process(
+            owned = await self.start_owned(
+                rollout,
                 [self.path, *self.args, *argv],
+                cwd=dirs.work,
+                env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
-                cwd=str(dirs.work),
-                env=env,
-                start_new_session=True,
             )
+        process = owned.process
         assert process.stdin is not None
         assert process.stdout is not None
         live = _Live(
-            process,
+            owned,
             AcpConnection(
                 process.stdin, process.stdout, permissions=choose_permission(self.permissions)
             ),
@@ -191,7 +188,7 @@ class AcpHarness(AgentCLIHarness):
         turns_before = len(rollout.trace.turns)
         failure = None
         try:
-            if live is not None and live.process.poll() is not None:
+            if live is not None and not live.owned.alive:
                 await self._drop(rollout)  # died between segments: restart, load
                 live = None
             if live is None:

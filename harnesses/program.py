@@ -53,7 +53,6 @@ that many are busy; default: as many as segments run at once).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -76,7 +75,7 @@ from taketurns import (
     messages_to_wire,
 )
 from taketurns.harnesses.program_pool import ProgramPool
-from taketurns.harnesses.program_process import ProgramProcess
+from taketurns.harnesses.program_process import ProgramProcess, scrubbed_environment
 
 DEFAULT_COMMAND = (sys.executable, "-m", "taketurns.harnesses.programs.chat")
 SERVE_FLAG = "--serve"
@@ -172,7 +171,7 @@ class ProgramHarness(ServedHarness):
     def _environment(self, rollout: Rollout) -> dict[str, str]:
         endpoint = self.endpoint(rollout)
         return {
-            **os.environ,
+            **scrubbed_environment(rollout.scratch_dir()),
             **self.env,
             "OPENAI_BASE_URL": endpoint.base_url,
             "OPENAI_API_KEY": endpoint.secret,
@@ -187,13 +186,11 @@ class ProgramHarness(ServedHarness):
         output.unlink(missing_ok=True)  # noqa: ASYNC240 - see write_file
         turns_before = len(rollout.trace.turns)
         try:
-            result = await trio.run_process(
+            result = await self.run_owned(
+                rollout,
                 [*self.command, *args, "--output-file", str(output)],
-                cwd=str(rollout.scratch_dir()),
+                cwd=rollout.scratch_dir(),
                 env=env,
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
             )
         finally:
             self.end_segment(rollout)
@@ -214,11 +211,13 @@ class ProgramHarness(ServedHarness):
 
     # -- persistent: the pool ---------------------------------------------------------
 
-    def _open_pool(self) -> ProgramPool:
-        env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_VARS}
-        env.update(self.env)
+    def _open_pool(self, rollout: Rollout) -> ProgramPool:
+        env = {k: v for k, v in self.env.items() if k not in ENDPOINT_VARS}
         self.pool = ProgramPool(
-            [*self.command, SERVE_FLAG], env=env, max_programs=self.max_programs
+            [*self.command, SERVE_FLAG],
+            env=env,
+            max_programs=self.max_programs,
+            containment=self.containment(rollout),
         )
         return self.pool
 
@@ -230,7 +229,7 @@ class ProgramHarness(ServedHarness):
         body["api_key"] = endpoint.secret
         body["model"] = rollout.boundary.model
         line = orjson.dumps(body) + b"\n"
-        pool = self.pool if self.pool is not None else self._open_pool()
+        pool = self.pool if self.pool is not None else self._open_pool(rollout)
         turns_before = len(rollout.trace.turns)
         program: ProgramProcess | None = None
         try:

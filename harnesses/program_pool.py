@@ -23,6 +23,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import trio
 import trio.lowlevel
@@ -43,10 +44,16 @@ class ProgramPool:
     model-call limiter: held for one segment, never while waiting on a peer."""
 
     def __init__(
-        self, command: Sequence[str], *, env: Mapping[str, str], max_programs: int | None
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        max_programs: int | None,
+        containment: Mapping[str, Any],
     ) -> None:
         self.command = list(command)
         self.env = dict(env)
+        self.containment = dict(containment)
         self.state = PoolState.OPEN
         self.starts = 0  # programs started so far
         self.idle: list[ProgramProcess] = []  # the most recently used last
@@ -93,7 +100,11 @@ class ProgramPool:
         workdir.mkdir()
         try:
             program = await ProgramProcess.start(
-                self.command, cwd=workdir, env=self.env, stderr_path=stderr_path
+                self.command,
+                cwd=workdir,
+                env=self.env,
+                stderr_path=stderr_path,
+                containment=self.containment,
             )
         except BaseException:  # no such command, say: leave no files behind
             shutil.rmtree(workdir, ignore_errors=True)

@@ -175,6 +175,11 @@ class AgentConfig:
     retries: int = attrs.field(default=0, validator=_non_negative)
     trainable: bool = True
     max_concurrent_calls: int | None = attrs.field(default=None, validator=_positive)
+    # out-of-process harnesses: each rollout's processes in a bubblewrap sandbox
+    # ("bwrap") or not ("none", with a warning); "host" network opens the host's
+    # network to them (default: only the model endpoint)
+    sandbox: str = attrs.field(default="bwrap", validator=_one_of("bwrap", "none"))
+    sandbox_network: str = attrs.field(default="endpoint", validator=_one_of("endpoint", "host"))
 
 
 @attrs.define
