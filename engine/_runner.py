@@ -100,6 +100,10 @@ async def run_eval(
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
     writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
     tidied = _tidy(run_dir, writer.finished, notify)
+    plan.services["run_dir"] = str(run_dir.path)  # hidden from every sandbox
+    for warning in plan.sandbox_warnings():
+        if notify is not None:
+            notify(warning)
     todo = _owed(tasks, config.rollouts, tidied.pairs)
     start = time.monotonic()
     interrupted = True  # until the episodes' loop ends on its own

@@ -54,7 +54,7 @@ from taketurns.harnesses.agent_cli import (
     split_system,
 )
 from taketurns.harnesses.claude_code import claude_env
-from taketurns.harnesses.codex import KEY_VAR, SANDBOXES, codex_config, default_sandbox
+from taketurns.harnesses.codex import KEY_VAR, SANDBOXES, codex_config, rollout_sandbox
 
 ADAPTERS = {
     "codex": ("codex-acp", "npm install -g @zed-industries/codex-acp@0.16.0"),
@@ -105,8 +105,7 @@ class AcpHarness(AgentCLIHarness):
         super().__init__(binary=argv[0], env=env, args=argv[1:], tail_chars=tail_chars)
         if permissions not in ("allow", "reject"):
             raise refuse("permissions", permissions, "allow or reject")
-        sandbox = sandbox if sandbox is not None else default_sandbox()
-        if sandbox not in SANDBOXES:
+        if sandbox is not None and sandbox not in SANDBOXES:
             raise refuse("sandbox", sandbox, f"one of {', '.join(SANDBOXES)}")
         self.agent = agent
         self.permissions = permissions
@@ -120,7 +119,8 @@ class AcpHarness(AgentCLIHarness):
         endpoint = self.endpoint(rollout)
         if self.agent == "codex":
             system = rollout.state.get("system")
-            argv = [*codex_config(endpoint.base_url, self.sandbox, system)]
+            sandbox = rollout_sandbox(self.sandbox, rollout)
+            argv = [*codex_config(endpoint.base_url, sandbox, system)]
             argv += ["-c", f"model={rollout.boundary.model}"]
             extra = {"CODEX_HOME": str(dirs.home), KEY_VAR: endpoint.secret}
         else:

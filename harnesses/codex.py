@@ -22,12 +22,14 @@ any leading system messages) reaches the agent as ``developer_instructions``. Th
 rollout's MCP servers are Codex's own (``-c mcp_servers.<name>=...``: see
 ``taketurns.harnesses.agent_mcp``).
 
-Options (``--env.<role>.harness_options.<name>=...``): ``sandbox`` (``read-only``,
-``workspace-write`` or ``danger-full-access``; default ``workspace-write`` where
-``bwrap`` is on PATH, else ``danger-full-access``: Codex's Linux sandbox needs
-bubblewrap), ``binary`` (default ``codex``), ``args`` (extra arguments for every
-``codex exec``), ``env`` (extra environment variables), ``tail_chars`` (how much
-stderr/stdout a failure quotes).
+Options (``--env.<role>.harness_options.<name>=...``): ``sandbox`` (Codex's own
+sandbox: ``read-only``, ``workspace-write`` or ``danger-full-access``; default
+``danger-full-access`` when the rollout runs in the engine's bwrap sandbox, which
+confines Codex already (measured: Codex's nested bwrap fails there, on the
+sandbox's read-only tmpfs), else ``workspace-write`` where ``bwrap`` is on PATH, else
+``danger-full-access``: Codex's Linux sandbox needs bubblewrap), ``binary`` (default
+``codex``), ``args`` (extra arguments for every ``codex exec``), ``env`` (extra
+environment variables), ``tail_chars`` (how much stderr/stdout a failure quotes).
 """
 
 from __future__ import annotations
@@ -73,6 +75,16 @@ def default_sandbox() -> str:
     return "workspace-write" if shutil.which("bwrap") else "danger-full-access"
 
 
+def rollout_sandbox(option: str | None, rollout: Rollout) -> str:
+    """Codex's own sandbox for ``rollout``: the ``sandbox`` option when given; else,
+    inside the rollout's bwrap sandbox, ``danger-full-access`` (ours confines it
+    already, and Codex's nested bwrap fails on its read-only tmpfs); else
+    ``default_sandbox()``."""
+    if option is not None:
+        return option
+    return "danger-full-access" if rollout.sandbox.kind == "bwrap" else default_sandbox()
+
+
 def codex_config(base_url: str, sandbox: str, instructions: str | None) -> list[str]:
     """The ``-c`` overrides pointing Codex (or codex-acp) at ``base_url`` over the
     Responses API with the key in ``KEY_VAR``: retries and web search off."""
@@ -112,15 +124,14 @@ class CodexHarness(AgentCLIHarness):
         tail_chars: int = 2000,
     ) -> None:
         super().__init__(binary=binary, env=env, args=args, tail_chars=tail_chars)
-        if sandbox is None:
-            sandbox = default_sandbox()
-        if sandbox not in SANDBOXES:
+        if sandbox is not None and sandbox not in SANDBOXES:
             raise refuse("sandbox", sandbox, f"one of {', '.join(SANDBOXES)}")
-        self.sandbox = sandbox
+        self.sandbox = sandbox  # None: per rollout (rollout_sandbox)
 
     def _config(self, rollout: Rollout, instructions: str | None) -> list[str]:
         endpoint = self.endpoint(rollout)
-        config = codex_config(endpoint.base_url, self.sandbox, instructions)
+        sandbox = rollout_sandbox(self.sandbox, rollout)
+        config = codex_config(endpoint.base_url, sandbox, instructions)
         return [
             "--json",
             "--skip-git-repo-check",

@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import secrets
 import shutil
 import tempfile
@@ -77,6 +78,7 @@ __all__ = ["Endpoint", "InterceptionServer", "open_interception_server"]
 log = logging.getLogger(__name__)
 
 RETRY_HEADER = "x-stainless-retry-count"
+_SOCKET_DIR_MAX = 90
 
 
 @attrs.frozen(repr=False)
@@ -346,6 +348,9 @@ class InterceptionServer:
         """Serve until cancelled; reports itself once listening."""
         config = hypercorn_config(self.host, self.port, self.graceful_timeout, False, log)
         socket_dir = tempfile.mkdtemp(prefix="interception-")  # 0700: this user only
+        if len(socket_dir) > _SOCKET_DIR_MAX:  # a Unix socket's path has 108 bytes
+            os.rmdir(socket_dir)
+            socket_dir = tempfile.mkdtemp(prefix="interception-", dir="/tmp")
         config.bind.append(f"unix:{socket_dir}/model.sock")
         try:
             async with trio.open_nursery() as nursery:

@@ -5,8 +5,8 @@ What a sandboxed process sees (``bwrap_argv``):
 - the host filesystem read-only (``--ro-bind / /``), with the host's home
   directories, ``/tmp``, ``/var/tmp``, ``/run``, the temp directory, the directory
   holding the rollout's scratch (so every other rollout's scratch), the eval's working
-  directory (the project checkout, say) and the run directory replaced by empty
-  tmpfs: invisible, not merely unwritable;
+  directory (the project checkout, say) and the run directory replaced by empty,
+  read-only tmpfs: invisible, not merely unwritable;
 - bound back read-only: what the program needs to run (the Python interpreter's
   prefixes, ``sys.path``'s directories, the ``taketurns`` package, and every absolute
   path on the program's command line, with the installation a linked ``argv[0]``
@@ -157,5 +157,7 @@ def bwrap_argv(
     argv += ["--bind", scratch_real, scratch_real]
     if model_socket is not None:
         argv += ["--dir", os.path.dirname(MODEL_SOCKET), "--bind", model_socket, MODEL_SOCKET]
+    for path in hidden:  # empty, and unwritable: the scratch is the one writable place
+        argv += ["--remount-ro", path]
     argv += ["--chdir", os.path.realpath(cwd), "--", *program]
     return argv
