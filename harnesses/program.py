@@ -10,9 +10,15 @@ Per segment (the default), the program is started with ``--prompt-file P
 --output-file O`` in the rollout's scratch directory, with ``OPENAI_BASE_URL`` /
 ``OPENAI_API_KEY`` pointing at the interception server and the rollout's own secret
 (``OPENAI_MODEL`` names the model), and exchanges those JSON objects through the two
-files; it exits when done. A non-zero exit is a harness error, except when the engine
-stopped the rollout (a limit or ``@stop``): then the run ends with that stop
-condition; and when the program gave up on a failed model call, a model error.
+files; the segment ends when it exits (whatever its children do with its pipes).
+Every program is owned and contained (``taketurns.start_owned``: the rollout's bwrap
+sandbox unless its agent's ``sandbox`` is ``none``; its whole process tree killed
+when it exits, on timeout and on cancellation) and gets an environment built from
+nothing: ``PATH``, ``LANG``, ``LC_ALL``, ``HOME`` and ``TMPDIR`` (its scratch
+directory), the ``env`` option and the endpoint variables; never the host's keys.
+A non-zero exit is a harness error, except when the engine stopped the rollout (a
+limit or ``@stop``): then the run ends with that stop condition; and when the
+program gave up on a failed model call, a model error.
 
 Persistent (``persistent = true``), the harness instance keeps a pool of programs
 started ``command --serve`` (``taketurns.harnesses.program_pool``), shared by all of its
@@ -39,8 +45,8 @@ gets garbage or nothing back kills its program (its protocol state is unknown); 
 next segment starts a fresh one. A program that died while idle is replaced
 transparently. ``shutdown()`` kills and reaps every program and removes the pool's
 directory; the eval runner calls it when the eval ends (outside an eval, call it
-when done with the harness; a later segment opens a new pool). A program also exits
-when its stdin reaches EOF, so a crashed parent leaves none behind.
+when done with the harness; a later segment opens a new pool). A program's tree
+is also killed when the eval's process dies (the supervisor's lifeline).
 
 Options (``--env.<role>.harness_options.<name>=...``): ``command`` (argv list;
 default: the reference program ``python -m taketurns.harnesses.programs.chat``), ``env``
@@ -230,6 +236,7 @@ class ProgramHarness(ServedHarness):
         body["model"] = rollout.boundary.model
         line = orjson.dumps(body) + b"\n"
         pool = self.pool if self.pool is not None else self._open_pool(rollout)
+        rollout.trace.info["sandbox"] = pool.containment["sandbox"].describe()
         turns_before = len(rollout.trace.turns)
         program: ProgramProcess | None = None
         try:

@@ -10,10 +10,12 @@ program found dead when taken is discarded the same way and the next one taken (
 is not the segment's fault).
 
 Files live in one temp directory per pool (``taketurns-pool-*``): per program a
-working directory ``<n>/`` and its stderr ``<n>.stderr``. ``aclose`` kills and reaps
-every program, idle or busy, and removes the directory; the harness calls it from
-``shutdown``. A program also exits when its stdin reaches EOF, so a parent that dies
-without closing the pool leaves no program behind.
+working directory ``<n>/`` (its HOME and TMPDIR, and in a sandbox the one place it
+may write; the sandbox and network are those of the rollout that opened the pool)
+and its stderr ``<n>.stderr``. Each program is owned (``taketurns.start_owned``):
+``aclose`` kills and reaps every program's whole tree, idle or busy, and removes the
+directory; the harness calls it from ``shutdown``. A parent that dies without closing
+the pool leaves no program behind either (the supervisor's lifeline).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import pytest
 import trio
 from agentprocs import leftovers
 from agentseats import scratch_root, server  # noqa: F401 - fixtures
+from procs import marked as any_marked
 
 from taketurns import (
     Agent,
@@ -49,19 +50,7 @@ LIMIT = 60
 
 def marked(mark: str) -> list[int]:
     """Live processes whose environment holds ``TT_PROBE_MARK=<mark>``."""
-    needle = f"TT_PROBE_MARK={mark}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:  # exited meanwhile, or not ours to read
-            continue
-        if needle in environ and state != "Z":
-            found.append(int(entry.name))
-    return found
+    return any_marked(f"TT_PROBE_MARK={mark}")
 
 
 def none_left(mark: str, within: float = 10.0) -> list[int]:

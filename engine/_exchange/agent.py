@@ -95,7 +95,7 @@ class Agent:
         self.limiter = limiter
         self.tools = tuple(tools)
         self.services = services
-        self._sandbox = Sandbox(config.sandbox, config.sandbox_network)
+        self._sandbox = Sandbox(config.sandbox or "none", config.sandbox_network)
         self._on_close = on_close
         self._open_sessions: dict[int, ChatSession] = {}
         # what a cancellation that closes one of this agent's sessions means
