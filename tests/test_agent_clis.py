@@ -92,6 +92,7 @@ def agent(
     limits: Limits | None = None,
     timeouts: Timeouts | None = None,
     sandbox: str = "bwrap",
+    sandbox_network: str = "endpoint",
     **options: Any,
 ) -> Agent:
     if harness == "claude-code" and "allowed_tools" not in options:
@@ -103,6 +104,7 @@ def agent(
             limits=limits or Limits(),
             timeouts=timeouts or Timeouts(),
             sandbox=sandbox,
+            sandbox_network=sandbox_network,
         ),
         client=model,
         harness=make_harness(harness, {"binary": str(shim.path), **options}, field="env.agent"),

@@ -471,3 +471,42 @@ def test_probe_is_standalone() -> None:
     the interpreter."""
     source = PROBE.read_text()
     assert "taketurns" not in textwrap.dedent(source).split('"""', 2)[2]
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+async def test_an_agent_clis_own_mcp_server_runs_in_its_sandbox_and_dies_with_it(
+    harness: str, server: InterceptionServer, scratch_root: Path
+) -> None:
+    from scripted import ScriptedModel, tool_call
+
+    from taketurns import McpServer, ToolMessage, open_mcp_servers, text_of
+    from taketurns._exchange.agent import make_harness
+
+    mark = uuid.uuid4().hex
+    counter = McpServer(
+        name="counter",
+        command=["python", "-m", "taketurns.envs.mcp_counter"],
+        env={"TT_PROBE_MARK": mark},
+    )
+    bump = tool_call("call_bump1", "mcp__counter__bump", json.dumps({"by": 5}))
+    options: dict[str, Any] = (
+        {"allowed_tools": ["mcp__counter__bump"]} if harness != "codex" else {}
+    )
+    agent = Agent(
+        "agent",
+        AgentConfig(model="builtin/echo"),
+        client=ScriptedModel(bump, "Counted."),
+        harness=make_harness(harness, options, field="env.agent"),
+        services={"interception": server},
+    )
+    with trio.fail_after(LIMIT):
+        async with (
+            open_mcp_servers([counter]) as (tools, _),
+            agent.chat(Task(0, prompt="bump"), tools=tools) as session,
+        ):
+            assert (await session.turn()).text == "Counted."
+    results = [m for m in session.trace.turns[1].request if isinstance(m, ToolMessage)]
+    assert any("count=5" in text_of(m.content) for m in results), results
+    assert session.trace.info["sandbox"] == "bwrap"
+    assert await none_left_async(mark) == []
+    assert leftovers(scratch_root) == []

@@ -3,6 +3,7 @@ HTTP, through the interception server (``taketurns._http.interception``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -13,10 +14,35 @@ import trio
 
 from taketurns._errors import HarnessError
 from taketurns._exchange.harness import Harness, Rollout
+from taketurns._exchange.mcp_servers import McpTool
 from taketurns._http.interception import Endpoint, InterceptionServer
 from taketurns._procs import owner
+from taketurns._procs.sandbox import Sandbox
 
 __all__ = ["ServedHarness"]
+
+
+def _mcp_paths(rollout: Rollout, sandbox: Sandbox) -> tuple[str, ...]:
+    """What the rollout's MCP servers need readable in its sandbox (an agent CLI
+    starts its stdio servers there): their commands' absolute paths and working
+    directories. Refuses an HTTP server where the sandbox's network is its model
+    endpoint only."""
+    paths: list[str] = []
+    for tool in rollout.tools:
+        if not isinstance(tool, McpTool):
+            continue
+        server = tool.connection.server
+        if server.url is not None and sandbox.network != "host":
+            role = rollout.trace.agent.name
+            raise HarnessError(
+                f"MCP server {server.name!r} is served at {server.url}, which a sandboxed "
+                f"agent cannot reach (its network is its model endpoint only): set "
+                f"--env.{role}.sandbox_network=host"
+            )
+        paths += [a for a in server.command or () if os.path.isabs(a)]
+        if server.cwd is not None:
+            paths.append(server.cwd)
+    return (*sandbox.readable, *paths)
 
 
 class ServedHarness(Harness):
@@ -65,6 +91,8 @@ class ServedHarness(Harness):
         run_dir = rollout.services.get("run_dir")
         if run_dir is not None:
             sandbox = attrs.evolve(sandbox, hide=(*sandbox.hide, str(run_dir)))
+        if sandbox.kind == "bwrap":
+            sandbox = attrs.evolve(sandbox, readable=_mcp_paths(rollout, sandbox))
         rollout.trace.info["sandbox"] = sandbox.describe()
         return {
             "sandbox": sandbox,

@@ -52,11 +52,13 @@ INSTALL_HINT = "install Debian's bubblewrap (apt-get install bubblewrap)"
 class Sandbox:
     """One agent's containment: ``kind`` ``bwrap`` (the default) or ``none``;
     ``network`` ``endpoint`` (only the model endpoint, the default) or ``host``;
-    ``hide``: more host paths to hide (the run directory)."""
+    ``hide``: more host paths to hide (the run directory); ``readable``: more to keep
+    readable (the rollout's MCP servers' programs)."""
 
     kind: str = "bwrap"
     network: str = "endpoint"
     hide: tuple[str, ...] = ()
+    readable: tuple[str, ...] = ()  # more host paths to bind back read-only
 
     def describe(self) -> str:
         """How the trace records it: ``bwrap``, ``bwrap, host network`` or ``none``."""
@@ -149,7 +151,7 @@ def bwrap_argv(
     for path in hidden:
         argv += ["--tmpfs", path]
     others = os.path.dirname(scratch_real)  # every rollout's scratch lives there
-    for path in readable_paths(program):
+    for path in readable_paths([*program, *sandbox.readable]):
         # never re-expose what is hidden, nor another rollout's scratch
         if any(_inside(h, path) for h in hidden) or _inside(path, others):
             continue
