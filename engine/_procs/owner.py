@@ -22,8 +22,8 @@ and returns an ``OwnedProcess``. Its contract:
   file and kills its tree. No ``PR_SET_PDEATHSIG``: trio starts processes from worker
   threads, whose exit would fire it.
 
-Guarantees: sandboxed, exact (a PID namespace dies with its first process, which is
-the sandbox's init, and the kernel kills everything in it). ``sandbox = none``: every
+Guarantees: sandboxed, exact (the supervisor is the PID namespace's init: when it
+exits or is killed, the kernel kills everything in the namespace). ``sandbox = none``: every
 descendant of the program, however detached, is found (subreaper) and killed; what
 the program got *another* service to start (a systemd unit, a daemon over a socket)
 is not its descendant and survives. Both: a supervisor that is itself SIGKILLed by
@@ -155,7 +155,7 @@ class OwnedProcess:
 
     def _hard_kill(self) -> None:
         """The supervisor did not finish: SIGKILL the sandbox's PID namespace (through
-        its init, bwrap's child) and the outer process's group."""
+        its init, bwrap's child: the supervisor) and the outer process's group."""
         pid = self.process.pid
         if self.sandboxed:
             with contextlib.suppress(OSError):

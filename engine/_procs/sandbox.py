@@ -14,7 +14,9 @@ What a sandboxed process sees (``bwrap_argv``):
 - writable: only the rollout's scratch directory (its working directory, HOME and
   TMPDIR live there), at the same path as on the host;
 - its own PID, IPC, UTS, cgroup and network namespaces (``--unshare-all``): it sees
-  only its own processes, and its network is its own loopback. The model endpoint is
+  only its own processes, and its network is its own loopback. Its first process
+  (the supervisor) is the namespace's init (``--as-pid-1``): when it exits, the kernel
+  kills every process left in the namespace. The model endpoint is
   the interception server's Unix socket, bind-mounted at ``MODEL_SOCKET`` and bridged
   to ``127.0.0.1:PORT`` inside by the supervisor (``taketurns._procs.supervisor``).
   ``network = "host"`` keeps the host's network instead (``--share-net``);
@@ -142,7 +144,10 @@ def bwrap_argv(
     bwrap = bwrap_path()
     if bwrap is None:
         raise FileNotFoundError(INSTALL_HINT)
-    argv = [bwrap, "--unshare-all", "--new-session", "--ro-bind", "/", "/"]
+    # --as-pid-1: the program (the supervisor) is the PID namespace's init, so when it
+    # exits the kernel kills everything left in the namespace. bwrap's own init would
+    # wait for every process in it instead (measured: a setsid child kept it alive).
+    argv = [bwrap, "--unshare-all", "--as-pid-1", "--new-session", "--ro-bind", "/", "/"]
     if sandbox.network == "host":
         argv.append("--share-net")
     argv += ["--dev", "/dev", "--proc", "/proc"]
