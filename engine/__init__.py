@@ -7,6 +7,7 @@ Everything public is re-exported here (``__all__``); the subpackages are private
 - ``_models``    what a model reads and writes (messages, their OpenAI wire shape) and
                  the clients: the built-in model, any OpenAI-compatible endpoint
 - ``_http``      the HTTP face: wire dialects, the interception server, ``serve``
+- ``_procs``     the process owner, its supervisor and the rollout sandbox (bwrap)
 - ``_config``    options (attrs), TOML + dotted overrides, the id registries
 - ``_eval``      how a task becomes an episode: Env, Taskset, episodes, the plan, play
 - ``_output``    episode records, the run directory, summary, progress

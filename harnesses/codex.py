@@ -14,7 +14,7 @@ rollout's interception URL over the Responses API, with the rollout's secret::
     -c model_provider=taketurns
     -c model_providers.taketurns={name=..., base_url=<rollout URL>, env_key=...,
        wire_api="responses", request_max_retries=0, stream_max_retries=0}
-    -c web_search="disabled"
+    -c web_search="disabled" -c analytics.enabled=false
 
 Its retries are off (the interception server's upstream client retries the model),
 so a re-sent request never becomes a second turn. The task's system prompt (and
@@ -99,6 +99,9 @@ def codex_config(base_url: str, sandbox: str, instructions: str | None) -> list[
         f"model_providers.taketurns={provider}",
         "-c",
         'web_search="disabled"',
+        # no telemetry upload: offline it held every segment's exit ~5 s in a sandbox
+        "-c",
+        "analytics.enabled=false",
         "-c",
         f"sandbox_mode={_toml(sandbox)}",
     ]

@@ -510,3 +510,26 @@ async def test_an_agent_clis_own_mcp_server_runs_in_its_sandbox_and_dies_with_it
     assert session.trace.info["sandbox"] == "bwrap"
     assert await none_left_async(mark) == []
     assert leftovers(scratch_root) == []
+
+
+@pytest.mark.parametrize(
+    ("network", "recorded"), [("endpoint", "bwrap"), ("host", "bwrap, host network")]
+)
+async def test_sandbox_network_host_opens_the_hosts_network_and_says_so(
+    server: InterceptionServer, scratch_root: Path, listener: int, network: str, recorded: str
+) -> None:
+    mark = uuid.uuid4().hex
+    harness = ProgramHarness(
+        [sys.executable, str(PROBE)],
+        env={"TT_FORBIDDEN_PORT": str(listener), "TT_PROBE_MARK": mark},
+    )
+    config = AgentConfig(model="builtin/echo", harness="program", sandbox_network=network)
+    agent = Agent("agent", config, harness=harness, services={"interception": server})
+    with trio.fail_after(LIMIT):
+        trace = await agent.run(Task(0, prompt="probe"))
+    assert trace.errors == []
+    assert trace.info["sandbox"] == recorded
+    [report] = reports({"messages": [{"role": "assistant", "content": trace.last_text}]})
+    assert report["connected"] == ([listener] if network == "host" else [])
+    assert report["foreign"] == report["homes"] == report["environ"] == []
+    assert await none_left_async(mark) == []
