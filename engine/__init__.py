@@ -7,6 +7,7 @@ Everything public is re-exported here (``__all__``); the subpackages are private
 - ``_models``    what a model reads and writes (messages, their OpenAI wire shape) and
                  the clients: the built-in model, any OpenAI-compatible endpoint
 - ``_http``      the HTTP face: wire dialects, the interception server, ``serve``
+- ``_procs``     the process owner, its supervisor and the rollout sandbox (bwrap)
 - ``_config``    options (attrs), TOML + dotted overrides, the id registries
 - ``_eval``      how a task becomes an episode: Env, Taskset, episodes, the plan, play
 - ``_output``    episode records, the run directory, summary, progress
@@ -106,6 +107,10 @@ from taketurns._models.messages import (
 )
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
 from taketurns._models.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
+from taketurns._procs.owner import Captured, OwnedProcess
+from taketurns._procs.owner import run as run_owned
+from taketurns._procs.owner import start as start_owned
+from taketurns._procs.sandbox import Sandbox
 from taketurns._train.advantages import TraceAdvantage, group_advantages
 from taketurns._train.groups import Group, make_group
 from taketurns._train.rollouts import GroupStream, RolloutSource, open_rollouts
@@ -169,6 +174,7 @@ __all__ = [
     "AsyncioCancelled",
     "BadRequest",
     "BuiltinModel",
+    "Captured",
     "ChatSession",
     "ConfigError",
     "Endpoint",
@@ -204,6 +210,7 @@ __all__ = [
     "OpenAIClient",
     "OptionError",
     "OutputError",
+    "OwnedProcess",
     "Prompt",
     "Reply",
     "Resources",
@@ -214,6 +221,7 @@ __all__ = [
     "RunDir",
     "Sample",
     "Sampling",
+    "Sandbox",
     "ScoringError",
     "ServedHarness",
     "SessionClosed",
@@ -272,6 +280,8 @@ __all__ = [
     "run_asyncio",
     "run_episode",
     "run_eval",
+    "run_owned",
+    "start_owned",
     "stop",
     "taskset_registry",
     "text_of",

@@ -119,6 +119,10 @@ async def run_eval(
     writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
     tidied = _tidy(run_dir, writer.finished, notify)
     _keep_config(run_dir, config, notify)
+    plan.services["run_dir"] = str(run_dir.path)  # hidden from every sandbox
+    for warning in plan.sandbox_warnings():
+        if notify is not None:
+            notify(warning)
     todo = _owed(tasks, config.rollouts, tidied.pairs)
     start = time.monotonic()
     interrupted = True  # until the episodes' loop ends on its own

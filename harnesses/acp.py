@@ -4,8 +4,9 @@ per rollout.
 Install an adapter: ``npm install -g @zed-industries/codex-acp@0.16.0`` (Codex) or
 ``npm install -g @zed-industries/claude-agent-acp@0.23.1`` (Claude Code).
 
-The rollout's first segment starts the adapter (in its own process group, in the
-rollout's own home and working directory: ``taketurns.harnesses.agent_cli``) and
+The rollout's first segment starts the adapter (owned and sandboxed like every
+agent process, in the rollout's own home and working directory:
+``taketurns.harnesses.agent_cli``) and
 speaks newline-delimited JSON-RPC on its stdin/stdout (``taketurns.harnesses.acp_rpc``):
 ``initialize``, ``session/new``, then one ``session/prompt`` per segment; the process
 stays up between segments, so a turn costs no process start. When the process is
@@ -13,7 +14,7 @@ gone at the start of a segment (it crashed, or a cancelled segment killed it) a 
 one is started and continues the same session with ``session/load``. Permission
 requests are answered by the ``permissions`` option; file-system and terminal
 requests are refused (none are advertised: the agents use their own tools). The
-process group is killed and reaped at close (also on error and cancellation) and when
+whole process tree is killed and reaped at close (also on error and cancellation) and when
 a segment is cancelled or times out.
 
 ``agent`` picks the adapter's wiring to the rollout's interception URL and secret:
@@ -47,12 +48,11 @@ from typing import Any
 import attrs
 import trio
 
-from taketurns import HarnessError, Message, Prompt, Rollout
+from taketurns import HarnessError, Message, OwnedProcess, Prompt, Rollout
 from taketurns.harnesses.acp_rpc import AcpConnection, AcpError, AcpGone, choose_permission
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
     check_strings,
-    kill_and_reap,
     prompt_text,
     refuse,
     split_system,
@@ -62,7 +62,7 @@ from taketurns.harnesses.codex import (
     KEY_VAR,
     SANDBOXES,
     codex_config,
-    default_sandbox,
+    rollout_sandbox,
     write_codex_home,
 )
 
@@ -79,17 +79,13 @@ _CAPABILITIES = {"fs": {"readTextFile": False, "writeTextFile": False}, "termina
 class _Live:
     """One running adapter and the session it serves."""
 
-    process: trio.Process
+    owned: OwnedProcess
     connection: AcpConnection
     session_id: str | None = None
 
     async def aclose(self) -> None:
-        """Kill the process group, reap it, close the pipes; shielded."""
-        await kill_and_reap(self.process)
-        with trio.CancelScope(shield=True):
-            for stream in (self.process.stdin, self.process.stdout):
-                if stream is not None:
-                    await stream.aclose()
+        """Kill the whole tree, reap it, close the pipes; shielded."""
+        await self.owned.aclose()
 
 
 class AcpHarness(AgentCLIHarness):
@@ -121,8 +117,7 @@ class AcpHarness(AgentCLIHarness):
         super().__init__(binary=argv[0], env=env, args=argv[1:], tail_chars=tail_chars)
         if permissions not in ("allow", "reject"):
             raise refuse("permissions", permissions, "allow or reject")
-        sandbox = sandbox if sandbox is not None else default_sandbox()
-        if sandbox not in SANDBOXES:
+        if sandbox is not None and sandbox not in SANDBOXES:
             raise refuse("sandbox", sandbox, f"one of {', '.join(SANDBOXES)}")
         if not isinstance(sub_agents, bool):
             raise refuse("sub_agents", sub_agents, "true or false")
@@ -139,7 +134,8 @@ class AcpHarness(AgentCLIHarness):
         endpoint = self.endpoint(rollout)
         if self.agent == "codex":  # the system prompt in CODEX_HOME: argv is public
             write_codex_home(dirs.home, rollout.state.get("system"))
-            argv = [*codex_config(endpoint.base_url, self.sandbox, sub_agents=self.sub_agents)]
+            sandbox = rollout_sandbox(self.sandbox, rollout)
+            argv = [*codex_config(endpoint.base_url, sandbox, sub_agents=self.sub_agents)]
             argv += ["-c", f"model={rollout.boundary.model}"]
             extra = {"CODEX_HOME": str(dirs.home), KEY_VAR: endpoint.secret}
         else:
@@ -152,19 +148,20 @@ class AcpHarness(AgentCLIHarness):
         argv, env = self._wiring(rollout)
         n = rollout.state["starts"] = rollout.state.get("starts", 0) + 1
         with (dirs.tmp.parent / f"stderr-{n}").open("wb") as stderr:
-            process = await trio.lowlevel.open_process(
+            owned = await self.start_owned(
+                rollout,
                 [self.path, *self.args, *argv],
+                cwd=dirs.work,
+                env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
-                cwd=str(dirs.work),
-                env=env,
-                start_new_session=True,
             )
+        process = owned.process
         assert process.stdin is not None
         assert process.stdout is not None
         live = _Live(
-            process,
+            owned,
             AcpConnection(
                 process.stdin, process.stdout, permissions=choose_permission(self.permissions)
             ),
@@ -213,7 +210,7 @@ class AcpHarness(AgentCLIHarness):
         turns_before = len(rollout.trace.turns)
         failure = None
         try:
-            if live is not None and live.process.poll() is not None:
+            if live is not None and not live.owned.alive:
                 await self._drop(rollout)  # died between segments: restart, load
                 live = None
             if live is None:

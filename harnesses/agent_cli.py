@@ -9,11 +9,12 @@ built from nothing: ``PATH``, ``HOME``, ``TMPDIR``, ``LANG``, ``TERM=dumb``, wha
 harness adds (the rollout's URL and secret) and the ``env`` option; the host's API
 keys never reach the agent.
 
-A segment's process starts in a new session (its own process group) with stdin,
-stdout and stderr from/to files in the scratch directory (stdin holds the segment's
-message for the CLIs that read it there, else nothing). When the segment
-is cancelled or times out the whole group is killed (``SIGKILL``) and reaped; after
-a normal exit, whatever the agent left running in its group is killed too.
+A segment's process is owned (``taketurns.start_owned``: in the rollout's sandbox
+unless the agent's ``sandbox`` is ``none``) with stdin, stdout and stderr from/to
+files in the scratch directory (stdin holds the segment's message for the CLIs that
+read it there, else nothing). The segment ends when the agent
+exits; whatever it left running is killed then, and when the segment is cancelled
+or times out the whole tree is killed and reaped.
 
 The segment's messages are the model's own: each turn the boundary recorded during
 the segment contributes its response (an assistant message) and, from the next
@@ -29,16 +30,13 @@ the agent's stderr with the rollout's secret as ``***``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
-import trio
 
 from taketurns import (
     AssistantMessage,
@@ -57,7 +55,6 @@ from taketurns import (
     text_of,
 )
 
-REAP_S = 5.0  # how long reaping a killed agent may take
 KEEP_VARS = ("PATH", "LANG", "LC_ALL")
 
 
@@ -123,16 +120,6 @@ def segment_messages(trace: Trace, start: int) -> list[Message]:
             out.append(turn.response)
             pending = {call.id for call in turn.response.tool_calls}
     return out
-
-
-async def kill_and_reap(process: trio.Process) -> None:
-    """Kill ``process``'s whole group (it was started in a session of its own: the
-    agent and whatever it spawned) and reap it, waiting up to ``REAP_S``; shielded,
-    so cleanup finishes under cancellation too."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-        os.killpg(process.pid, signal.SIGKILL)
-    with trio.CancelScope(shield=True), trio.move_on_after(REAP_S):
-        await process.wait()
 
 
 class AgentCLIHarness(ServedHarness):
@@ -223,7 +210,7 @@ class AgentCLIHarness(ServedHarness):
         stdin: str | None = None,
     ) -> Finished:
         """Run one segment's process (``program``, default the agent's binary, with
-        ``argv``) to its end; cancellation kills its group. ``stdin``: the text the
+        ``argv``) to its end; cancellation kills its tree. ``stdin``: the text the
         process reads on its stdin (a file in the scratch directory; default empty):
         never on its command line, where every process could read it."""
         dirs = self.dirs(rollout)
@@ -237,19 +224,19 @@ class AgentCLIHarness(ServedHarness):
             out_path.open("wb") as stdout,
             err_path.open("wb") as stderr,
         ):
-            process = await trio.lowlevel.open_process(
+            owned = await self.start_owned(
+                rollout,
                 [program or self.path, *argv],
+                cwd=dirs.work,
+                env=env,
                 stdin=stdin_file,
                 stdout=stdout,
                 stderr=stderr,
-                cwd=str(dirs.work),
-                env=dict(env),
-                start_new_session=True,  # its own process group: killed as one
             )
         try:
-            returncode = await process.wait()
+            returncode = await owned.wait()
         finally:
-            await kill_and_reap(process)  # cancelled: the agent; exited: what it left
+            await owned.aclose()  # cancelled: the agent's tree; exited: what it left
             self.end_segment(rollout)
         secret = self.endpoint(rollout).secret
         return Finished(

@@ -4,8 +4,8 @@ The taskset's MCP servers reach a harness as the ``McpTool`` members of
 ``rollout.tools`` (each knows its server: ``tool.connection.server``). An agent CLI
 that speaks MCP itself (``codex``, ``claude-code``, ``opencode``) is given those
 servers' definitions, so the agent starts each stdio server as its own subprocess
-(per rollout: a fresh process for every rollout's agent, gone when the agent's
-process group is killed at the end of each segment) or connects to the HTTP URL,
+(per rollout: a fresh process for every rollout's agent, inside its sandbox, gone
+when the agent's process tree is killed at the end of each segment) or connects to the HTTP URL,
 and calls the tools itself.
 
 Who may call: the agent CLI harnesses, at the start of a segment. ``rollout_servers``

@@ -15,7 +15,7 @@ secret (from the environment, ``TAKETURNS_API_KEY``)::
     -c model_provider=taketurns
     -c model_providers.taketurns={name=..., base_url=<rollout URL>, env_key=...,
        wire_api="responses", request_max_retries=0, stream_max_retries=0}
-    -c web_search="disabled"
+    -c web_search="disabled" -c analytics.enabled=false
     -c features.multi_agent=false (and multi_agent_v2, apps, plugins)
 
 Its retries are off (the interception server's upstream client retries the model),
@@ -26,11 +26,14 @@ secret is on the command line (every process can read it): the task's system pro
 and the rollout's MCP servers (``taketurns.harnesses.agent_mcp``; their environment
 may hold keys) as ``mcp_servers.<name>``, both in ``CODEX_HOME/config.toml``.
 
-Options (``--env.<role>.harness_options.<name>=...``): ``sandbox`` (``read-only``,
-``workspace-write`` or ``danger-full-access``; default ``workspace-write`` where
-``bwrap`` is on PATH, else ``danger-full-access``: Codex's Linux sandbox needs
-bubblewrap), ``sub_agents`` (true: leave Codex's sub-agent, apps and plugins
-features as Codex sets them; default false), ``binary`` (default ``codex``),
+Options (``--env.<role>.harness_options.<name>=...``): ``sandbox`` (Codex's own
+sandbox: ``read-only``, ``workspace-write`` or ``danger-full-access``; default
+``danger-full-access`` when the rollout runs in the engine's bwrap sandbox, which
+confines Codex already (measured: Codex's nested bwrap fails there, on the
+sandbox's read-only tmpfs), else ``workspace-write`` where ``bwrap`` is on PATH, else
+``danger-full-access``: Codex's Linux sandbox needs bubblewrap), ``sub_agents``
+(true: leave Codex's sub-agent, apps and plugins features as Codex sets them;
+default false), ``binary`` (default ``codex``),
 ``args`` (extra arguments for every ``codex exec``), ``env`` (extra environment
 variables), ``tail_chars`` (how much stderr/stdout a failure quotes). The default
 ``limits.max_segment_turns`` of an agent CLI is 100.
@@ -87,6 +90,16 @@ def default_sandbox() -> str:
     return "workspace-write" if shutil.which("bwrap") else "danger-full-access"
 
 
+def rollout_sandbox(option: str | None, rollout: Rollout) -> str:
+    """Codex's own sandbox for ``rollout``: the ``sandbox`` option when given; else,
+    inside the rollout's bwrap sandbox, ``danger-full-access`` (ours confines it
+    already, and Codex's nested bwrap fails on its read-only tmpfs); else
+    ``default_sandbox()``."""
+    if option is not None:
+        return option
+    return "danger-full-access" if rollout.sandbox.kind == "bwrap" else default_sandbox()
+
+
 def codex_config(base_url: str, sandbox: str, *, sub_agents: bool = False) -> list[str]:
     """The ``-c`` overrides pointing Codex (or codex-acp) at ``base_url`` over the
     Responses API with the key in ``KEY_VAR``: retries and web search off, and unless
@@ -102,6 +115,9 @@ def codex_config(base_url: str, sandbox: str, *, sub_agents: bool = False) -> li
         f"model_providers.taketurns={provider}",
         "-c",
         'web_search="disabled"',
+        # no telemetry upload: offline it held every segment's exit ~5 s in a sandbox
+        "-c",
+        "analytics.enabled=false",
         "-c",
         f"sandbox_mode={_toml(sandbox)}",
     ]
@@ -142,18 +158,17 @@ class CodexHarness(AgentCLIHarness):
         tail_chars: int = 2000,
     ) -> None:
         super().__init__(binary=binary, env=env, args=args, tail_chars=tail_chars)
-        if sandbox is None:
-            sandbox = default_sandbox()
-        if sandbox not in SANDBOXES:
+        if sandbox is not None and sandbox not in SANDBOXES:
             raise refuse("sandbox", sandbox, f"one of {', '.join(SANDBOXES)}")
         if not isinstance(sub_agents, bool):
             raise refuse("sub_agents", sub_agents, "true or false")
-        self.sandbox = sandbox
+        self.sandbox = sandbox  # None: per rollout (rollout_sandbox)
         self.sub_agents = sub_agents
 
     def _config(self, rollout: Rollout) -> list[str]:
         endpoint = self.endpoint(rollout)
-        config = codex_config(endpoint.base_url, self.sandbox, sub_agents=self.sub_agents)
+        sandbox = rollout_sandbox(self.sandbox, rollout)
+        config = codex_config(endpoint.base_url, sandbox, sub_agents=self.sub_agents)
         return [
             "--json",
             "--skip-git-repo-check",

@@ -10,9 +10,15 @@ Per segment (the default), the program is started with ``--prompt-file P
 --output-file O`` in the rollout's scratch directory, with ``OPENAI_BASE_URL`` /
 ``OPENAI_API_KEY`` pointing at the interception server and the rollout's own secret
 (``OPENAI_MODEL`` names the model), and exchanges those JSON objects through the two
-files; it exits when done. A non-zero exit is a harness error, except when the engine
-stopped the rollout (a limit or ``@stop``): then the run ends with that stop
-condition; and when the program gave up on a failed model call, a model error.
+files; the segment ends when it exits (whatever its children do with its pipes).
+Every program is owned and contained (``taketurns.start_owned``: the rollout's bwrap
+sandbox unless its agent's ``sandbox`` is ``none``; its whole process tree killed
+when it exits, on timeout and on cancellation) and gets an environment built from
+nothing: ``PATH``, ``LANG``, ``LC_ALL``, ``HOME`` and ``TMPDIR`` (its scratch
+directory), the ``env`` option and the endpoint variables; never the host's keys.
+A non-zero exit is a harness error, except when the engine stopped the rollout (a
+limit or ``@stop``): then the run ends with that stop condition; and when the
+program gave up on a failed model call, a model error.
 
 Persistent (``persistent = true``), the harness instance keeps a pool of programs
 started ``command --serve`` (``taketurns.harnesses.program_pool``), shared by all of its
@@ -39,8 +45,8 @@ gets garbage or nothing back kills its program (its protocol state is unknown); 
 next segment starts a fresh one. A program that died while idle is replaced
 transparently. ``shutdown()`` kills and reaps every program and removes the pool's
 directory; the eval runner calls it when the eval ends (outside an eval, call it
-when done with the harness; a later segment opens a new pool). A program also exits
-when its stdin reaches EOF, so a crashed parent leaves none behind.
+when done with the harness; a later segment opens a new pool). A program's tree
+is also killed when the eval's process dies (the supervisor's lifeline).
 
 Options (``--env.<role>.harness_options.<name>=...``): ``command`` (argv list;
 default: the reference program ``python -m taketurns.harnesses.programs.chat``), ``env``
@@ -53,7 +59,6 @@ that many are busy; default: as many as segments run at once).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -76,7 +81,7 @@ from taketurns import (
     messages_to_wire,
 )
 from taketurns.harnesses.program_pool import ProgramPool
-from taketurns.harnesses.program_process import ProgramProcess
+from taketurns.harnesses.program_process import ProgramProcess, scrubbed_environment
 
 DEFAULT_COMMAND = (sys.executable, "-m", "taketurns.harnesses.programs.chat")
 SERVE_FLAG = "--serve"
@@ -172,7 +177,7 @@ class ProgramHarness(ServedHarness):
     def _environment(self, rollout: Rollout) -> dict[str, str]:
         endpoint = self.endpoint(rollout)
         return {
-            **os.environ,
+            **scrubbed_environment(rollout.scratch_dir()),
             **self.env,
             "OPENAI_BASE_URL": endpoint.base_url,
             "OPENAI_API_KEY": endpoint.secret,
@@ -187,13 +192,11 @@ class ProgramHarness(ServedHarness):
         output.unlink(missing_ok=True)  # noqa: ASYNC240 - see write_file
         turns_before = len(rollout.trace.turns)
         try:
-            result = await trio.run_process(
+            result = await self.run_owned(
+                rollout,
                 [*self.command, *args, "--output-file", str(output)],
-                cwd=str(rollout.scratch_dir()),
+                cwd=rollout.scratch_dir(),
                 env=env,
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
             )
         finally:
             self.end_segment(rollout)
@@ -214,11 +217,13 @@ class ProgramHarness(ServedHarness):
 
     # -- persistent: the pool ---------------------------------------------------------
 
-    def _open_pool(self) -> ProgramPool:
-        env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_VARS}
-        env.update(self.env)
+    def _open_pool(self, rollout: Rollout) -> ProgramPool:
+        env = {k: v for k, v in self.env.items() if k not in ENDPOINT_VARS}
         self.pool = ProgramPool(
-            [*self.command, SERVE_FLAG], env=env, max_programs=self.max_programs
+            [*self.command, SERVE_FLAG],
+            env=env,
+            max_programs=self.max_programs,
+            containment=self.containment(rollout),
         )
         return self.pool
 
@@ -230,7 +235,8 @@ class ProgramHarness(ServedHarness):
         body["api_key"] = endpoint.secret
         body["model"] = rollout.boundary.model
         line = orjson.dumps(body) + b"\n"
-        pool = self.pool if self.pool is not None else self._open_pool()
+        pool = self.pool if self.pool is not None else self._open_pool(rollout)
+        rollout.trace.info["sandbox"] = pool.containment["sandbox"].describe()
         turns_before = len(rollout.trace.turns)
         program: ProgramProcess | None = None
         try:

@@ -10,10 +10,12 @@ program found dead when taken is discarded the same way and the next one taken (
 is not the segment's fault).
 
 Files live in one temp directory per pool (``taketurns-pool-*``): per program a
-working directory ``<n>/`` and its stderr ``<n>.stderr``. ``aclose`` kills and reaps
-every program, idle or busy, and removes the directory; the harness calls it from
-``shutdown``. A program also exits when its stdin reaches EOF, so a parent that dies
-without closing the pool leaves no program behind.
+working directory ``<n>/`` (its HOME and TMPDIR, and in a sandbox the one place it
+may write; the sandbox and network are those of the rollout that opened the pool)
+and its stderr ``<n>.stderr``. Each program is owned (``taketurns.start_owned``):
+``aclose`` kills and reaps every program's whole tree, idle or busy, and removes the
+directory; the harness calls it from ``shutdown``. A parent that dies without closing
+the pool leaves no program behind either (the supervisor's lifeline).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import trio
 import trio.lowlevel
@@ -43,10 +46,16 @@ class ProgramPool:
     model-call limiter: held for one segment, never while waiting on a peer."""
 
     def __init__(
-        self, command: Sequence[str], *, env: Mapping[str, str], max_programs: int | None
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        max_programs: int | None,
+        containment: Mapping[str, Any],
     ) -> None:
         self.command = list(command)
         self.env = dict(env)
+        self.containment = dict(containment)
         self.state = PoolState.OPEN
         self.starts = 0  # programs started so far
         self.idle: list[ProgramProcess] = []  # the most recently used last
@@ -93,7 +102,11 @@ class ProgramPool:
         workdir.mkdir()
         try:
             program = await ProgramProcess.start(
-                self.command, cwd=workdir, env=self.env, stderr_path=stderr_path
+                self.command,
+                cwd=workdir,
+                env=self.env,
+                stderr_path=stderr_path,
+                containment=self.containment,
             )
         except BaseException:  # no such command, say: leave no files behind
             shutil.rmtree(workdir, ignore_errors=True)

@@ -12,15 +12,26 @@ import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import trio
-import trio.lowlevel
 
-# How long a program that closed its stdout gets to exit before its status is read,
-# and how long reaping a killed program may take.
+from taketurns import OwnedProcess, start_owned
+
+# How long a program that closed its stdout gets to exit before its status is read.
 EXIT_GRACE_S = 2.0
-REAP_S = 5.0
 _CHUNK = 65536
+KEEP_VARS = ("PATH", "LANG", "LC_ALL")  # all a program gets from the host's environment
+
+
+def scrubbed_environment(scratch: Path) -> dict[str, str]:
+    """A program's environment, built from nothing (the host's keys never reach it):
+    ``PATH``, ``LANG``, ``LC_ALL`` from the host, ``HOME`` and ``TMPDIR`` its own
+    ``scratch`` directory."""
+    env = {k: os.environ[k] for k in KEEP_VARS if k in os.environ}
+    env.setdefault("PATH", os.defpath)
+    env.update(HOME=str(scratch), TMPDIR=str(scratch))
+    return env
 
 
 class ProgramProcess:
@@ -28,10 +39,11 @@ class ProgramProcess:
     answering line, or None when the program is gone (it exited, or closed a pipe).
     ``aclose`` kills and reaps it."""
 
-    __slots__ = ("_buffer", "_stderr_mark", "process", "stderr_path", "workdir")
+    __slots__ = ("_buffer", "_stderr_mark", "owned", "process", "stderr_path", "workdir")
 
-    def __init__(self, process: trio.Process, workdir: Path, stderr_path: Path) -> None:
-        self.process = process
+    def __init__(self, owned: OwnedProcess, workdir: Path, stderr_path: Path) -> None:
+        self.owned = owned
+        self.process = owned.process
         self.workdir = workdir
         self.stderr_path = stderr_path
         self._buffer = bytearray()  # stdout read past the last answered line
@@ -39,20 +51,30 @@ class ProgramProcess:
 
     @classmethod
     async def start(
-        cls, command: Sequence[str], *, cwd: Path, env: Mapping[str, str], stderr_path: Path
+        cls,
+        command: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        stderr_path: Path,
+        containment: Mapping[str, Any],
     ) -> ProgramProcess:
-        """Start ``command`` in ``cwd`` with stdin/stdout pipes and stderr to
-        ``stderr_path``."""
+        """Start ``command`` in ``cwd`` (its own directory: the only one it may write,
+        also its HOME and TMPDIR) with stdin/stdout pipes and stderr to
+        ``stderr_path``, owned and contained (``containment``: the keyword arguments
+        of ``taketurns.start_owned`` from ``ServedHarness.containment``)."""
         with stderr_path.open("wb") as stderr:  # closed once spawned: the child has a copy
-            process = await trio.lowlevel.open_process(
+            owned = await start_owned(
                 list(command),
+                cwd=cwd,
+                env={**scrubbed_environment(cwd), **env},
+                scratch=cwd,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
-                cwd=str(cwd),
-                env=dict(env),
+                **containment,
             )
-        return cls(process, cwd, stderr_path)
+        return cls(owned, cwd, stderr_path)
 
     @property
     def alive(self) -> bool:
@@ -95,23 +117,17 @@ class ProgramProcess:
         """What became of a program that is gone: its exit status, once it exited
         (waiting up to ``EXIT_GRACE_S``), or that it closed its stdin or stdout."""
         with trio.move_on_after(EXIT_GRACE_S):
-            return f"exited with status {await self.process.wait()}"
+            return f"exited with status {await self.owned.wait()}"
         return "closed its stdin or stdout"
 
     def kill(self) -> None:
-        """Kill the program now; ``aclose`` reaps it."""
-        self.process.kill()
+        """Start killing the program's whole tree now; ``aclose`` reaps it."""
+        self.owned.cut()
 
     async def aclose(self) -> None:
-        """Kill the program, reap it (waiting up to ``REAP_S``) and close the pipes;
-        shielded: cleanup must finish."""
-        self.process.kill()
-        with trio.CancelScope(shield=True):
-            with trio.move_on_after(REAP_S):
-                await self.process.wait()
-            for stream in (self.process.stdin, self.process.stdout):
-                if stream is not None:
-                    await stream.aclose()
+        """Kill the program's whole tree, reap it and close the pipes; shielded and
+        bounded (``taketurns.OwnedProcess.aclose``)."""
+        await self.owned.aclose()
 
     def stderr_tail(self, chars: int, secret: str) -> str:
         """The last ``chars`` characters of what the program wrote to stderr since

@@ -9,12 +9,14 @@ import json
 import os
 import shutil
 import signal
+import uuid
 from pathlib import Path
 
 import pytest
 import trio
-from agentprocs import Arrival, dead_after_kill, leftovers
+from agentprocs import Arrival, leftovers
 from agentseats import scratch_root, server  # noqa: F401 - fixtures
+from procs import marked
 from scripted import ScriptedModel, Sleep, tool_call
 
 from taketurns import (
@@ -33,6 +35,18 @@ ADAPTERS = {"codex": "codex-acp", "claude": "claude-agent-acp"}
 LIMIT = 90  # seconds: claude-agent-acp takes several seconds to start
 
 
+MARK = f"TT_ACP_MARK={uuid.uuid4().hex}"  # in every adapter's environment
+
+
+async def none_marked() -> list[int]:
+    """The live processes carrying ``MARK`` once none is left (waits up to 10 s): an
+    adapter's whole tree, counted by PID."""
+    with trio.move_on_after(10):
+        while marked(MARK):  # noqa: ASYNC110 - a dying process sends no event
+            await trio.sleep(0.05)
+    return marked(MARK)
+
+
 def seat(adapter: str, server: InterceptionServer, model: object = None, **limits: int) -> Agent:
     assert shutil.which(ADAPTERS[adapter]), (
         f"{ADAPTERS[adapter]} is not installed: run `npm install -g "
@@ -42,7 +56,11 @@ def seat(adapter: str, server: InterceptionServer, model: object = None, **limit
         "agent",
         AgentConfig(model="builtin/bracket", limits=Limits(**limits)),
         client=model,  # type: ignore[arg-type]
-        harness=make_harness("acp", {"agent": adapter}, field="env.agent"),
+        harness=make_harness(
+            "acp",
+            {"agent": adapter, "env": {"TT_ACP_MARK": MARK.split("=")[1]}},
+            field="env.agent",
+        ),
         services={"interception": server},
     )
 
@@ -62,11 +80,11 @@ async def test_one_live_process_per_rollout_and_session_load_after_a_crash(
             # claude-agent-acp writes its session transcript asynchronously: a crash
             # right at the end of a turn can lose that turn (the adapter's durability)
             await trio.sleep(3)
-            os.killpg(live.process.pid, signal.SIGKILL)  # the adapter crashes between turns
-            await live.process.wait()
+            # the adapter's process (its sandbox, as the harness sees it) dies between turns
+            os.killpg(live.owned.process.pid, signal.SIGKILL)
+            await live.owned.process.wait()
             third = await session.turn("last [m] or [n]")
             assert state["starts"] == 2
-            pgid = state["acp"].process.pid
     assert first.text in ("[x]", "[y]")
     assert second.text in ("[p]", "[q]")
     assert third.text in ("[m]", "[n]")
@@ -78,7 +96,7 @@ async def test_one_live_process_per_rollout_and_session_load_after_a_crash(
     assert any(t.endswith("pick [x] or [y]") for t in loaded)
     assert first.text in loaded
     assert any("SYSMARK-3" in text_of(m.content) for m in trace.turns[0].request)
-    assert await dead_after_kill(pgid) == []
+    assert await none_marked() == []
     assert leftovers(scratch_root) == []
 
 
@@ -130,8 +148,7 @@ async def test_a_cancelled_acp_segment_kills_the_adapter(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(session.turn)
                 await model.arrived.wait()  # the adapter waits on its model call
-                pgid = session.rollout.state["acp"].process.pid
                 nursery.cancel_scope.cancel()
             assert "acp" not in session.rollout.state  # dropped with its segment
-    assert await dead_after_kill(pgid) == []
+    assert await none_marked() == []
     assert leftovers(scratch_root) == []

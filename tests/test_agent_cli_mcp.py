@@ -48,7 +48,9 @@ PID_FILE = "server-pids"
 
 def counter(tmp_path: Path, *, only_once: bool = False, **fields: Any) -> McpServer:
     """The counter server, wrapped so each process writes its pid to a file;
-    ``only_once``: every process after the first exits at once (status 3)."""
+    ``only_once``: every process after the first exits at once (status 3). The file
+    is outside the rollout's scratch: the agents that start it run with
+    ``sandbox = "none"`` (``test_containment.py`` runs one in its sandbox)."""
     wrapper = tmp_path / "counter.py"
     pids = str(tmp_path / PID_FILE)
     wrapper.write_text(
@@ -87,7 +89,7 @@ async def test_the_agent_calls_the_rollouts_mcp_server_itself(
     async def rollout(tools: Any) -> None:
         # each rollout's agent bumps by 5: it reads count=5 only from its own server
         model = ScriptedModel(tool_call("call_bump1", name, json.dumps({"by": 5})), "Counted.")
-        async with agent(harness, server, shim, model).chat(
+        async with agent(harness, server, shim, model, sandbox="none").chat(
             Task(0, prompt="bump it"), tools=tools
         ) as session:
             sessions.append(session)
@@ -127,7 +129,7 @@ async def test_a_resumed_segment_has_the_servers_again_each_segment_its_own_proc
     with trio.fail_after(3 * LIMIT):
         async with open_mcp_servers([counter(tmp_path)]) as (tools, _):
             own = server_pids(tmp_path)
-            seat = agent(harness, server, shim, model)
+            seat = agent(harness, server, shim, model, sandbox="none")
             async with seat.chat(Task(0, prompt="bump"), tools=tools) as session:
                 assert (await session.turn()).text == "First."
                 assert (await session.turn("again")).text == "Second."
@@ -155,7 +157,10 @@ async def test_the_agent_calls_a_shared_http_server_at_its_url(
     with trio.fail_after(3 * LIMIT):
         async with (
             open_mcp_servers([counter_http]) as (tools, _),
-            agent(harness, server, shim, model).chat(Task(0, prompt="go"), tools=tools) as session,
+            # a sandbox reaches only its model endpoint: this agent needs the host's network
+            agent(harness, server, shim, model, sandbox_network="host").chat(
+                Task(0, prompt="go"), tools=tools
+            ) as session,
         ):
             reply = await session.turn()
     assert session.trace.errors == []

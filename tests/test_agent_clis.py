@@ -4,7 +4,10 @@ against the interception server on the built-in or a scripted model.
 
 Every agent runs through a shim (``binary = <shim>``) that records its argv, pid and
 environment before exec'ing the real program, so the tests can see native resume,
-the scrubbed environment and the process that must be killed.
+the scrubbed environment and the process that must be killed. The record is written
+outside the rollout's scratch, which a sandbox refuses: the tests that read it run
+their agents with ``sandbox = "none"`` (the sandboxed agents are tested in
+``test_containment.py``).
 """
 
 from __future__ import annotations
@@ -46,8 +49,11 @@ SHIM = """#!{python}
 import json, os, sys
 log = {log!r}
 record = {{"pid": os.getpid(), "argv": sys.argv[1:], "env": dict(os.environ)}}
-with open(os.path.join(log, f"{{os.getpid()}}.json"), "w") as f:
-    json.dump(record, f)
+try:
+    with open(os.path.join(log, f"{{os.getpid()}}.json"), "w") as f:
+        json.dump(record, f)
+except OSError:  # sandboxed: the log is outside its scratch, invisible
+    pass
 os.execv({real!r}, [{real!r}, *sys.argv[1:]])
 """
 
@@ -85,6 +91,8 @@ def agent(
     model: Any = None,
     limits: Limits | None = None,
     timeouts: Timeouts | None = None,
+    sandbox: str = "bwrap",
+    sandbox_network: str = "endpoint",
     **options: Any,
 ) -> Agent:
     if harness == "claude-code" and "allowed_tools" not in options:
@@ -92,7 +100,11 @@ def agent(
     return Agent(
         "agent",
         AgentConfig(
-            model="builtin/echo", limits=limits or Limits(), timeouts=timeouts or Timeouts()
+            model="builtin/echo",
+            limits=limits or Limits(),
+            timeouts=timeouts or Timeouts(),
+            sandbox=sandbox,
+            sandbox_network=sandbox_network,
         ),
         client=model,
         harness=make_harness(harness, {"binary": str(shim.path), **options}, field="env.agent"),
@@ -160,6 +172,7 @@ def test_user_sim_resumes_the_agent_natively(
         f"--env.taskset.path={tasks}",
         f"--env.assistant.harness={harness}",
         f"--env.assistant.harness_options.binary={shim.path}",
+        "--env.assistant.sandbox=none",  # the shim's record is outside its scratch
         "--env.user.limits.max_turns=4",
         "-o",
         str(out),
@@ -213,7 +226,7 @@ async def test_a_limit_refusal_ends_the_segment_as_that_stop(
 ) -> None:
     shim = Shim(tmp_path, harness)
     model = ScriptedModel(run_tool(harness), "never sent")
-    seat = agent(harness, server, shim, model, Limits(max_turns=1))
+    seat = agent(harness, server, shim, model, Limits(max_turns=1), sandbox="none")
     with trio.fail_after(LIMIT):
         async with seat.chat(Task(0, prompt="run it")) as session:
             reply = await session.turn()
@@ -232,7 +245,7 @@ async def test_cancellation_kills_the_agents_processes(
     shim = Shim(tmp_path, harness)
     model = Arrival(Sleep(120), "too late")
     with trio.fail_after(LIMIT):
-        seat = agent(harness, server, shim, model)
+        seat = agent(harness, server, shim, model, sandbox="none")
         async with seat.chat(Task(0, prompt="hi")) as session, trio.open_nursery() as nursery:
             nursery.start_soon(session.turn)
             await model.arrived.wait()  # the agent waits on its model call
@@ -249,7 +262,7 @@ async def test_a_segment_timeout_kills_the_agent_and_is_that_stop(
 ) -> None:
     shim = Shim(tmp_path, harness)
     model = Arrival(Sleep(120), "too late")
-    seat = agent(harness, server, shim, model, timeouts=Timeouts(segment_s=8))
+    seat = agent(harness, server, shim, model, timeouts=Timeouts(segment_s=8), sandbox="none")
     with trio.fail_after(LIMIT):
         async with seat.chat(Task(0, prompt="hi")) as session:
             reply = await session.turn()
@@ -273,7 +286,7 @@ async def test_the_agent_gets_a_scrubbed_environment_and_the_system_prompt(
     shim = Shim(tmp_path, harness)
     task = Task(0, prompt="hello", system_prompt="You are terse. SYSTEM-MARK-7.")
     with trio.fail_after(LIMIT):
-        async with agent(harness, server, shim).chat(task) as session:
+        async with agent(harness, server, shim, sandbox="none").chat(task) as session:
             reply = await session.turn()
             endpoint = session.rollout.state["endpoint"]
     assert reply.text.endswith("hello")  # builtin/echo, through the agent
@@ -312,7 +325,7 @@ async def test_opencode_resumes_its_session_natively(
 ) -> None:
     shim = Shim(tmp_path, "opencode")
     task = Task(0, prompt="pick  [x] or [y]", system_prompt="You play cards. SYSMARK-5.")
-    seat = agent("opencode", server, shim)
+    seat = agent("opencode", server, shim, sandbox="none")
     with trio.fail_after(3 * LIMIT):
         async with seat.chat(task) as session:
             first = await session.turn()

@@ -114,12 +114,14 @@ def make_agent(
     limits: Limits | None = None,
     timeouts: Timeouts | None = None,
     tools: Sequence[Any] = (),
+    sandbox: str = "bwrap",
 ) -> Agent:
     config = AgentConfig(
         model=model,
         harness=type(harness).id,
         limits=limits or Limits(),
         timeouts=timeouts or Timeouts(),
+        sandbox=sandbox,
     )
     return Agent(
         "agent",
@@ -394,7 +396,8 @@ async def test_a_segment_timeout_stops_a_sleeping_program(
 
 def start_log_command(log: Path, module: str = "taketurns.harnesses.programs.chat") -> list[str]:
     """Runs the reference program ``module`` after appending [cwd, argv] to ``log``:
-    one line per process started."""
+    one line per process started. ``log`` lies outside the program's scratch: its
+    agent needs ``sandbox = "none"`` (a sandbox refuses that write)."""
     script = (
         "import json, os, runpy, sys\n"
         f"with open({str(log)!r}, 'a') as f:\n"
@@ -408,8 +411,9 @@ def starts(log: Path) -> list[Any]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-# A serving program that answers "<pid>: <text>" to the last message's text without
-# calling the model, except: "die" exits 5 (its key on stderr), "hang" never answers.
+# A serving program that answers "<n>: <text>" to the last message's text without
+# calling the model (n: its number in the pool, the name of its own directory),
+# except: "die" exits 5 (its key on stderr), "hang" never answers.
 ECHO_SERVER = """\
 import json, os, sys, time
 for line in iter(sys.stdin.readline, ""):
@@ -422,12 +426,12 @@ for line in iter(sys.stdin.readline, ""):
         sys.exit(5)
     if text == "hang":
         time.sleep(60)
-    answer = {"role": "assistant", "content": f"{os.getpid()}: {text}"}
+    answer = {"role": "assistant", "content": f"{os.path.basename(os.getcwd())}: {text}"}
     print(json.dumps({"messages": [answer]}), flush=True)
 """
 
 
-def pid_of(reply_or_trace: Any) -> int:
+def number_of(reply_or_trace: Any) -> int:
     text = getattr(reply_or_trace, "text", None) or reply_or_trace.last_text
     return int(text.split(":")[0])
 
@@ -496,7 +500,7 @@ async def test_pooled_chat_runs_every_turn_on_one_warm_program(
 ) -> None:
     log = tmp_path / "starts.jsonl"
     harness = pools(start_log_command(log))
-    agent = make_agent(harness, server, model="builtin/tools", tools=[lookup])
+    agent = make_agent(harness, server, model="builtin/tools", tools=[lookup], sandbox="none")
     with trio.fail_after(LIMIT):
         async with agent.chat(Task(0, system_prompt="Look orders up.")) as session:
             one = await session.turn("order_id=A1")
@@ -541,7 +545,7 @@ async def test_pooled_programs_route_every_call_to_its_own_rollout(
 ) -> None:
     log = tmp_path / "starts.jsonl"
     harness = pools(start_log_command(log), max_programs=2)
-    agent = make_agent(harness, server)  # builtin/echo: answers the last user message
+    agent = make_agent(harness, server, sandbox="none")  # builtin/echo: echoes the last message
     sessions: list[Any] = []
 
     async def converse(i: int) -> None:
@@ -578,7 +582,7 @@ async def test_a_pooled_program_that_exits_mid_segment_is_replaced_by_a_fresh_on
             reply = await session.turn()
             secret = session.rollout.state["endpoint"].secret
         after = await agent.run(Task(2, prompt="still there?"))  # another rollout
-    assert pid_of(first) == program.process.pid
+    assert number_of(first) == int(program.workdir.name)
     assert reply.stopped
     assert reply.stop_condition == "harness_error"
     [error] = session.trace.errors
@@ -591,8 +595,8 @@ async def test_a_pooled_program_that_exits_mid_segment_is_replaced_by_a_fresh_on
     assert secret not in repr(session.trace)
     gone(program)
     no_errors(after)
-    assert after.last_text == f"{pid_of(after)}: still there?"
-    assert pid_of(after) != program.process.pid
+    assert after.last_text == f"{number_of(after)}: still there?"
+    assert number_of(after) != int(program.workdir.name)
     assert pool_of(harness).starts == 2
 
 
@@ -627,7 +631,7 @@ async def test_a_pooled_program_answering_garbage_is_a_harness_error_and_killed(
         async with agent.chat(Task(1, prompt="hi")) as session:
             reply = await session.turn()
             secret = session.rollout.state["endpoint"].secret
-    assert program.process.returncode == -signal.SIGKILL  # killed, not given back
+    assert program.process.returncode == 128 + signal.SIGKILL  # killed (supervisor: 128 + n)
     gone(program)
     assert pool_of(harness).programs == set()
     assert reply.stop_condition == "harness_error"
@@ -663,12 +667,12 @@ async def test_a_pooled_segment_cancelled_or_timed_out_kills_only_its_program(
             reply = await agent.run(Task(0, prompt="hang"))
             assert reply.stop_condition == "segment_timeout"
             no_errors(reply)
-        assert busy.process.returncode == -signal.SIGKILL
+        assert busy.process.returncode == 128 + signal.SIGKILL  # as the supervisor reports it
         gone(busy)
         assert pool.idle == [other]
         assert pool.programs == {other}
         after = await make_agent(harness, server).run(Task(1, prompt="next"))
-    assert pid_of(after) == other.process.pid
+    assert number_of(after) == int(other.workdir.name)
     assert pool.starts == 2
 
 
@@ -686,7 +690,7 @@ async def test_cancelling_a_pooled_segment_cancels_its_programs_model_call(
             scope.cancel()
     assert scope.cancelled_caught
     assert session.trace.stop_condition == "cancelled"
-    assert program.process.returncode == -signal.SIGKILL
+    assert program.process.returncode == 128 + signal.SIGKILL  # as the supervisor reports it
     gone(program)
     assert model.in_flight == 0  # the segment's end cancelled and joined its call
 
@@ -703,9 +707,9 @@ async def test_a_pooled_program_that_died_while_idle_is_replaced_transparently(
         await program.process.wait()
         second = await agent.run(Task(1, prompt="two"))
     no_errors(second)
-    assert pid_of(first) == program.process.pid
-    assert second.last_text == f"{pid_of(second)}: two"
-    assert pid_of(second) != program.process.pid
+    assert number_of(first) == int(program.workdir.name)
+    assert second.last_text == f"{number_of(second)}: two"
+    assert number_of(second) != int(program.workdir.name)
     gone(program)
     assert pool_of(harness).starts == 2
 
@@ -795,7 +799,7 @@ async def test_stateful_first_segment_opened_by_the_user_launches_fresh(
 ) -> None:
     log = tmp_path / "argv.jsonl"
     harness = StatefulHarness(logging_command(log, "taketurns.harnesses.programs.stateful"))
-    agent = make_agent(harness, server)
+    agent = make_agent(harness, server, sandbox="none")  # the log is outside scratch
     with trio.fail_after(LIMIT):
         async with agent.chat(Task(0, system_prompt="Echo.")) as session:
             hi = await session.turn("hi")
@@ -989,7 +993,7 @@ def pooled_kuhn_config(path: Path, command: Sequence[str], marker: str) -> Path:
     path.write_text(
         'env_id = "kuhn-poker"\n'
         + "".join(
-            f'[env.{seat}]\nharness = "program"\nharness_options = {options}\n'
+            f'[env.{seat}]\nharness = "program"\nsandbox = "none"\nharness_options = {options}\n'
             for seat in ("player0", "player1")
         )
     )

@@ -38,6 +38,22 @@ from taketurns.envs.mcp_counter import make_server
 from taketurns.testing import ScriptedModel
 
 FAULTY = str(Path(__file__).with_name("mcp_faulty.py"))
+
+
+def servers(mark: str) -> list[int]:
+    """The marked processes that are servers, not the supervisors the engine runs
+    them under (``taketurns._procs.supervisor``)."""
+    found = []
+    for pid in marked(mark):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"supervisor.py" not in cmdline:
+            found.append(pid)
+    return found
+
+
 COUNTER = [sys.executable, "-m", "taketurns.envs.mcp_counter"]
 
 
@@ -93,7 +109,7 @@ async def test_stdio_tools_answer_and_the_process_is_gone_after() -> None:
         assert (await bump.call(ToolCall("4", "bump", "not json"))).content.startswith(
             "Error: the arguments are not valid JSON"
         )
-        assert len(marked(mark)) == 1
+        assert len(servers(mark)) == 1
         assert set(connections) == {"counter"}
     assert marked(mark) == []
 
@@ -127,7 +143,7 @@ async def test_shared_server_counts_across_rollouts(tmp_path: Path) -> None:
             async with taskset.open_resources(task) as resources:
                 trace = await agent.run(task, tools=resources.tools, state=resources.state)
             said.append(trace.last_text)
-            assert len(marked(mark)) == 1
+            assert len(servers(mark)) == 1
     assert said == ["The tool said: count=2", "The tool said: count=4"]
     assert marked(mark) == []
     with pytest.raises(HarnessError, match="shared MCP servers are opened once per eval"):
@@ -238,7 +254,7 @@ async def test_cancelled_mid_call_leaves_no_server_and_a_recorded_trace(tmp_path
     agent = agent.bind(agent.episode or _episode(), on_close=traces.append)
     with trio.move_on_after(8) as scope:
         async with taskset.open_resources(task) as resources:
-            assert len(marked(server.env["TT_TEST_MARK"])) == 1
+            assert len(servers(server.env["TT_TEST_MARK"])) == 1
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(partial(agent.run, task, tools=resources.tools))
                 with trio.fail_after(5):
@@ -327,7 +343,7 @@ async def test_servers_start_together_and_one_failing_stops_the_others() -> None
         assert [t.name for t in tools][:4] == ["whoami", "fail", "hang", "crash"]
         assert [t.name for t in tools][4:] == ["bump", "whoami"]
         assert set(connections) == {"ok", "counter"}
-        assert len(marked(ok.env["TT_TEST_MARK"])) == 2
+        assert len(servers(ok.env["TT_TEST_MARK"])) == 2
     with pytest.raises(HarnessError, match="MCP server 'down'"):
         async with open_mcp_servers([ok, down]):
             pytest.fail("unreachable")

@@ -31,6 +31,8 @@ W = min(``--workers``, ``-c``, pairs). Contracts:
   closed, scored and sent as cancelled, exactly as the local backend writes them. The
   driver keeps receiving for ``STOP_S`` (shielded), then kills the worker's process
   group. A driver that dies abruptly closes the stdins too: workers stop on their own.
+  Each worker gets a temp directory of its own (``TMPDIR``: its rollouts' scratch
+  lives there), removed by the driver once the worker is reaped, also after a kill.
   Workers run in their own process group, so a terminal's Ctrl-C reaches the driver
   only, which decides.
 - Workers import the env class by reference (module and name) on the driver's
@@ -44,10 +46,12 @@ import contextlib
 import fcntl
 import os
 import pickle
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import traceback
 from collections.abc import Sequence
 from functools import partial
@@ -137,15 +141,23 @@ class _Driver:
         raises what the worker's own code raised."""
         job = self._job(shard)
         read_fd, write_fd = os.pipe()
+        # the worker's own temp directory (its rollouts' scratch): removed once it is
+        # reaped, also when it died without removing them
+        temp = tempfile.mkdtemp(prefix="taketurns-worker-")
         try:
             with contextlib.suppress(OSError):  # a smaller pipe works too
                 fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
             command = [sys.executable, "-m", "taketurns._backends.processes", str(write_fd)]
             proc = await trio.lowlevel.open_process(
-                command, stdin=subprocess.PIPE, pass_fds=(write_fd,), process_group=0
+                command,
+                stdin=subprocess.PIPE,
+                pass_fds=(write_fd,),
+                process_group=0,
+                env={**os.environ, "TMPDIR": temp},
             )
         except BaseException:
             os.close(read_fd)
+            shutil.rmtree(temp, ignore_errors=True)
             raise
         finally:
             os.close(write_fd)
@@ -157,7 +169,10 @@ class _Driver:
             await results.pump()
             await proc.wait()
         finally:
-            await _stop(proc, results)
+            try:
+                await _stop(proc, results)
+            finally:
+                shutil.rmtree(temp, ignore_errors=True)
         return WorkerDied(_ending(proc))
 
     def _job(self, shard: Shard) -> bytes:

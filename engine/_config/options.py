@@ -213,6 +213,11 @@ class Timeouts:
     scoring_s: float = attrs.field(default=30.0, validator=_positive)
 
 
+def _no_sandbox(value: str | None) -> str:
+    """``sandbox``: None (what ``none`` on the command line is) means ``none``."""
+    return "none" if value is None else value
+
+
 @attrs.define
 class AgentConfig:
     """One role of an env. Unset endpoint fields (None) take the eval's values."""
@@ -228,6 +233,14 @@ class AgentConfig:
     retries: int = attrs.field(default=0, validator=_non_negative)
     trainable: bool = True
     max_concurrent_calls: int | None = attrs.field(default=None, validator=_positive)
+    # out-of-process harnesses: each rollout's processes in a bubblewrap sandbox
+    # ("bwrap") or not ("none", with a warning; None, which `--env.<role>.sandbox=none`
+    # gives, is "none" too); "host" network opens the host's network to them
+    # (default: only the model endpoint)
+    sandbox: str | None = attrs.field(
+        default="bwrap", converter=_no_sandbox, validator=_one_of("bwrap", "none")
+    )
+    sandbox_network: str = attrs.field(default="endpoint", validator=_one_of("endpoint", "host"))
 
 
 @attrs.define

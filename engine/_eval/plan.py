@@ -28,6 +28,7 @@ from taketurns._models.builtin import BuiltinModel, is_builtin
 from taketurns._models.local import gguf_path, is_llamacpp, llamacpp_server, served_sampling
 from taketurns._models.model import ModelClient
 from taketurns._models.server import ModelServer, ServedModel, parse_command
+from taketurns._procs.sandbox import bwrap_path, missing_bwrap
 
 __all__ = ["Plan", "env_class", "make_env", "preflight", "resolve_role", "server_key"]
 
@@ -197,6 +198,7 @@ class Plan:
                 limiter=trio.CapacityLimiter(cap) if cap else shared_limiter,
                 services=self.services,
             )
+        self._check_sandboxes()
 
         if self.servers and config.backend != "local":
             raise ConfigError(
@@ -227,6 +229,28 @@ class Plan:
         from taketurns._http.served import ServedHarness
 
         return any(isinstance(a.harness, ServedHarness) for a in self.agents.values())
+
+    def _out_of_process(self) -> list[str]:
+        """The roles whose harness runs the agent out of process."""
+        from taketurns._http.served import ServedHarness
+
+        return [r for r, a in self.agents.items() if isinstance(a.harness, ServedHarness)]
+
+    def _check_sandboxes(self) -> None:
+        """Refuse (before any episode) a sandboxed out-of-process role where bubblewrap
+        is missing, naming the package and the way out."""
+        for role in self._out_of_process():
+            if self.roles[role].sandbox == "bwrap" and bwrap_path() is None:
+                raise ConfigError(missing_bwrap(f"env.{role}"))
+
+    def sandbox_warnings(self) -> list[str]:
+        """One warning per out-of-process role that runs unsandboxed."""
+        return [
+            f"warning: env.{role}.sandbox = none: its agents run unsandboxed, as this "
+            "user, with the host's files, processes and network in reach"
+            for role in self._out_of_process()
+            if self.roles[role].sandbox == "none"
+        ]
 
     async def aclose(self) -> None:
         """Close the model clients, then shut each distinct harness down; shielded."""

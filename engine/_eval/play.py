@@ -52,6 +52,8 @@ async def play_pairs(
     per-episode loop of the local backend and of every worker (Ray or process)."""
     limiter = trio.CapacityLimiter(config.concurrency)
     rank = {role: i for i, role in enumerate(plan.roles)}
+    if config.output_dir is not None:  # a worker's: hidden from every sandbox
+        plan.services.setdefault("run_dir", config.output_dir)
 
     def episode_of(task: Task, rollout: int) -> _Args:
         """``play_with_retries``' arguments for one pair: the episode task runs it

@@ -30,6 +30,7 @@ from taketurns._exchange.task import Task
 from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Trace
 from taketurns._models.builtin import BuiltinModel, is_builtin
 from taketurns._models.model import ModelClient
+from taketurns._procs.sandbox import Sandbox
 
 __all__ = ["Agent", "Agents"]
 
@@ -114,6 +115,7 @@ class Agent:
         self.limiter = limiter
         self.tools = tuple(tools)
         self.services = services
+        self._sandbox = Sandbox(config.sandbox or "none", config.sandbox_network)
         self._on_close = on_close
         self._open_sessions: dict[int, ChatSession] = {}
         # what a cancellation that closes one of this agent's sessions means
@@ -197,7 +199,9 @@ class Agent:
             limiter=self.limiter,
         )
         offered = self.tools if tools is None else tuple(tools)
-        rollout = Rollout(trace, boundary, task=view, tools=offered, services=self.services)
+        rollout = Rollout(
+            trace, boundary, task=view, tools=offered, services=self.services, sandbox=self._sandbox
+        )
         session = ChatSession(
             task,
             trace,

@@ -35,6 +35,7 @@ from taketurns._exchange.task import Task
 from taketurns._exchange.trace import Trace
 from taketurns._models.messages import Message, SystemMessage
 from taketurns._models.model import ModelResponse
+from taketurns._procs.sandbox import Sandbox
 
 __all__ = ["Harness", "Prompt", "Rollout", "can_chat"]
 
@@ -68,6 +69,7 @@ class Rollout:
         "_scratch",
         "_segment",
         "boundary",
+        "sandbox",
         "services",
         "state",
         "synthesized_system",
@@ -84,12 +86,15 @@ class Rollout:
         task: Task,
         tools: Sequence[Callable[..., Any]] = (),
         services: Mapping[str, Any] | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.trace = trace
         self.boundary = boundary
         self.task = task
         self.tools = tuple(tools)
         self.services: Mapping[str, Any] = services if services is not None else _NO_SERVICES
+        # how the rollout's out-of-process harness contains its processes
+        self.sandbox = sandbox if sandbox is not None else Sandbox()
         self.synthesized_system = False
         self.state: dict[str, Any] = {}  # per-rollout state a harness keeps between segments
         self._segment: list[Message] = []

@@ -15,8 +15,16 @@ Failure contract:
 - a tool that fails, a server that died, or a call not answered within
   ``call_timeout_s`` comes back to the model as an ``Error: ...`` tool message;
 - leaving the ``async with`` (normally, by error or by cancellation) stops every
-  server it started: the SDK closes stdin, waits, then kills the process tree, every
-  wait bounded and shielded.
+  server it started: the SDK closes stdin, waits, then signals the process group,
+  every wait bounded and shielded.
+
+Process ownership: the SDK's stdio client starts and stops the server's process
+itself, so the engine wraps the command in its supervisor
+(``taketurns._procs.owner.supervised``): the server's whole tree (children, ``setsid``
+daemons) dies when the server exits, when the SDK stops it, and when the eval's
+process dies. Stdio servers run outside the rollout sandbox: they are the taskset's
+code, like its Python tools, not the agent's (an agent CLI's own MCP servers run in
+its sandbox).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from taketurns._config.options import at_least
 from taketurns._errors import HarnessError, OptionError, sole_error
 from taketurns._exchange.tools import Tool
 from taketurns._models.messages import ToolCall, ToolMessage
+from taketurns._procs.owner import supervised
 
 __all__ = ["McpConnection", "McpServer", "McpTool", "open_mcp_servers"]
 
@@ -230,6 +239,7 @@ def _transport(server: McpServer, stack: contextlib.ExitStack) -> tuple[Any, IO[
     command = list(server.command or ())
     if command[0] in ("python", "python3"):
         command[0] = sys.executable  # the interpreter running taketurns (its venv)
+    command = supervised(command)  # the SDK starts it; the supervisor owns its tree
     params = mcp.StdioServerParameters(
         command=command[0], args=command[1:], env=dict(server.env) or None, cwd=server.cwd
     )

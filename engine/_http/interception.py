@@ -56,7 +56,10 @@ import enum
 import hashlib
 import json
 import logging
+import os
 import secrets
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
@@ -89,6 +92,7 @@ __all__ = ["Endpoint", "EndpointState", "InterceptionServer", "open_interception
 log = logging.getLogger(__name__)
 
 RETRY_HEADER = "x-stainless-retry-count"
+_SOCKET_DIR_MAX = 90
 
 
 @attrs.frozen(repr=False)
@@ -190,6 +194,9 @@ class InterceptionServer:
         self.max_body_bytes = max_body_bytes
         self.graceful_timeout = graceful_timeout
         self.url = ""  # "http://127.0.0.1:PORT" once running
+        # the same server on a Unix socket (in a private directory), once running:
+        # sandboxed programs reach it through this, bind-mounted into their sandbox
+        self.unix_path: str | None = None
         self._by_secret: dict[str, _Registration] = {}
         self._by_id: dict[str, _Registration] = {}
         self._closed: set[str] = set()
@@ -418,15 +425,28 @@ class InterceptionServer:
     ) -> None:
         """Serve until cancelled; reports itself once listening."""
         config = hypercorn_config(self.host, self.port, self.graceful_timeout, False, log)
-        async with trio.open_nursery() as nursery:
-            binds: list[str] = await nursery.start(
-                partial(
-                    hypercorn.trio.serve, self._app(), config, shutdown_trigger=trio.sleep_forever
+        socket_dir = tempfile.mkdtemp(prefix="interception-")  # 0700: this user only
+        if len(socket_dir) > _SOCKET_DIR_MAX:  # a Unix socket's path has 108 bytes
+            os.rmdir(socket_dir)
+            socket_dir = tempfile.mkdtemp(prefix="interception-", dir="/tmp")
+        config.bind.append(f"unix:{socket_dir}/model.sock")
+        try:
+            async with trio.open_nursery() as nursery:
+                binds: list[str] = await nursery.start(
+                    partial(
+                        hypercorn.trio.serve,
+                        self._app(),
+                        config,
+                        shutdown_trigger=trio.sleep_forever,
+                    )
                 )
-            )
-            self.url = binds[0]
-            self._nursery = nursery
-            task_status.started(self)
+                self.url = binds[0]
+                self.unix_path = f"{socket_dir}/model.sock"
+                self._nursery = nursery
+                task_status.started(self)
+        finally:
+            self.unix_path = None
+            shutil.rmtree(socket_dir, ignore_errors=True)
 
 
 def _route(app: QuartTrio, dialect: Dialect, path: str, turn: Any) -> None:

@@ -3,16 +3,47 @@ HTTP, through the interception server (``taketurns._http.interception``)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
+import attrs
 import trio
 
 from taketurns._errors import HarnessError
 from taketurns._exchange.harness import Harness, Rollout
+from taketurns._exchange.mcp_servers import McpTool
 from taketurns._http.interception import Endpoint, InterceptionServer
+from taketurns._procs import owner
+from taketurns._procs.sandbox import Sandbox
 
 __all__ = ["ServedHarness"]
+
+
+def _mcp_paths(rollout: Rollout, sandbox: Sandbox) -> tuple[str, ...]:
+    """What the rollout's MCP servers need readable in its sandbox (an agent CLI
+    starts its stdio servers there): their commands' absolute paths and working
+    directories. Refuses an HTTP server where the sandbox's network is its model
+    endpoint only."""
+    paths: list[str] = []
+    for tool in rollout.tools:
+        if not isinstance(tool, McpTool):
+            continue
+        server = tool.connection.server
+        if server.url is not None and sandbox.network != "host":
+            role = rollout.trace.agent.name
+            raise HarnessError(
+                f"MCP server {server.name!r} is served at {server.url}, which a sandboxed "
+                f"agent cannot reach (its network is its model endpoint only): set "
+                f"--env.{role}.sandbox_network=host"
+            )
+        paths += [a for a in server.command or () if os.path.isabs(a)]
+        if server.cwd is not None:
+            paths.append(server.cwd)
+    return (*sandbox.readable, *paths)
 
 
 class ServedHarness(Harness):
@@ -60,6 +91,56 @@ class ServedHarness(Harness):
         endpoint = rollout.state.get("endpoint")
         if endpoint is not None:
             rollout.services["interception"].cancel_inflight(endpoint)
+
+    def containment(self, rollout: Rollout) -> dict[str, Any]:
+        """How ``rollout``'s processes are owned: its ``Sandbox`` (the run directory,
+        if the runner named one, hidden too) and the interception server's socket and
+        port for the sandbox's bridge. Recorded on the trace as ``info["sandbox"]``.
+        Keyword arguments for ``start_owned``/``run_owned``."""
+        endpoint = self.endpoint(rollout)
+        server = rollout.services["interception"]
+        sandbox = rollout.sandbox
+        run_dir = rollout.services.get("run_dir")
+        if run_dir is not None:
+            sandbox = attrs.evolve(sandbox, hide=(*sandbox.hide, str(run_dir)))
+        if sandbox.kind == "bwrap":
+            sandbox = attrs.evolve(sandbox, readable=_mcp_paths(rollout, sandbox))
+        rollout.trace.info["sandbox"] = sandbox.describe()
+        return {
+            "sandbox": sandbox,
+            "model_socket": server.unix_path,
+            "model_port": urlsplit(endpoint.base_url).port,
+        }
+
+    async def start_owned(
+        self,
+        rollout: Rollout,
+        program: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        **stdio: Any,
+    ) -> owner.OwnedProcess:
+        """Start one of ``rollout``'s processes, owned and contained
+        (``taketurns._procs.owner.start``): its scratch directory is the only place
+        it may write. ``stdio``: ``stdin``/``stdout``/``stderr``."""
+        return await owner.start(
+            program,
+            cwd=cwd,
+            env=env,
+            scratch=rollout.scratch_dir(),
+            **self.containment(rollout),
+            **stdio,
+        )
+
+    async def run_owned(
+        self, rollout: Rollout, program: Sequence[str], *, cwd: Path, env: Mapping[str, str]
+    ) -> owner.Captured:
+        """Run one of ``rollout``'s processes to its exit, output captured, owned and
+        contained (``taketurns._procs.owner.run``)."""
+        return await owner.run(
+            program, cwd=cwd, env=env, scratch=rollout.scratch_dir(), **self.containment(rollout)
+        )
 
     async def aclose(self, rollout: Rollout) -> None:
         endpoint = rollout.state.pop("endpoint", None)

@@ -1,0 +1,263 @@
+"""The process owner: how the engine starts, waits for and ends every process tree it
+starts out of process (agent programs, pooled programs, agent CLIs, ACP adapters,
+mini-swe-agent, MCP stdio servers).
+
+``start`` runs a program under the supervisor (``taketurns._procs.supervisor``), inside
+a bubblewrap sandbox (``taketurns._procs.sandbox``) unless its ``Sandbox`` is ``none``,
+and returns an ``OwnedProcess``. Its contract:
+
+- **It ends when its program exits.** ``wait`` returns the program's exit status
+  (``128 + n`` when a signal ``n`` killed it) as soon as the program exits; the
+  supervisor then kills whatever the program left behind. ``run`` reads captured
+  output in tasks that are cancelled once the program is reaped, so a descendant
+  holding a pipe never holds the segment open.
+- **The whole tree dies** on ``aclose`` (close, timeout, cancellation: callers use it
+  in ``finally``): the lifeline pipe is cut, the supervisor SIGKILLs the program's
+  process group and every descendant (``setsid`` and double-forked ones included: it
+  is their subreaper) and exits; the owner reaps it in a shielded wait bounded by
+  ``KILL_S``, and past that SIGKILLs the supervisor's group, and a sandbox's PID
+  namespace through its first process, then reaps for up to ``REAP_S`` more.
+- **Eval exit**: the lifeline's write end lives only in the engine's process, so
+  when that process dies (a killed worker, ``os._exit``), every supervisor sees end of
+  file and kills its tree. No ``PR_SET_PDEATHSIG``: trio starts processes from worker
+  threads, whose exit would fire it.
+
+Guarantees: sandboxed, exact (the supervisor is the PID namespace's init: when it
+exits or is killed, the kernel kills everything in the namespace). ``sandbox = none``: every
+descendant of the program, however detached, is found (subreaper) and killed; what
+the program got *another* service to start (a systemd unit, a daemon over a socket)
+is not its descendant and survives. Both: a supervisor that is itself SIGKILLed by
+someone else leaves its tree to the lifeline, which then still holds; a host whose
+``/proc`` is hidden cannot be scanned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+import trio.lowlevel
+
+from taketurns._procs.sandbox import MODEL_SOCKET, Sandbox, bwrap_argv
+
+__all__ = ["Captured", "OwnedProcess", "run", "start"]
+
+SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
+KILL_S = 3.0  # how long the supervisor may take to kill its tree and exit
+REAP_S = 5.0  # how long reaping after a hard kill may take
+DRAIN_S = 1.0  # how long captured output may still arrive after the program exited
+_CHUNK = 65536
+
+
+@attrs.frozen
+class Captured:
+    """A finished program: its status and what it wrote to the captured pipes."""
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+def _interpreter() -> str:
+    # the real file, not a venv's link: the sandbox binds the base prefix back
+    return os.path.realpath(sys.executable)
+
+
+def command(
+    program: Sequence[str],
+    *,
+    lifeline: int,
+    sandbox: Sandbox,
+    scratch: Path,
+    cwd: Path,
+    model_socket: str | None,
+    model_port: int | None,
+) -> list[str]:
+    """The full argv: the supervisor around ``program``, in bwrap unless ``none``."""
+    supervised = [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", str(lifeline)]
+    bridge = (
+        sandbox.kind == "bwrap"
+        and sandbox.network == "endpoint"
+        and model_socket is not None
+        and model_port is not None
+    )
+    if bridge:
+        supervised += ["--bridge", str(model_port), MODEL_SOCKET]
+    supervised += ["--", *program]
+    if sandbox.kind == "none":
+        return supervised
+    socket = model_socket if bridge else None
+    return bwrap_argv(supervised, scratch=scratch, cwd=cwd, sandbox=sandbox, model_socket=socket)
+
+
+def supervised(program: Sequence[str]) -> list[str]:
+    """``program`` under the supervisor, for a library that starts and stops the
+    process itself (the MCP SDK's stdio client): no sandbox, the lifeline is the
+    supervisor's parent (the engine), and a SIGTERM (or the program exiting) kills the
+    whole tree."""
+    return [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", "parent", "--", *program]
+
+
+class OwnedProcess:
+    """One owned process tree (see the module docstring). ``process`` is the
+    outermost process (bwrap, or the supervisor); its ``stdin``/``stdout`` are the
+    program's when piped."""
+
+    __slots__ = ("_lifeline", "process", "sandboxed")
+
+    def __init__(self, process: trio.Process, lifeline: int, *, sandboxed: bool) -> None:
+        self.process = process
+        self._lifeline: int | None = lifeline
+        self.sandboxed = sandboxed
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        """Not exited yet (as far as a non-blocking wait can tell)."""
+        return self.process.poll() is None
+
+    async def wait(self) -> int:
+        """Wait for the program to exit; its status (``128 + n`` for signal ``n``)."""
+        code = await self.process.wait()
+        return 128 - code if code < 0 else code
+
+    def cut(self) -> None:
+        """Tell the supervisor to kill the tree (non-blocking; ``aclose`` reaps)."""
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
+
+    async def aclose(self) -> None:
+        """Kill the whole tree and reap it, close the pipes. Shielded and bounded;
+        idempotent."""
+        self.cut()
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(KILL_S):
+                await self.process.wait()
+            if self.process.returncode is None:
+                self._hard_kill()
+                with trio.move_on_after(REAP_S):
+                    await self.process.wait()
+            for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+                if stream is not None:
+                    await stream.aclose()
+
+    def _hard_kill(self) -> None:
+        """The supervisor did not finish: SIGKILL the sandbox's PID namespace (through
+        its init, bwrap's child: the supervisor) and the outer process's group."""
+        pid = self.process.pid
+        if self.sandboxed:
+            with contextlib.suppress(OSError):
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                for child in children:
+                    os.kill(int(child), signal.SIGKILL)  # a PID namespace's init
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+async def start(
+    program: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    sandbox: Sandbox,
+    scratch: Path,
+    model_socket: str | None = None,
+    model_port: int | None = None,
+    stdin: Any = subprocess.DEVNULL,
+    stdout: Any = subprocess.DEVNULL,
+    stderr: Any = subprocess.DEVNULL,
+) -> OwnedProcess:
+    """Start ``program`` in ``cwd`` with exactly ``env``, owned (module docstring).
+    ``scratch``: the only writable directory when sandboxed (``cwd`` lies in it);
+    ``model_socket``/``model_port``: the interception server's Unix socket and the
+    loopback port to bridge it to inside the sandbox. ``stdin``/``stdout``/``stderr``
+    as for ``subprocess`` (a file, ``PIPE`` or ``DEVNULL``)."""
+    read_end, write_end = os.pipe()
+    try:
+        argv = command(
+            program,
+            lifeline=read_end,
+            sandbox=sandbox,
+            scratch=scratch,
+            cwd=cwd,
+            model_socket=model_socket,
+            model_port=model_port,
+        )
+        process = await trio.lowlevel.open_process(
+            argv,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            cwd=str(cwd),
+            env=dict(env),
+            pass_fds=(read_end,),
+            start_new_session=True,  # a terminal's Ctrl-C reaches the engine only
+        )
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    return OwnedProcess(process, write_end, sandboxed=sandbox.kind != "none")
+
+
+async def _collect(
+    stream: trio.abc.ReceiveStream | None, into: bytearray, done: trio.Event
+) -> None:
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        while stream is not None and (chunk := await stream.receive_some(_CHUNK)):
+            into += chunk
+    done.set()
+
+
+async def run(
+    program: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    sandbox: Sandbox,
+    scratch: Path,
+    model_socket: str | None = None,
+    model_port: int | None = None,
+) -> Captured:
+    """Run ``program`` to its exit with stdout and stderr captured (stdin: nothing);
+    the tree is killed and reaped on every path. Cancellation kills it."""
+    owned = await start(
+        program,
+        cwd=cwd,
+        env=env,
+        sandbox=sandbox,
+        scratch=scratch,
+        model_socket=model_socket,
+        model_port=model_port,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = bytearray(), bytearray()
+    out_done, err_done = trio.Event(), trio.Event()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_collect, owned.process.stdout, out, out_done)
+            nursery.start_soon(_collect, owned.process.stderr, err, err_done)
+            returncode = await owned.wait()
+            # the program exited: what it wrote is in the pipes; a descendant still
+            # holding them (the supervisor leaves none) does not hold the segment
+            with trio.move_on_after(DRAIN_S):
+                await out_done.wait()
+                await err_done.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        await owned.aclose()
+    return Captured(returncode, bytes(out), bytes(err))

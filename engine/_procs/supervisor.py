@@ -1,0 +1,200 @@
+"""The supervisor: the first process of every process tree the engine owns.
+
+Run as a plain script (``python -I -S supervisor.py ...``: standard library only, no
+``taketurns`` import, so it starts in milliseconds, also inside a sandbox that sees
+only the interpreter and this file)::
+
+    supervisor.py --lifeline FD|parent [--bridge PORT SOCKET] -- PROGRAM [ARGS...]
+
+It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``: every orphaned
+descendant, ``setsid`` and double-forked ones included, becomes its child), starts
+PROGRAM in a new session with the supervisor's own stdin/stdout/stderr and
+environment, reaps whatever becomes its child, and when PROGRAM exits kills the rest
+of the tree and exits with PROGRAM's status (``128 + n`` for a signal ``n``). The
+tree is also killed when
+
+- the lifeline ``FD`` (the read end of a pipe whose only write end the engine holds)
+  reaches end of file: the engine dropped this tree (close, timeout, cancellation),
+  or the engine's process died (eval exit, a killed worker). ``--lifeline parent``
+  (for a supervisor some library started, which could pass it no descriptor): the
+  supervisor's parent died (it was re-parented), checked every ``PARENT_POLL_S``;
+- the supervisor gets SIGTERM, SIGINT or SIGHUP.
+
+Killing the tree is ``SIGKILL`` to PROGRAM's process group, then, until the
+supervisor has no children left, ``SIGKILL`` to each child and reaping it (a dead
+child's own children are re-parented to the supervisor and killed next round), so
+SIGTERM-ignorers, ``setsid`` children and daemons all die. A process that is no
+descendant (one a sandbox-less program asked another service to start) is beyond it.
+
+``--bridge PORT SOCKET`` (inside a sandbox whose network namespace has only its own
+loopback): listen on ``127.0.0.1:PORT`` before PROGRAM starts and forward each
+connection to the Unix socket ``SOCKET`` (the interception server's, bind-mounted
+into the sandbox), so PROGRAM's model base URL stays ``http://127.0.0.1:PORT/...``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+PR_SET_CHILD_SUBREAPER = 36
+_CHUNK = 65536
+_ROUNDS = 1000  # kill rounds before giving up on a tree that keeps forking
+PARENT_POLL_S = 0.2
+
+
+def _subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def _children() -> list[int]:
+    """This process's children: each of its threads' ``children`` list in ``/proc``
+    (re-parented orphans land on any thread of a subreaper). Reading these costs
+    microseconds; scanning every process's ``stat`` cost tens of milliseconds on a
+    busy machine."""
+    found: list[int] = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children", "rb") as f:
+                found += [int(pid) for pid in f.read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def kill_tree(group: int | None) -> None:
+    """SIGKILL ``group`` and every descendant, reaping each, until none is left."""
+    if group is not None:
+        with contextlib.suppress(OSError):
+            os.killpg(group, signal.SIGKILL)
+    for _ in range(_ROUNDS):
+        children = _children()
+        if not children:
+            return
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, 0)
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(_CHUNK):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+def _forward(client: socket.socket, path: str) -> None:
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(path)
+    except OSError:
+        client.close()
+        upstream.close()
+        return
+    back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+    back.start()
+    _pump(client, upstream)
+    back.join()
+    client.close()
+    upstream.close()
+
+
+def _listen(port: int) -> socket.socket:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen(128)
+    return server
+
+
+def _serve_bridge(server: socket.socket, path: str) -> None:
+    while True:
+        client, _ = server.accept()
+        threading.Thread(target=_forward, args=(client, path), daemon=True).start()
+
+
+def _watch_lifeline(lifeline: str, on_cut: Callable[[], None]) -> None:
+    if lifeline == "parent":
+        parent = os.getppid()
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+    else:
+        with contextlib.suppress(OSError):
+            while os.read(int(lifeline), 1):
+                pass
+    on_cut()
+
+
+def _parse(argv: list[str]) -> tuple[str, tuple[int, str] | None, list[str]]:
+    split = argv.index("--")
+    options, program = argv[:split], argv[split + 1 :]
+    lifeline = options[options.index("--lifeline") + 1]
+    bridge = None
+    if "--bridge" in options:
+        at = options.index("--bridge")
+        bridge = (int(options[at + 1]), options[at + 2])
+    if not program:
+        raise SystemExit("supervisor: no program after --")
+    return lifeline, bridge, program
+
+
+def main(argv: list[str]) -> int:
+    lifeline, bridge, program = _parse(argv)
+    _subreaper()
+    if bridge is not None:
+        listener = _listen(bridge[0])
+        threading.Thread(target=_serve_bridge, args=(listener, bridge[1]), daemon=True).start()
+    started: list[int] = []
+    stopping: list[bool] = []
+
+    def cut(*_: object) -> None:
+        stopping.append(True)
+        for pid in started:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, cut)
+    try:
+        child = subprocess.Popen(program, start_new_session=True, close_fds=True)
+    except OSError as exc:
+        print(f"supervisor: cannot start {program[0]!r}: {exc}", file=sys.stderr)
+        return 127
+    started.append(child.pid)
+    if stopping:  # told to stop while it was starting
+        cut()
+    threading.Thread(target=_watch_lifeline, args=(lifeline, cut), daemon=True).start()
+    status = 0
+    while True:  # reap every child; stop when the program itself exits
+        try:
+            pid, raw = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid == child.pid:
+            status = os.waitstatus_to_exitcode(raw)
+            break
+    kill_tree(child.pid)
+    return 128 - status if status < 0 else status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

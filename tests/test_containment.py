@@ -1,0 +1,535 @@
+"""Containment with adversaries, real processes: every out-of-process agent runs owned
+(its whole process tree dies on every path) and, by default, in a bubblewrap sandbox
+(``taketurns._procs``).
+
+The adversary is ``probe.py``: it tries to read the opponent's scratch (a Kuhn card),
+the host's home directories and other processes' environments, to write outside its
+scratch, to connect to a host port, and to leave ``setsid`` and double-forked children
+behind. In a sandbox every attempt fails; with ``sandbox = "none"`` the same probe
+succeeds (which shows the probe can see what it looks for), and its children still
+die. Processes are counted by a marker in their environment (``/proc/*/environ``),
+scratch directories in a private temp directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from agentprocs import leftovers
+from agentseats import scratch_root, server  # noqa: F401 - fixtures
+from procs import marked as any_marked
+
+from taketurns import (
+    Agent,
+    AgentConfig,
+    InterceptionServer,
+    Task,
+    Timeouts,
+    read_episodes,
+)
+from taketurns._cli.main import main
+from taketurns.harnesses.program import ProgramHarness
+
+PROBE = Path(__file__).with_name("probe.py")
+LIMIT = 60
+
+
+def marked(mark: str) -> list[int]:
+    """Live processes whose environment holds ``TT_PROBE_MARK=<mark>``."""
+    return any_marked(f"TT_PROBE_MARK={mark}")
+
+
+def none_left(mark: str, within: float = 10.0) -> list[int]:
+    """``marked(mark)`` once it is empty (a killed process takes a moment to go),
+    waiting up to ``within`` seconds; what is left then."""
+    deadline = time.monotonic() + within
+    while marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return marked(mark)
+
+
+async def none_left_async(mark: str, within: float = 10.0) -> list[int]:
+    with trio.move_on_after(within):
+        while marked(mark):  # noqa: ASYNC110 - a dying process sends no event
+            await trio.sleep(0.05)
+    return marked(mark)
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A host port the agents must not reach (it accepts connections)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield sock.getsockname()[1]
+
+
+# -- Kuhn self-play, both seats on the probe ----------------------------------------------
+
+
+def eval_config(
+    tmp_path: Path, command: list[str], env: dict[str, str], sandbox: str, *seats: str
+) -> Path:
+    """A Kuhn eval config: ``seats`` on the program harness running ``command``."""
+    table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+    options = f"{{ command = {json.dumps(command)}, env = {{ {table} }} }}"
+    config = tmp_path / "eval.toml"
+    config.write_text(
+        'env_id = "kuhn-poker"\n'
+        + "".join(
+            f'[env.{seat}]\nharness = "program"\nsandbox = "{sandbox}"\n'
+            f"harness_options = {options}\n"
+            for seat in seats
+        )
+    )
+    return config
+
+
+def kuhn_probe_eval(
+    tmp_path: Path, port: int, sandbox: str, *, extra: tuple[str, ...] = ()
+) -> tuple[list[dict[str, Any]], str]:
+    """Kuhn self-play (8 hands) with both seats on ``probe.py``, run as the CLI in a
+    process of its own whose environment holds a canary; its episodes and the
+    processes' marker."""
+    mark = uuid.uuid4().hex
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)  # the autouse scratch_root made it
+    env = {
+        "TT_ESCAPE": str(tmp_path / "escaped"),
+        "TT_FORBIDDEN_PORT": str(port),
+        "TT_PROBE_MARK": mark,
+    }
+    config = eval_config(tmp_path, [sys.executable, str(PROBE)], env, sandbox, "player0", "player1")
+    out = tmp_path / "run"
+    argv = ["eval", "kuhn-poker", "-C", str(config), "-n", "8", "-c", "2", "-o", str(out)]
+    host = {**os.environ, "TMPDIR": str(temp), "TT_HOST_CANARY": f"tt-host-canary-{mark}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "taketurns", *argv, *extra, "--no-progress"],
+        env=host,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert leftovers(temp) == []
+    return list(read_episodes(out / "episodes.jsonl")), mark
+
+
+def reports(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the probe reported in each of the seat's answers."""
+    found = []
+    for message in trace["messages"]:
+        content = message.get("content")
+        if message["role"] == "assistant" and isinstance(content, str) and "PROBE " in content:
+            encoded = content.rsplit("PROBE ", 1)[1]
+            found.append(json.loads(base64.b64decode(encoded)))
+    return found
+
+
+def test_kuhn_probes_in_sandboxes_reach_nothing(
+    tmp_path: Path, listener: int, scratch_root: Path
+) -> None:
+    episodes, mark = kuhn_probe_eval(tmp_path, listener, "bwrap")
+    assert len(episodes) == 8
+    probes = 0
+    for episode in episodes:
+        assert episode["ok"], episode["errors"]
+        cards = {t["info"]["seat"]: t["info"]["card"] for t in episode["traces"]}
+        for trace in episode["traces"]:
+            assert trace["info"]["sandbox"] == "bwrap"
+            opponent = cards[1 - trace["info"]["seat"]]
+            assert f"Your card: {opponent}" not in json.dumps(trace)
+            for report in reports(trace):
+                probes += 1
+                assert report["foreign"] == []  # no other rollout's scratch
+                assert report["homes"] == []  # no host home (the interpreter aside)
+                assert report["environ"] == []  # no host environment
+                assert report["wrote"] == []  # nothing written outside its scratch
+                assert report["connected"] == []  # no host port
+                assert report["pids_seen"] <= 3  # bwrap's init, the supervisor, itself
+                assert f"Your card: {opponent}" not in json.dumps(report)
+    assert probes >= 16
+    assert not (tmp_path / "escaped").exists()
+    assert none_left(mark) == []  # every setsid and double-forked child died
+
+
+def test_kuhn_probes_without_sandbox_reach_everything_but_leave_nothing(
+    tmp_path: Path, listener: int, scratch_root: Path
+) -> None:
+    """The control: the same probe, unsandboxed, finds the opponent's card, the host's
+    homes and environment, writes outside and connects; its children still die."""
+    episodes, mark = kuhn_probe_eval(tmp_path, listener, "none")
+    found = [r for e in episodes for t in e["traces"] for r in reports(t)]
+    assert all(e["traces"][0]["info"]["sandbox"] == "none" for e in episodes)
+    assert any(r["foreign"] for r in found)
+    assert any(r["homes"] for r in found)
+    assert any(r["environ"] for r in found)
+    assert any(r["wrote"] for r in found)
+    assert any(r["connected"] for r in found)
+    assert (tmp_path / "escaped").exists()
+    assert none_left(mark) == []
+
+
+def test_sandbox_none_is_warned_in_the_runs_output(tmp_path: Path, scratch_root: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["eval", "kuhn-poker", "-n", "1", "--env.player0.harness=program"]
+    argv += ["--env.player0.sandbox=none", "-o", str(out), "--no-progress"]
+    done = subprocess.run(
+        [sys.executable, "-m", "taketurns", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "env.player0.sandbox = none" in done.stdout + done.stderr
+    assert "env.player1.sandbox" not in done.stdout + done.stderr  # in process: no sandbox
+
+
+def test_a_missing_bwrap_refuses_the_eval_naming_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    (empty / "python").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", str(empty))
+    argv = ["eval", "kuhn-poker", "-n", "1", "--env.player0.harness=program"]
+    assert main([*argv, "-o", str(tmp_path / "run"), "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert "env.player0.sandbox = 'bwrap' needs bubblewrap" in error
+    assert "apt-get install bubblewrap" in error
+    assert "--env.player0.sandbox=none" in error
+    assert not (tmp_path / "run" / "episodes.jsonl").exists()
+
+
+# -- program faults: the right outcome, nothing left --------------------------------------
+
+# Programs speaking the program harness's file protocol; every child they start
+# inherits TT_PROBE_MARK (the harness's env option).
+PRELUDE = """\
+import json, os, subprocess, sys, time
+args = sys.argv[1:]
+out = args[args.index("--output-file") + 1]
+def answer(text):
+    with open(out, "w") as f:
+        json.dump({"messages": [{"role": "assistant", "content": text}]}, f)
+"""
+FAULTS = {
+    # a child that keeps the program's stdout and stderr open for 300 s
+    "child_holds_stdout": "subprocess.Popen(['sleep', '300'])\nanswer('kept')\n",
+    # a detached child (own session, no pipes), then exit
+    "setsid_child": (
+        "subprocess.Popen(['sleep', '300'], start_new_session=True,"
+        " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nanswer('kept')\n"
+    ),
+    # a failure that leaves a double-forked daemon behind
+    "fails_with_daemon": (
+        "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        os.execvp('sleep', ['sleep', '300'])\n    os._exit(0)\n"
+        "os.wait()\nsys.exit(3)\n"
+    ),
+    # children (one ignoring SIGTERM, one in its own session), then a hang
+    "hangs_with_children": (
+        "subprocess.Popen(['bash', '-c', 'trap \"\" TERM; sleep 300'])\n"
+        "subprocess.Popen(['sleep', '300'], start_new_session=True)\ntime.sleep(300)\n"
+    ),
+}
+
+
+def fault_agent(server: InterceptionServer, fault: str, sandbox: str, mark: str) -> Agent:
+    harness = ProgramHarness(
+        [sys.executable, "-c", PRELUDE + FAULTS[fault]], env={"TT_PROBE_MARK": mark}
+    )
+    config = AgentConfig(
+        model="builtin/echo",
+        harness="program",
+        timeouts=Timeouts(segment_s=4),
+        sandbox=sandbox,
+    )
+    return Agent("agent", config, harness=harness, services={"interception": server})
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+@pytest.mark.parametrize(
+    ("fault", "outcome", "text"),
+    [
+        ("child_holds_stdout", "agent_completed", "kept"),
+        ("setsid_child", "agent_completed", "kept"),
+        ("fails_with_daemon", "harness_error", None),
+        ("hangs_with_children", "segment_timeout", None),
+    ],
+)
+async def test_a_program_fault_ends_as_its_outcome_with_nothing_left(
+    server: InterceptionServer,
+    scratch_root: Path,
+    sandbox: str,
+    fault: str,
+    outcome: str,
+    text: str | None,
+) -> None:
+    mark = uuid.uuid4().hex
+    agent = fault_agent(server, fault, sandbox, mark)
+    start = trio.current_time()
+    with trio.fail_after(LIMIT):
+        trace = await agent.run(Task(0, prompt="go"))
+    elapsed = trio.current_time() - start
+    assert trace.stop_condition == outcome, trace.errors
+    if text is not None:
+        assert trace.last_text == text  # the answer kept, not a timeout
+        assert elapsed < 4  # ended when the program exited, not at segment_s
+    assert trace.info["sandbox"] == sandbox
+    assert await none_left_async(mark) == []
+    assert leftovers(scratch_root) == []
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_cancelling_a_segment_kills_the_whole_tree(
+    server: InterceptionServer, scratch_root: Path, sandbox: str
+) -> None:
+    mark = uuid.uuid4().hex
+    agent = fault_agent(server, "hangs_with_children", sandbox, mark)
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.run, Task(0, prompt="go"))
+            while len(marked(mark)) < 3:  # noqa: ASYNC110 - a process sends no event
+                await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()  # a Ctrl-C inside the eval is this
+    assert await none_left_async(mark) == []
+    assert leftovers(scratch_root) == []
+
+
+# -- the eval's process stopped from outside: Ctrl-C, a killed process or worker --------
+
+HANG = PRELUDE + FAULTS["hangs_with_children"]
+
+
+def start_hanging_eval(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], str, Path]:
+    """A CLI eval whose player0 hangs with children (player1 in process); its process,
+    the marker, its private temp directory."""
+    mark = uuid.uuid4().hex
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)  # the autouse scratch_root made it
+    program = tmp_path / "hang.py"
+    program.write_text(HANG)
+    command = [sys.executable, str(program)]
+    config = eval_config(tmp_path, command, {"TT_PROBE_MARK": mark}, "bwrap", "player0")
+    argv = ["eval", "kuhn-poker", "-C", str(config), "-n", "2", "-c", "2"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "taketurns", *argv, "-o", str(tmp_path / "run"), *extra],
+        env={**os.environ, "TMPDIR": str(temp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + LIMIT
+    while len(marked(mark)) < 6 and time.monotonic() < deadline:  # 2 programs, 2 children each
+        assert process.poll() is None, process.communicate()[0]
+        time.sleep(0.1)
+    assert len(marked(mark)) >= 6
+    return process, mark, temp
+
+
+def test_ctrl_c_on_the_eval_leaves_nothing(tmp_path: Path, scratch_root: Path) -> None:
+    process, mark, temp = start_hanging_eval(tmp_path)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=LIMIT)
+    assert process.returncode == 130, output
+    assert none_left(mark) == []
+    assert leftovers(temp) == []
+
+
+def test_a_killed_eval_process_leaves_no_process(tmp_path: Path, scratch_root: Path) -> None:
+    process, mark, _temp = start_hanging_eval(tmp_path)
+    process.kill()  # no cleanup runs in it: the supervisors see their lifelines cut
+    process.communicate(timeout=LIMIT)
+    assert none_left(mark) == []
+
+
+def test_a_killed_worker_leaves_nothing(tmp_path: Path, scratch_root: Path) -> None:
+    process, mark, temp = start_hanging_eval(
+        tmp_path, "--backend", "processes", "--workers", "1", "--env.player0.timeouts.segment_s=3"
+    )
+    workers = [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit()
+        and b"taketurns._backends.processes" in _cmdline(p)
+        and _parent(p) == process.pid
+    ]
+    assert len(workers) == 1
+    os.kill(workers[0], signal.SIGKILL)
+    output, _ = process.communicate(timeout=4 * LIMIT)  # its pairs run again, then time out
+    assert process.returncode == 0, output
+    assert none_left(mark) == []
+    assert leftovers(temp) == []
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _parent(proc: Path) -> int:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
+# -- the agent CLIs, driven by a scripted model through their own shell ------------------
+
+
+def shell_call(harness: str, command: str) -> Any:
+    from scripted import tool_call
+
+    if harness == "codex":
+        return tool_call("call_probe1", "exec_command", json.dumps({"cmd": command}))
+    arguments = {"command": command, "description": "Probe"}
+    return tool_call("toolu_probe1", "Bash", json.dumps(arguments))
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
+    harness: str,
+    server: InterceptionServer,
+    scratch_root: Path,
+    tmp_path: Path,
+    listener: int,
+) -> None:
+    from scripted import ScriptedModel
+
+    from taketurns import ToolMessage, text_of
+    from taketurns._exchange.agent import make_harness
+
+    mark = uuid.uuid4().hex
+    other = scratch_root / "taketurns-opponent"  # another rollout's scratch, with a card
+    other.mkdir()
+    (other / "session.json").write_text("Your card: K. Act now.")
+    env = {
+        "TT_ESCAPE": str(tmp_path / "escaped"),
+        "TT_FORBIDDEN_PORT": str(listener),
+        "TT_PROBE_MARK": mark,
+    }
+    command = f"{sys.executable} {PROBE} --report"
+    model = ScriptedModel(shell_call(harness, command), "probed")
+    options: dict[str, Any] = {"env": env}
+    if harness == "claude-code":
+        options["allowed_tools"] = ["Bash"]
+    agent = Agent(
+        "agent",
+        AgentConfig(model="builtin/echo"),
+        client=model,
+        harness=make_harness(harness, options, field="env.agent"),
+        services={"interception": server},
+    )
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="probe")) as session:
+            reply = await session.turn()
+    assert reply.text == "probed"
+    results = [
+        text_of(m.content)
+        for turn in session.trace.turns
+        for m in turn.request
+        if isinstance(m, ToolMessage)
+    ]
+    [line] = [ln for r in results for ln in r.splitlines() if ln.startswith("PROBE ")]
+    report = json.loads(line.removeprefix("PROBE "))
+    assert report["foreign"] == []
+    assert report["homes"] == []
+    assert report["environ"] == []
+    assert report["wrote"] == []
+    assert report["connected"] == []
+    assert report["children"] == 2
+    assert "Your card: K" not in json.dumps(session.trace.messages, default=str)
+    assert not (tmp_path / "escaped").exists()
+    assert await none_left_async(mark) == []
+    (other / "session.json").unlink()
+    other.rmdir()
+    assert leftovers(scratch_root) == []
+
+
+def test_probe_is_standalone() -> None:
+    """The probe uses the standard library only: it runs where a sandbox shows only
+    the interpreter."""
+    source = PROBE.read_text()
+    assert "taketurns" not in textwrap.dedent(source).split('"""', 2)[2]
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+async def test_an_agent_clis_own_mcp_server_runs_in_its_sandbox_and_dies_with_it(
+    harness: str, server: InterceptionServer, scratch_root: Path
+) -> None:
+    from scripted import ScriptedModel, tool_call
+
+    from taketurns import McpServer, ToolMessage, open_mcp_servers, text_of
+    from taketurns._exchange.agent import make_harness
+
+    mark = uuid.uuid4().hex
+    counter = McpServer(
+        name="counter",
+        command=["python", "-m", "taketurns.envs.mcp_counter"],
+        env={"TT_PROBE_MARK": mark},
+    )
+    bump = tool_call("call_bump1", "mcp__counter__bump", json.dumps({"by": 5}))
+    options: dict[str, Any] = (
+        {"allowed_tools": ["mcp__counter__bump"]} if harness != "codex" else {}
+    )
+    agent = Agent(
+        "agent",
+        AgentConfig(model="builtin/echo"),
+        client=ScriptedModel(bump, "Counted."),
+        harness=make_harness(harness, options, field="env.agent"),
+        services={"interception": server},
+    )
+    with trio.fail_after(LIMIT):
+        async with (
+            open_mcp_servers([counter]) as (tools, _),
+            agent.chat(Task(0, prompt="bump"), tools=tools) as session,
+        ):
+            assert (await session.turn()).text == "Counted."
+    results = [m for m in session.trace.turns[1].request if isinstance(m, ToolMessage)]
+    assert any("count=5" in text_of(m.content) for m in results), results
+    assert session.trace.info["sandbox"] == "bwrap"
+    assert await none_left_async(mark) == []
+    assert leftovers(scratch_root) == []
+
+
+@pytest.mark.parametrize(
+    ("network", "recorded"), [("endpoint", "bwrap"), ("host", "bwrap, host network")]
+)
+async def test_sandbox_network_host_opens_the_hosts_network_and_says_so(
+    server: InterceptionServer, scratch_root: Path, listener: int, network: str, recorded: str
+) -> None:
+    mark = uuid.uuid4().hex
+    harness = ProgramHarness(
+        [sys.executable, str(PROBE)],
+        env={"TT_FORBIDDEN_PORT": str(listener), "TT_PROBE_MARK": mark},
+    )
+    config = AgentConfig(model="builtin/echo", harness="program", sandbox_network=network)
+    agent = Agent("agent", config, harness=harness, services={"interception": server})
+    with trio.fail_after(LIMIT):
+        trace = await agent.run(Task(0, prompt="probe"))
+    assert trace.errors == []
+    assert trace.info["sandbox"] == recorded
+    [report] = reports({"messages": [{"role": "assistant", "content": trace.last_text}]})
+    assert report["connected"] == ([listener] if network == "host" else [])
+    assert report["foreign"] == report["homes"] == report["environ"] == []
+    assert await none_left_async(mark) == []
