@@ -44,7 +44,9 @@ async def test_no_card_prompt_or_key_on_any_command_line(
     prompt = ask_text([]) + " PROMPT-MARK-p3x"
     model = Arrival(Sleep(120), "too late")  # holds the CLI in its segment
     with trio.fail_after(3 * LIMIT):
-        seat = agent(harness, server, shim, model)
+        # unsandboxed: the shim records the run outside the scratch, and the host must
+        # see the CLI's pid (a sandbox's PID namespace hides it from other rollouts)
+        seat = agent(harness, server, shim, model, sandbox="none")
         task = Task(0, prompt=prompt, system_prompt=system, info={"card": "INFO-MARK-z9"})
         async with seat.chat(task) as session, trio.open_nursery() as nursery:
             nursery.start_soon(session.turn)

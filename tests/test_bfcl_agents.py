@@ -83,7 +83,8 @@ async def test_an_agent_cli_plays_a_miss_func_task_over_mcp(
     ) -> Agent:
         return Agent(
             role,
-            AgentConfig(model="builtin/echo"),
+            # unsandboxed: the shim records its runs outside the scratch directory
+            AgentConfig(model="builtin/echo", sandbox="none"),
             client=model,
             harness=make_harness(harness, options, field="env.agent"),
             services={"interception": server},

@@ -5,10 +5,8 @@ Real clock (NOTES.md: autojump + sockets gives false timeouts)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -188,14 +186,10 @@ PROBE = textwrap.dedent(
     output = args[args.index("--output-file") + 1]
     go, result = os.environ["PROBE_GO"], os.environ["PROBE_RESULT"]
     pidfile = os.environ["PROBE_PID"]
-    if not os.path.exists(pidfile):  # the first segment leaves a detached child behind
-        child = subprocess.Popen(
-            [sys.executable, __file__, "--late", go, result],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        with open(pidfile, "w") as out:
-            out.write(str(child.pid))
+    if not os.path.exists(pidfile):  # the first segment hands its endpoint on
+        with open(pidfile + ".tmp", "w") as out:
+            json.dump([os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]], out)
+        os.rename(pidfile + ".tmp", pidfile)
     status, body = call("segment")
     text = body["choices"][0]["message"]["content"] if status == 200 else ""
     with open(output, "w") as out:
@@ -216,10 +210,12 @@ async def _result(path: Path) -> dict[str, object]:
 async def test_a_process_left_behind_by_a_segment_gets_409_and_adds_no_turn(
     server: InterceptionServer, tmp_path: Path
 ) -> None:
-    """A real program leaves a detached (``setsid``) child behind that calls the
-    rollout's endpoint with the rollout's key after the segment ended, then after the
-    rollout closed: 409 both times, no turn recorded, the limits untouched (the next
-    segment's call is still within ``max_turns=2``)."""
+    """A real program hands its endpoint and key to a process outside its tree (the
+    process owner kills everything the program itself leaves behind, so the outlier
+    is one it got something else to start: here the test starts it), which calls the
+    rollout's endpoint after the segment ended, then after the rollout closed: 409
+    both times, no turn recorded, the limits untouched (the next segment's call is
+    still within ``max_turns=2``)."""
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
     go, result, pidfile = tmp_path / "go", tmp_path / "result", tmp_path / "pid"
@@ -229,14 +225,25 @@ async def test_a_process_left_behind_by_a_segment_gets_409_and_adds_no_turn(
     )
     seat = Agent(
         "agent",
-        AgentConfig(model="builtin/echo", harness="program", limits=Limits(max_turns=2)),
+        AgentConfig(
+            model="builtin/echo",
+            harness="program",
+            limits=Limits(max_turns=2),
+            sandbox="none",  # the program writes the endpoint into tmp_path
+        ),
         harness=harness,
         services={"interception": server},
     )
+    late: trio.Process | None = None
     try:
         with trio.fail_after(LIMIT):
             async with seat.chat(Task(0, prompt="first")) as session:
                 first = await session.turn()
+                url, key = json.loads(pidfile.read_text())
+                late = await trio.lowlevel.open_process(
+                    [sys.executable, str(probe), "--late", str(go), str(result)],
+                    env={**os.environ, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": key},
+                )
                 endpoint = session.rollout.state["endpoint"]
                 assert server.state(endpoint) is EndpointState.IDLE
                 (tmp_path / "go.idle").touch()
@@ -246,9 +253,10 @@ async def test_a_process_left_behind_by_a_segment_gets_409_and_adds_no_turn(
             (tmp_path / "go.closed").touch()
             closed = await _result(tmp_path / "result.closed")
     finally:
-        if pidfile.exists():  # the child is the test's to clean up
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        if late is not None:  # the outsider is the test's to clean up
+            late.kill()
+            with trio.CancelScope(shield=True):
+                await late.wait()
     assert not first.stopped
     assert idle["status"] == 409
     assert idle["body"]["error"]["type"] == "rollout_idle"  # type: ignore[index]
