@@ -89,6 +89,7 @@ from taketurns._exchange.trace import (
     JudgeCall,
     Trace,
     Turn,
+    TurnReward,
     Usage,
 )
 from taketurns._models.builtin import BuiltinModel
@@ -231,6 +232,7 @@ __all__ = [
     "TraceAdvantage",
     "Turn",
     "TurnError",
+    "TurnReward",
     "TurnTokens",
     "Usage",
     "UserMessage",

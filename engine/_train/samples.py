@@ -10,6 +10,12 @@ turn's prompt + completion token for token. Where one does not (a harness rewrot
 history, a template re-rendered an earlier turn differently, a turn came back without
 token ids) the sample ends there and a new one starts, its ``reason`` saying why.
 
+Per-turn rewards (``Trace.record_turn_reward``) ride along for per-turn credit
+assignment: ``Sample.turn_rewards[i]`` is the sum of the rewards paid on
+``turns[i]`` (0.0 for a turn nothing paid) and ``turn_ends[i]`` the position in
+``completion_ids`` just past that turn's own tokens (where a trainer puts the turn's
+reward). ``reward`` stays the trace's.
+
 Self-play: every seat's trace is its own agent's samples; ``episode_samples`` keeps the
 traces of trainable agents only.
 """
@@ -46,7 +52,8 @@ class Sample:
     where ``completion_ids[i]`` is a token the model produced, 0 where the conversation
     inserted it; ``completion_logprobs`` holds the model's logprob at each masked-in
     position (0.0 elsewhere), or is None when a merged turn came without logprobs.
-    ``turns`` are the trace's turn indices merged here. ``reason`` is None for a sample
+    ``turns`` are the trace's turn indices merged here; ``turn_ends`` and
+    ``turn_rewards`` line up with them (module docstring). ``reason`` is None for a sample
     starting at the trace's first turn, else why the previous sample ended. ``reward``
     is the trace's; ``advantage`` is filled in by ``taketurns.group_advantages``."""
 
@@ -63,6 +70,8 @@ class Sample:
     reward: float = 0.0
     advantage: float | None = None
     policy_versions: tuple[str, ...] = ()
+    turn_ends: tuple[int, ...] = ()
+    turn_rewards: tuple[float, ...] = ()
 
     @property
     def input_ids(self) -> list[int]:
@@ -93,12 +102,14 @@ class _Builder:
     mask: list[int] = attrs.field(factory=list)
     logprobs: list[float] | None = attrs.field(factory=list)
     versions: list[str] = attrs.field(factory=list)
+    ends: list[int] = attrs.field(factory=list)
 
     def add(self, tokens: TurnTokens, inserted: Sequence[int]) -> None:
         self.turns.append(tokens.turn)
         self.completion += inserted
         self.completion += tokens.completion_ids
         self.mask += [0] * len(inserted) + [1] * len(tokens.completion_ids)
+        self.ends.append(len(self.completion))
         if self.logprobs is not None and tokens.completion_logprobs is not None:
             self.logprobs += [0.0] * len(inserted) + tokens.completion_logprobs
         else:
@@ -121,6 +132,9 @@ class _Builder:
 
     def build(self, trace: Trace) -> Sample:
         info = trace.episode
+        paid: dict[int, float] = {}
+        for r in trace.turn_rewards:
+            paid[r.turn] = paid.get(r.turn, 0.0) + r.value
         return Sample(
             info.id,
             trace.agent.name,
@@ -135,6 +149,8 @@ class _Builder:
             trace.reward,
             None,
             tuple(self.versions),
+            tuple(self.ends),
+            tuple(paid.get(turn, 0.0) for turn in self.turns),
         )
 
 
