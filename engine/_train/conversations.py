@@ -69,15 +69,22 @@ def group_conversations(group: Group) -> list[Conversation]:
 
 def turn_reward_rows(trace: Trace) -> tuple[dict[str, Any], ...]:
     """``trace.turn_rewards`` as rows, each with the index in ``trace.messages`` of the
-    assistant message its turn produced (the response object, found by identity
-    first, then by equality), or None."""
-    responses = {t.index: t.response for t in trace.turns}
-    by_id = {id(m): i for i, m in enumerate(trace.messages)}
-    rows = []
-    for r in trace.turn_rewards:
-        response = responses.get(r.turn)
-        where = by_id.get(id(response)) if response is not None else None
-        if where is None and response is not None:
-            where = next((i for i, m in enumerate(trace.messages) if m == response), None)
-        rows.append({"turn": r.turn, "name": r.name, "value": r.value, "message": where})
-    return tuple(rows)
+    assistant message its turn produced, or None. Turns are matched to messages in
+    order (each turn's response is the first equal message after the previous
+    turn's), so two turns that said the same thing get their own positions."""
+    position: dict[int, int] = {}
+    at = 0
+    for turn in sorted(trace.turns, key=lambda t: t.index):
+        if turn.response is None:
+            continue
+        found = next(
+            (i for i in range(at, len(trace.messages)) if trace.messages[i] == turn.response),
+            None,
+        )
+        if found is not None:
+            position[turn.index] = found
+            at = found + 1
+    return tuple(
+        {"turn": r.turn, "name": r.name, "value": r.value, "message": position.get(r.turn)}
+        for r in trace.turn_rewards
+    )
