@@ -91,6 +91,7 @@ from taketurns._exchange.trace import (
     JudgeCall,
     Trace,
     Turn,
+    TurnReward,
     Usage,
 )
 from taketurns._models.builtin import BuiltinModel
@@ -244,6 +245,7 @@ __all__ = [
     "TraceAdvantage",
     "Turn",
     "TurnError",
+    "TurnReward",
     "TurnTokens",
     "Usage",
     "UserMessage",

@@ -2,10 +2,20 @@
 
 A trace is created when a session opens (stamped with the agent and the episode),
 grows one ``Turn`` per model call, and is scored exactly once when the session closes.
+
+Per-turn rewards: an env may pay a turn as it happens with
+``trace.record_turn_reward(turn_index, value, name=...)`` (a game round, a step of a
+task). They are kept in ``trace.turn_rewards`` (written to ``episodes.jsonl``, carried
+per turn into training samples and exports) and are **never summed into
+``trace.reward`` by themselves**: the trace reward stays the weighted sum of the
+rubric's ``@reward`` functions. An env that wants them in it says so with a reward
+that returns ``trace.turn_reward_total(name)``; one that does not (the per-turn
+values are shaping or diagnostics only) leaves them out of its rubric.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -23,6 +33,7 @@ __all__ = [
     "Timing",
     "Trace",
     "Turn",
+    "TurnReward",
     "Usage",
 ]
 
@@ -95,6 +106,16 @@ class Turn:
 
 
 @attrs.frozen
+class TurnReward:
+    """A reward an env paid on one turn: ``turn`` is the ``Turn.index`` it pays,
+    ``name`` what it is for (several names may pay one turn)."""
+
+    turn: int
+    value: float
+    name: str = "turn"
+
+
+@attrs.frozen
 class JudgeCall:
     """One judge's verdict on a trace, recorded apart from the agent's turns: its
     usage is not the agent's (no limit counts it) and it is not trainable data.
@@ -144,6 +165,8 @@ class Trace:
     usage: Usage = Usage()  # noqa: RUF009 - Usage is frozen: one shared default is safe
     # verdicts of LLM judges on this trace (``_exchange.judge``), not the agent's turns
     judge_calls: list[JudgeCall] = attrs.field(factory=list)
+    # rewards the env paid on single turns, in the order recorded (module docstring)
+    turn_rewards: list[TurnReward] = attrs.field(factory=list)
     # live objects for the rubric (a task's store, say); never written to disk
     state: dict[str, Any] = attrs.field(factory=dict, metadata={"persist": False})
 
@@ -151,3 +174,25 @@ class Trace:
     def last_text(self) -> str:
         """The text of the rollout's last assistant message with content."""
         return last_text(self.messages)
+
+    def record_turn_reward(self, turn_index: int, value: float, *, name: str = "turn") -> None:
+        """Pay ``value`` on the turn whose ``index`` is ``turn_index`` (the model call
+        that earned it, e.g. ``trace.turns[-1].index`` after a ``turn()``). It is not
+        added to ``reward`` (module docstring). Raises ``ValueError`` for a turn this
+        trace does not have or a value that is not a finite number."""
+        if not any(t.index == turn_index for t in self.turns):
+            raise ValueError(
+                f"record_turn_reward: turn_index {turn_index} is not a turn of this trace "
+                f"(it has {len(self.turns)}); pass the index of a recorded turn, "
+                "e.g. trace.turns[-1].index after turn()"
+            )
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"record_turn_reward: value {value!r} is not a number")
+        if not math.isfinite(value):
+            raise ValueError(f"record_turn_reward: value {value!r} must be finite")
+        self.turn_rewards.append(TurnReward(turn_index, float(value), name))
+
+    def turn_reward_total(self, name: str | None = None) -> float:
+        """The sum of the per-turn rewards named ``name`` (all of them when None): what
+        an env's ``@reward`` returns to count them in ``reward``."""
+        return sum(r.value for r in self.turn_rewards if name is None or r.name == name)

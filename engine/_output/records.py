@@ -136,6 +136,9 @@ def _trace_out(trace: Trace) -> dict[str, Any]:
         },
         "usage": _usage_out(trace.usage),
         "judge_calls": [_judge_out(call, wire) for call in trace.judge_calls],
+        "turn_rewards": [
+            {"turn": r.turn, "value": r.value, "name": r.name} for r in trace.turn_rewards
+        ],
     }
 
 
@@ -351,6 +354,7 @@ _TRACE_TYPES: dict[str, tuple[type, ...]] = {
     "usage": (dict, type(None)),
     "info": (dict, type(None)),
     "judge_calls": (list, type(None)),
+    "turn_rewards": (list, type(None)),
 }
 
 
@@ -362,6 +366,15 @@ def _typed(record: dict[str, Any], types: dict[str, tuple[type, ...]]) -> bool:
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _turn_reward(raw: Any) -> bool:
+    return (
+        isinstance(raw, dict)
+        and type(raw.get("turn")) is int
+        and _number(raw.get("value"))
+        and isinstance(raw.get("name", ""), str)
+    )
 
 
 def _well_shaped(record: dict[str, Any]) -> bool:
@@ -379,6 +392,8 @@ def _well_shaped(record: dict[str, Any]) -> bool:
         if not all(_number(v) for v in (trace.get("usage") or {}).values()):
             return False
         if not all(isinstance(t, dict) for t in trace.get("turns") or ()):
+            return False
+        if not all(_turn_reward(r) for r in trace.get("turn_rewards") or ()):
             return False
         name = (trace.get("agent") or {}).get("name", "")
         if not isinstance(name, str):

@@ -370,6 +370,8 @@ def _plots(env_id: str, scan: Scan, summary: Json) -> str:
     )
     if env_id == "kuhn-poker":
         figures.append(_kuhn_payoff(scan))
+    if scan.turn_rewards:
+        figures.append(_turn_rewards(scan))
     return (
         f'<section id="plots"><h2>Plots</h2><div class="plots">{"".join(figures)}</div></section>'
     )
@@ -399,6 +401,33 @@ def _kuhn_payoff(scan: Scan) -> str:
         values_on_bars=True,
     )
     return _figure("Kuhn poker: mean payoff by card and seat", svg)
+
+
+def _turn_rewards(scan: Scan) -> str:
+    """Mean per-turn reward (``Trace.record_turn_reward``) by the order of the turn it
+    paid in its trace, one bar per agent (and reward name, when there are several)."""
+    keys = sorted(scan.turn_rewards)
+    names = {name for _, name in keys}
+    ordinals = sorted({k for key in keys for k in scan.turn_rewards[key]})
+    series = []
+    for agent, name in keys:
+        label = agent if len(names) == 1 else f"{agent} · {name}"
+        by_k = scan.turn_rewards[(agent, name)]
+        values, tips = [], []
+        for k in ordinals:
+            total, n = by_k.get(k, (0.0, 0.0))
+            values.append(total / n if n else math.nan)
+            tips.append(f"{label} · rewarded turn {k}: mean {num(values[-1])} over {n:.0f}")
+        series.append(Series(label, tuple(values), tuple(tips)))
+    svg = bar_chart(
+        "plot-turn-rewards",
+        [str(k) for k in ordinals],
+        series,
+        x_label=f"rewarded turn of the trace ({', '.join(sorted(names))})",
+        y_label="mean per-turn reward",
+        values_on_bars=len(ordinals) * len(series) <= 24,
+    )
+    return _figure("Per-turn rewards: mean by turn and agent", svg)
 
 
 # --- transcripts -------------------------------------------------------------------

@@ -37,6 +37,10 @@ class Scan:
         self.scored: set[str] = set()  # agents with rewards (a modeled user has none)
         self.payoffs: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.seat_names: dict[int, str] = {}
+        # per-turn rewards: (agent, name) -> k-th rewarded turn of a trace -> [sum, count]
+        self.turn_rewards: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(
+            lambda: defaultdict(lambda: [0.0, 0.0])
+        )
         self.summary = Summarizer(rollouts=rollouts)
         self.failed: list[Json] = []
         self.others = 0
@@ -67,6 +71,7 @@ class Scan:
                 self.rewards[agent][as_float(t.get("reward")) or 0.0] += 1
                 self.turns[agent][float(len(as_list(t.get("turns"))))] += 1
                 self._payoff(t)
+                self._turn_rewards(agent, t)
         if failed:
             self.failed.append(e)
         else:
@@ -85,6 +90,20 @@ class Scan:
         total[0] += payoff
         total[1] += 1
         self.seat_names.setdefault(seat, agent_of(t))
+
+    def _turn_rewards(self, agent: str, t: Json) -> None:
+        """Running sums of ``trace.turn_rewards`` by agent, name and ordinal (the
+        k-th turn that name paid in the trace, from 1)."""
+        seen: Counter[str] = Counter()
+        for r in as_list(t.get("turn_rewards")):
+            r = as_dict(r)
+            value, name = as_float(r.get("value")), str(r.get("name", "turn"))
+            if value is None:
+                continue
+            seen[name] += 1
+            total = self.turn_rewards[(agent, name)][seen[name]]
+            total[0] += value
+            total[1] += 1
 
     def _keep(self, e: Json) -> None:
         """Keep ``e`` if it is among the ``cap`` first episodes by task and rollout."""

@@ -116,7 +116,7 @@ def _trace(t: Json) -> str:
         f"<small>{esc(stamp.get('model'))} · harness {esc(stamp.get('harness'))}</small></h3>"
         f'<div class="kv">{facts}</div>{info_html}'
         f'<div class="messages">{messages or "<p class=muted>(no messages)</p>"}</div>'
-        f"{_turns(as_list(t.get('turns')))}{_judge_calls(as_list(t.get('judge_calls')))}"
+        f"{_turns(as_list(t.get('turns')), _paid(t))}{_judge_calls(as_list(t.get('judge_calls')))}"
         f"{_errors(as_list(t.get('errors')), 'errors')}</section>"
     )
 
@@ -178,7 +178,16 @@ def _image(url: str) -> str:
     return f'<p class="remote-image"><i>{what}:</i> <code>{clip(url, 300)}</code></p>'
 
 
-def _turns(turns: list[Any]) -> str:
+def _paid(t: Json) -> dict[object, str]:
+    """The per-turn rewards of trace ``t`` as text, by turn index."""
+    paid: dict[object, list[str]] = {}
+    for r in as_list(t.get("turn_rewards")):
+        r = as_dict(r)
+        paid.setdefault(r.get("turn"), []).append(f"{r.get('name')} {shown(r.get('value'))}")
+    return {turn: ", ".join(texts) for turn, texts in paid.items()}
+
+
+def _turns(turns: list[Any], paid: dict[object, str]) -> str:
     if not turns:
         return ""
     rows = []
@@ -193,11 +202,13 @@ def _turns(turns: list[Any]) -> str:
             f"<td>{esc(usage.get('completion_tokens', 0))}</td>"
             f"<td>{'' if latency is None else f'{latency * 1000:.1f}'}</td>"
             f"<td>{esc(turn.get('finish_reason') or '')}</td>"
-            f'<td class="error">{clip(str(error), 500) if error else ""}</td></tr>'
+            + (f"<td>{esc(paid.get(turn.get('index'), ''))}</td>" if paid else "")
+            + f'<td class="error">{clip(str(error), 500) if error else ""}</td></tr>'
         )
     return (
         '<table class="turns"><thead><tr><th>turn</th><th>prompt tok</th><th>completion tok</th>'
-        "<th>latency ms</th><th>finish</th><th>error</th></tr></thead>"
+        f"<th>latency ms</th><th>finish</th>{'<th>turn reward</th>' if paid else ''}"
+        "<th>error</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 

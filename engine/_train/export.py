@@ -9,16 +9,21 @@ becomes one row: JSON Lines (always) or Parquet (``pyarrow``, the
 ``episode_id``, ``agent``, ``task_idx``, ``task_name``, ``rollout``, ``turns``), the
 sequence (``prompt_ids``, ``completion_ids``, ``completion_mask``,
 ``completion_logprobs``, possibly null), ``reward``, ``advantage``, ``reason`` (why
-a sample split off, else null), ``policy_versions`` and ``divergence`` (where a prompt
+a sample split off, else null), ``policy_versions``, ``divergence`` (where a prompt
 stopped extending the sequence before it: ``turn``, ``previous``, ``position``,
-``kind``, ``within``, ``expected`` and ``got`` token runs; else null).
+``kind``, ``within``, ``expected`` and ``got`` token runs; else null), and the
+per-turn rewards lined up with ``turns``: ``turn_rewards`` (what the env paid on each
+turn, 0.0 for none) and ``turn_ends`` (where in ``completion_ids`` each turn's own
+tokens end).
 
 A run whose turns carry no token ids (the default eval: nothing asked the endpoint
 for them) exports message-level rows instead (``level="auto"``; or ask for a level:
 ``tokens``, ``messages``), for trainers that tokenize themselves: one row per
 trainable trace of an ok episode (``MESSAGE_COLUMNS``): provenance, ``messages`` (the
 conversation in OpenAI wire shape; a JSON string in Parquet), ``message_mask`` (1 on
-the model's own turns), ``reward``, ``advantage``, ``policy_versions``.
+the model's own turns), ``reward``, ``advantage``, ``policy_versions``,
+``turn_rewards`` (``{turn, name, value, message}``: ``message`` indexes ``messages``;
+a JSON string in Parquet).
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ MESSAGE_COLUMNS = (
     "reward",
     "advantage",
     "policy_versions",
+    "turn_rewards",
 )
 ROW_COLUMNS = (
     "env",
@@ -80,6 +86,8 @@ ROW_COLUMNS = (
     "reason",
     "policy_versions",
     "divergence",
+    "turn_rewards",
+    "turn_ends",
 )
 
 
@@ -138,6 +146,8 @@ def sample_rows(groups: Iterable[Group]) -> Iterator[dict[str, Any]]:
                 "reason": s.reason,
                 "policy_versions": list(s.policy_versions),
                 "divergence": s.divergence.to_json() if s.divergence is not None else None,
+                "turn_rewards": list(s.turn_rewards),
+                "turn_ends": list(s.turn_ends),
             }
 
 
@@ -158,6 +168,7 @@ def message_rows(groups: Iterable[Group]) -> Iterator[dict[str, Any]]:
                 "reward": c.reward,
                 "advantage": c.advantage,
                 "policy_versions": list(c.policy_versions),
+                "turn_rewards": list(c.turn_rewards),
             }
 
 
@@ -204,7 +215,8 @@ def _write_parquet_messages(rows: list[dict[str, Any]], target: Path) -> None:
     is a string or a list of parts, which one Arrow type cannot hold)."""
     pa, pq = _pyarrow()
     columns = {name: [row[name] for row in rows] for name in MESSAGE_COLUMNS}
-    columns["messages"] = [orjson.dumps(m).decode() for m in columns["messages"]]
+    for name in ("messages", "turn_rewards"):
+        columns[name] = [orjson.dumps(m).decode() for m in columns[name]]
     schema = pa.schema(
         [
             ("env", pa.string()),
@@ -218,6 +230,7 @@ def _write_parquet_messages(rows: list[dict[str, Any]], target: Path) -> None:
             ("reward", pa.float64()),
             ("advantage", pa.float64()),
             ("policy_versions", pa.list_(pa.string())),
+            ("turn_rewards", pa.string()),
         ]
     )
     pq.write_table(pa.table(columns, schema=schema), target)
@@ -268,6 +281,8 @@ def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
                     ]
                 ),
             ),
+            ("turn_rewards", pa.list_(pa.float64())),
+            ("turn_ends", pa.list_(pa.int64())),
         ]
     )
     pq.write_table(pa.table(columns, schema=schema), target)

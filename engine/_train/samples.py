@@ -12,6 +12,12 @@ differently, a turn came back without token ids) the sample ends there and a new
 starts, its ``reason`` saying why and its ``divergence`` (``_exchange.divergence``)
 where: the position, the two token runs and the kind.
 
+Per-turn rewards (``Trace.record_turn_reward``) ride along for per-turn credit
+assignment: ``Sample.turn_rewards[i]`` is the sum of the rewards paid on
+``turns[i]`` (0.0 for a turn nothing paid) and ``turn_ends[i]`` the position in
+``completion_ids`` just past that turn's own tokens (where a trainer puts the turn's
+reward). ``reward`` stays the trace's.
+
 Self-play: every seat's trace is its own agent's samples; ``episode_samples`` keeps the
 traces of trainable agents only.
 """
@@ -49,8 +55,9 @@ class Sample:
     where ``completion_ids[i]`` is a token the model produced, 0 where the conversation
     inserted it; ``completion_logprobs`` holds the model's logprob at each masked-in
     position (0.0 elsewhere), or is None when a merged turn came without logprobs.
-    ``turns`` are the trace's turn indices merged here. ``reason`` is None for a sample
-    starting at the trace's first turn, else why the previous sample ended;
+    ``turns`` are the trace's turn indices merged here; ``turn_ends`` and
+    ``turn_rewards`` line up with them (module docstring). ``reason`` is None for a
+    sample starting at the trace's first turn, else why the previous sample ended;
     ``divergence`` says where, when the reason is a prompt that does not extend the
     sequence before it. ``reward`` is the trace's; ``advantage`` is filled in by
     ``taketurns.group_advantages``."""
@@ -69,6 +76,8 @@ class Sample:
     advantage: float | None = None
     policy_versions: tuple[str, ...] = ()
     divergence: Divergence | None = None
+    turn_ends: tuple[int, ...] = ()
+    turn_rewards: tuple[float, ...] = ()
 
     @property
     def input_ids(self) -> list[int]:
@@ -101,6 +110,7 @@ class _Builder:
     mask: list[int] = attrs.field(factory=list)
     logprobs: list[float] | None = attrs.field(factory=list)
     versions: list[str] = attrs.field(factory=list)
+    ends: list[int] = attrs.field(factory=list)
 
     def add(self, tokens: TurnTokens, inserted: Sequence[int]) -> None:
         if self.turns:
@@ -111,6 +121,7 @@ class _Builder:
         self.completion += inserted
         self.completion += tokens.completion_ids
         self.mask += [0] * len(inserted) + [1] * len(tokens.completion_ids)
+        self.ends.append(len(self.completion))
         if self.logprobs is not None and tokens.completion_logprobs is not None:
             self.logprobs += [0.0] * len(inserted) + tokens.completion_logprobs
         else:
@@ -124,6 +135,9 @@ class _Builder:
 
     def build(self, trace: Trace) -> Sample:
         info = trace.episode
+        paid: dict[int, float] = {}
+        for r in trace.turn_rewards:
+            paid[r.turn] = paid.get(r.turn, 0.0) + r.value
         return Sample(
             info.id,
             trace.agent.name,
@@ -139,6 +153,8 @@ class _Builder:
             None,
             tuple(self.versions),
             self.divergence,
+            tuple(self.ends),
+            tuple(paid.get(turn, 0.0) for turn in self.turns),
         )
 
 
