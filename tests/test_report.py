@@ -242,7 +242,7 @@ def _table_stats(doc: Doc) -> dict[tuple[str, str], float]:
     return {
         (td.attrs["data-agent"], td.attrs["data-stat"]): float(td.attrs["data-value"])
         for td in doc.select("td", within=doc.by_id("summary-agents"))
-        if "data-stat" in td.attrs
+        if "data-stat" in td.attrs and td.attrs["data-stat"] != "reward_ci95"  # two numbers
     }
 
 
@@ -250,8 +250,8 @@ def _summary_stats(summary: dict[str, Any]) -> dict[tuple[str, str], float]:
     out = {}
     for agent, stats in summary["agents"].items():
         for key, value in stats.items():
-            if key == "reward_stderr":
-                continue  # shown beside the mean, in the reward cell
+            if key in ("reward_stderr", "reward_ci95"):
+                continue  # beside the mean, in the reward cell; the interval: its own row
             if isinstance(value, dict):
                 out.update({(agent, f"{key}.{k}"): float(v) for k, v in value.items()})
             else:

@@ -3,7 +3,8 @@
 ``taketurns eval ENV [-n N] [-r R] [-c C] [--model M] [--base-url URL]
 [--api-key-var VAR] [-C run.toml] [--env.<field>=V ...] [-o DIR] [--resume|--overwrite]
 [--backend local|ray|processes] [--workers N] [--ray-address ADDR]``;
-``taketurns export DIR [--format jsonl|parquet] [-o FILE] [--scale]``
+``taketurns export DIR [--format jsonl|parquet] [-o FILE] [--scale]``;
+``taketurns compare A B [--json]``
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
@@ -17,6 +18,7 @@ disk; ``--resume`` continues).
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import time
@@ -278,6 +280,36 @@ def _report(run_dir: Path, console: Console) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace, console: Console) -> int:
+    """``taketurns compare A B``: the table on stderr, or the JSON object on stdout."""
+    from taketurns._output.comparison import compare, render_comparison
+    from taketurns._output.records import read_episodes
+
+    dirs = [Path(args.a), Path(args.b)]
+    for label, path in zip("AB", dirs, strict=True):
+        if not (path / "episodes.jsonl").is_file():
+            raise ConfigError(
+                f"compare {label}: {path} holds no episodes.jsonl; pass the -o directory of an eval"
+            )
+    a, b = (read_episodes(path / "episodes.jsonl") for path in dirs)
+    result = compare(a, b)
+    env_a, env_b = (_env_id(path) for path in dirs)
+    if env_a != env_b:
+        note = f"note: A ran {env_a} and B ran {env_b}; tasks are matched by index and name"
+        console.print(f"[yellow]{escape(note)}", highlight=False)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        console.print(render_comparison(result, a=str(dirs[0]), b=str(dirs[1])))
+    return 0
+
+
+def _env_id(run_dir: Path) -> str:
+    """The env a run directory's ``config.toml`` names (``?`` without one)."""
+    path = run_dir / "config.toml"
+    return str(read_toml(path).get("env_id", "?")) if path.is_file() else "?"
+
+
 def _is_own_dir(output_dir: object, folder: Path) -> bool:
     if not isinstance(output_dir, str):
         return False
@@ -335,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args, console)
         if args.command == "report":
             return _report(Path(args.dir), console)
+        if args.command == "compare":
+            return _compare(args, console)
         if args.command == "export":
             return export_command(args, console)
         from taketurns._cli.catalog import print_catalog, print_entry

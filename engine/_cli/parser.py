@@ -146,7 +146,8 @@ def _version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The whole command line: ``eval``, ``envs``, ``report``, ``serve``."""
+    """The whole command line: ``eval``, ``envs``, ``report``, ``compare``, ``export``,
+    ``serve``."""
     top = argparse.ArgumentParser(
         prog="taketurns",
         description="Run, record and score multi-turn LLM rollouts (trio-based).",
@@ -186,6 +187,15 @@ def parser() -> argparse.ArgumentParser:
     envs.add_argument("id", nargs="?", help="show one env, taskset or harness")
     rep = sub.add_parser("report", help="write DIR/report.html for a run directory")
     rep.add_argument("dir", help="run directory (holds episodes.jsonl)")
+    cmp = sub.add_parser(
+        "compare",
+        help="paired difference per task between two run directories, per agent",
+        description="For each agent (by name), B - A of mean rewards over the tasks both "
+        "runs hold, with a bootstrap 95%% interval over tasks (seeded: deterministic).",
+    )
+    cmp.add_argument("a", metavar="A", help="run directory (holds episodes.jsonl)")
+    cmp.add_argument("b", metavar="B", help="run directory compared with A")
+    cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
     add_export_command(sub)
     srv = sub.add_parser("serve", help="serve the built-in model over OpenAI-compatible HTTP")
     srv.add_argument("--policy", default="bracket", help="built-in policy (default: bracket)")
