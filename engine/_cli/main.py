@@ -4,7 +4,8 @@
 [--api-key-var VAR] [-C run.toml] [--env.<field>=V ...] [-o DIR] [--resume|--overwrite]
 [--backend local|ray|processes] [--workers N] [--ray-address ADDR]``;
 ``taketurns export DIR [--format jsonl|parquet] [-o FILE] [--scale]``;
-``taketurns compare A B [--json]``
+``taketurns compare A B [--json]``;
+``taketurns rescore DIR [-o NEW] [--overwrite] [--env.<field>=V ...]``
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
@@ -304,6 +305,68 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _rescore(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
+    """``taketurns rescore DIR``: the new run directory, its summary and report."""
+    from taketurns._report.page import write_report
+    from taketurns._rescore import render_change, rescore_run
+
+    source = Path(args.dir).resolve()
+    if not (source / "episodes.jsonl").is_file() or not (source / "config.toml").is_file():
+        raise ConfigError(
+            f"rescore: {args.dir} holds no episodes.jsonl and config.toml; pass the -o "
+            "directory of an eval"
+        )
+    bad = [item for item in extra if not item.startswith("--env.")]
+    if bad:
+        raise ConfigError(
+            [f"{item!r}: rescore takes only --env.<field>=V overrides" for item in bad]
+        )
+    file_data = read_toml(source / "config.toml")
+    file_data.pop("output_dir", None)
+    env_cls = env_class(str(file_data.get("env_id")), field="env")
+    config = load_eval_config(
+        env_cls.config_class, file_data=file_data, overrides=_split_overrides(extra)
+    )
+    env = make_env(config)
+    out = (
+        Path(args.output_dir)
+        if args.output_dir
+        else _free(source.with_name(source.name + "-rescored"))
+    )
+    if out.resolve() == source:
+        raise ConfigError(f"-o {out}: is the run being rescored; name a new directory")
+    run_dir = RunDir(out)
+    run_dir.prepare(resume=False, overwrite=args.overwrite)
+    try:
+        run_dir.write_config(dump_toml(attrs.evolve(config, output_dir=None)))
+        run_dir.open()
+        try:
+            summary = trio.run(partial(rescore_run, source, run_dir, config, env))
+        finally:
+            run_dir.close()
+        run_dir.write_summary(summary)
+        write_report(run_dir.path)
+    finally:
+        run_dir.unlock()
+    console.print(render(summary))
+    console.print(render_change(summary))
+    console.print(f"[green]wrote {run_dir.path}[/]", highlight=False, soft_wrap=True)
+    if summary.get("failed"):
+        line = escape(_failed_line(summary, run_dir.path))
+        console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
+        return 1
+    return 0
+
+
+def _free(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3``... the first that does not exist."""
+    found, n = path, 1
+    while found.exists():
+        n += 1
+        found = path.with_name(f"{path.name}-{n}")
+    return found
+
+
 def _env_id(run_dir: Path) -> str:
     """The env a run directory's ``config.toml`` names (``?`` without one)."""
     path = run_dir / "config.toml"
@@ -361,6 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "eval":
             return _eval(args, extra, console)
+        if args.command == "rescore":
+            return _rescore(args, extra, console)
         if extra:
             raise ConfigError([unknown_argument(item, args.command) for item in extra])
         if args.command == "serve":

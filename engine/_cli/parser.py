@@ -196,6 +196,19 @@ def parser() -> argparse.ArgumentParser:
     cmp.add_argument("a", metavar="A", help="run directory (holds episodes.jsonl)")
     cmp.add_argument("b", metavar="B", help="run directory compared with A")
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    res = sub.add_parser(
+        "rescore",
+        help="score a run's recorded traces again with the env's current rubric",
+        description="Recompute every recorded trace's rewards and metrics with the env's "
+        "current rubric (judges call the run's endpoints; no agent model is called) into a "
+        "new run directory.",
+        epilog="Any other option is an override of the env's config: --env.<field>=V.",
+    )
+    res.add_argument("dir", help="run directory (holds episodes.jsonl and config.toml)")
+    res.add_argument(
+        "-o", "--output-dir", metavar="NEW", help="new run directory (default: DIR-rescored)"
+    )
+    res.add_argument("--overwrite", action="store_true", help="replace the run in -o NEW")
     add_export_command(sub)
     srv = sub.add_parser("serve", help="serve the built-in model over OpenAI-compatible HTTP")
     srv.add_argument("--policy", default="bracket", help="built-in policy (default: bracket)")

@@ -157,6 +157,7 @@ def _page(
         [
             _header(run_dir, env_id, scan, summary, config),
             f'<p class="warn" id="damaged">{esc(note)}</p>' if note else "",
+            _rescored(summary),
             _tables(scan, summary),
             _plots(env_id, scan, summary),
             render_transcripts(scan.failed, scan.shown, scan.others),
@@ -340,6 +341,35 @@ def _tables(scan: Scan, summary: Json) -> str:
         f'<table id="summary-agents"><thead><tr><th></th>{head}</tr></thead>'
         f"<tbody>{body}</tbody></table>"
         f'<table id="summary-episodes"><tbody>{ep_body}</tbody></table></div></section>'
+    )
+
+
+def _rescored(summary: Json) -> str:
+    """A rescored run (``taketurns rescore``): where it came from and each agent's
+    mean before and after; "" for any other run."""
+    source = as_dict(summary.get("rescored_from"))
+    if not source:
+        return ""
+    rows = []
+    for name, row in as_dict(source.get("agents")).items():
+        old = as_float(as_dict(row).get("reward_mean_before"))
+        new = as_float(as_dict(row).get("reward_mean_after"))
+        change = None if old is None or new is None else new - old
+        cells = "".join(
+            '<td class="na">-</td>'
+            if value is None
+            else f'<td data-agent="{esc(name)}" data-stat="{stat}" data-value="{esc(value)}">'
+            f"{value:+.3f}</td>"
+            for stat, value in (("before", old), ("after", new), ("change", change))
+        )
+        rows.append(f'<tr><th scope="row">{esc(name)}</th>{cells}</tr>')
+    return (
+        '<section id="rescored"><h2>Rescored</h2>'
+        f'<p class="muted">rewards recomputed from the traces of {esc(source.get("run"))}'
+        " with the env's current rubric (no agent model call)</p>"
+        '<table id="rescored-means"><thead><tr><th>agent</th><th>mean before</th>'
+        f"<th>mean after</th><th>change</th></tr></thead><tbody>{''.join(rows)}</tbody>"
+        "</table></section>"
     )
 
 
