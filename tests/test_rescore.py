@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +134,56 @@ def test_the_default_directory_is_beside_the_source(base: Path, tmp_path: Path) 
     assert main(["rescore", str(source)]) == 0
     assert (tmp_path / "run-rescored" / "summary.json").is_file()
     assert (tmp_path / "run-rescored-2" / "summary.json").is_file()
+
+
+@pytest.fixture
+def judge_url() -> Iterator[str]:
+    """``taketurns serve --policy judge`` on a free loopback port (a real endpoint)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "taketurns", "serve", "--policy", "judge", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_a_judge_added_later_scores_through_its_endpoint(tmp_path: Path, judge_url: str) -> None:
+    """A run scored without a judge, rescored with an endpoint judge: the judge is
+    called once per trace (its calls recorded apart), the agents never."""
+    qa = str(Path(__file__).parent.parent / "examples" / "qa.jsonl")
+    run = tmp_path / "qa"
+    assert (
+        main(
+            [
+                "eval",
+                "jsonl",
+                f"--env.taskset.path={qa}",
+                "-n",
+                "3",
+                "-o",
+                str(run),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    out = tmp_path / "judged"
+    judge = ["--env.taskset.judge.model=judge", f"--env.taskset.judge.base_url={judge_url}"]
+    assert main(["rescore", str(run), "-o", str(out), *judge]) == 0
+    old = {e["id"]: e for e in _records(run)}
+    for e in _records(out):
+        [t] = e["traces"]
+        [call] = t["judge_calls"]
+        assert (call["model"], call["error"]) == ("judge", None)
+        assert t["rewards"] == {"judge": call["score"]}
+        assert t["turns"] == old[e["id"]]["traces"][0]["turns"]  # no new model turn
+    agents = _summary(out)["rescored_from"]["agents"]
+    assert agents["agent"]["reward_mean_after"] == pytest.approx(2 / 3)
