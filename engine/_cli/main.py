@@ -19,7 +19,6 @@ disk; ``--resume`` continues).
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import time
@@ -35,8 +34,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from taketurns._cli.interrupts import quiet_interrupts
-from taketurns._cli.parser import FLAGS, parser, unknown_argument
+from taketurns._cli.parser import FLAGS, parser, split_overrides, unknown_argument
 from taketurns._cli.resume import OUTPUTS, compare, newest_run, run_dir_name
+from taketurns._cli.rundirs import compare_command, rescore_command
 from taketurns._cli.served_model import asks_for_model, served_model
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
@@ -58,23 +58,6 @@ __all__ = ["main"]
 SINGLE_AGENT = "single-agent"
 
 
-def _split_overrides(extra: Sequence[str]) -> list[tuple[str, str]]:
-    """``--a.b=V`` / ``--a.b V`` pairs; anything else is a usage error."""
-    pairs: list[tuple[str, str]] = []
-    items = list(extra)
-    while items:
-        item = items.pop(0)
-        if not item.startswith("--") or "." not in item.split("=", 1)[0]:
-            raise ConfigError(unknown_argument(item, "eval"))
-        key, eq, value = item[2:].partition("=")
-        if not eq:
-            if not items:
-                raise ConfigError(f"--{key}: needs a value (--{key}=VALUE)")
-            value = items.pop(0)
-        pairs.append((key, value))
-    return pairs
-
-
 def _default_dir(name: str, model: str) -> Path:
     """``outputs/<env>--<model>--<time>``, with ``-2``, ``-3``... when two runs start
     in the same second."""
@@ -93,7 +76,7 @@ def _load_config(
     """The validated eval config (file < flags < dotted overrides) and the name the run
     goes by (a bare taskset id runs under the single-agent env). ``--base-url`` without
     a model anywhere: the model is the one the server lists (``served_model``)."""
-    overrides = _split_overrides(extra)
+    overrides = split_overrides(extra)
     flags = [(field, getattr(args, flag)) for flag, field in FLAGS.items()]
     overrides = [(f, str(v)) for f, v in flags if v is not None] + overrides
     file_data = read_toml(args.config) if args.config else {}
@@ -281,98 +264,6 @@ def _report(run_dir: Path, console: Console) -> int:
     return 0
 
 
-def _compare(args: argparse.Namespace, console: Console) -> int:
-    """``taketurns compare A B``: the table on stderr, or the JSON object on stdout."""
-    from taketurns._output.comparison import compare, render_comparison
-    from taketurns._output.records import read_episodes
-
-    dirs = [Path(args.a), Path(args.b)]
-    for label, path in zip("AB", dirs, strict=True):
-        if not (path / "episodes.jsonl").is_file():
-            raise ConfigError(
-                f"compare {label}: {path} holds no episodes.jsonl; pass the -o directory of an eval"
-            )
-    a, b = (read_episodes(path / "episodes.jsonl") for path in dirs)
-    result = compare(a, b)
-    env_a, env_b = (_env_id(path) for path in dirs)
-    if env_a != env_b:
-        note = f"note: A ran {env_a} and B ran {env_b}; tasks are matched by index and name"
-        console.print(f"[yellow]{escape(note)}", highlight=False)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        console.print(render_comparison(result, a=str(dirs[0]), b=str(dirs[1])))
-    return 0
-
-
-def _rescore(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
-    """``taketurns rescore DIR``: the new run directory, its summary and report."""
-    from taketurns._report.page import write_report
-    from taketurns._rescore import render_change, rescore_run
-
-    source = Path(args.dir).resolve()
-    if not (source / "episodes.jsonl").is_file() or not (source / "config.toml").is_file():
-        raise ConfigError(
-            f"rescore: {args.dir} holds no episodes.jsonl and config.toml; pass the -o "
-            "directory of an eval"
-        )
-    bad = [item for item in extra if not item.startswith("--env.")]
-    if bad:
-        raise ConfigError(
-            [f"{item!r}: rescore takes only --env.<field>=V overrides" for item in bad]
-        )
-    file_data = read_toml(source / "config.toml")
-    file_data.pop("output_dir", None)
-    env_cls = env_class(str(file_data.get("env_id")), field="env")
-    config = load_eval_config(
-        env_cls.config_class, file_data=file_data, overrides=_split_overrides(extra)
-    )
-    env = make_env(config)
-    out = (
-        Path(args.output_dir)
-        if args.output_dir
-        else _free(source.with_name(source.name + "-rescored"))
-    )
-    if out.resolve() == source:
-        raise ConfigError(f"-o {out}: is the run being rescored; name a new directory")
-    run_dir = RunDir(out)
-    run_dir.prepare(resume=False, overwrite=args.overwrite)
-    try:
-        run_dir.write_config(dump_toml(attrs.evolve(config, output_dir=None)))
-        run_dir.open()
-        try:
-            summary = trio.run(partial(rescore_run, source, run_dir, config, env))
-        finally:
-            run_dir.close()
-        run_dir.write_summary(summary)
-        write_report(run_dir.path)
-    finally:
-        run_dir.unlock()
-    console.print(render(summary))
-    console.print(render_change(summary))
-    console.print(f"[green]wrote {run_dir.path}[/]", highlight=False, soft_wrap=True)
-    if summary.get("failed"):
-        line = escape(_failed_line(summary, run_dir.path))
-        console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
-        return 1
-    return 0
-
-
-def _free(path: Path) -> Path:
-    """``path``, or ``path-2``, ``path-3``... the first that does not exist."""
-    found, n = path, 1
-    while found.exists():
-        n += 1
-        found = path.with_name(f"{path.name}-{n}")
-    return found
-
-
-def _env_id(run_dir: Path) -> str:
-    """The env a run directory's ``config.toml`` names (``?`` without one)."""
-    path = run_dir / "config.toml"
-    return str(read_toml(path).get("env_id", "?")) if path.is_file() else "?"
-
-
 def _is_own_dir(output_dir: object, folder: Path) -> bool:
     if not isinstance(output_dir, str):
         return False
@@ -425,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "eval":
             return _eval(args, extra, console)
         if args.command == "rescore":
-            return _rescore(args, extra, console)
+            return rescore_command(args, extra, console)
         if extra:
             raise ConfigError([unknown_argument(item, args.command) for item in extra])
         if args.command == "serve":
@@ -433,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             return _report(Path(args.dir), console)
         if args.command == "compare":
-            return _compare(args, console)
+            return compare_command(args, console)
         if args.command == "export":
             return export_command(args, console)
         from taketurns._cli.catalog import print_catalog, print_entry

@@ -8,16 +8,17 @@ the two cannot drift apart.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
 from taketurns._config.options import EvalConfig
 from taketurns._config.suggest import did_you_mean
+from taketurns._errors import ConfigError
 from taketurns._train.cli import add_export_command
 
-__all__ = ["EXECUTION", "FLAGS", "flag_names", "parser", "unknown_argument"]
+__all__ = ["EXECUTION", "FLAGS", "flag_names", "parser", "split_overrides", "unknown_argument"]
 
 # flag (argparse dest) -> EvalConfig field
 FLAGS = {
@@ -245,3 +246,20 @@ def unknown_argument(item: str, command: str) -> str:
         else ""
     )
     return f"{item!r}: unknown argument; taketurns {command} --help lists the flags{dotted}"
+
+
+def split_overrides(extra: Sequence[str], command: str = "eval") -> list[tuple[str, str]]:
+    """``--a.b=V`` / ``--a.b V`` pairs; anything else is a usage error (of ``command``)."""
+    pairs: list[tuple[str, str]] = []
+    items = list(extra)
+    while items:
+        item = items.pop(0)
+        if not item.startswith("--") or "." not in item.split("=", 1)[0]:
+            raise ConfigError(unknown_argument(item, command))
+        key, eq, value = item[2:].partition("=")
+        if not eq:
+            if not items:
+                raise ConfigError(f"--{key}: needs a value (--{key}=VALUE)")
+            value = items.pop(0)
+        pairs.append((key, value))
+    return pairs
