@@ -20,7 +20,10 @@ def _episode(task: int, reward: float, *, cause: str | None = None) -> dict[str,
         "task": {"idx": task, "name": f"t{task}"},
         "stop": "completed",
         "cause": cause,
-        "traces": [{"agent": {"name": "a"}, "reward": reward}],
+        "traces": [
+            {"agent": {"name": "a"}, "reward": reward, "rewards": {"r": reward}},
+            {"agent": {"name": "user"}, "reward": 0.0, "rewards": {}},  # not scored
+        ],
     }
 
 
@@ -44,6 +47,10 @@ def test_paired_difference_exact_values() -> None:
         "b_lower": 0,
         "tied": 1,
     }
+
+
+def test_an_agent_without_rewards_is_left_out() -> None:
+    assert set(compare([_episode(0, 1.0)], [_episode(0, 0.0)])["agents"]) == {"a"}
 
 
 def test_no_matched_task_no_difference() -> None:

@@ -22,8 +22,10 @@ TaskKey = tuple[Any, Any]  # (task idx, task name)
 
 
 def task_means(episodes: Iterable[Mapping[str, Any]]) -> dict[str, dict[TaskKey, float]]:
-    """Per agent name, per task, the mean reward of its ok traces."""
+    """Per scored agent name, per task, the mean reward of its ok traces. An agent
+    none of whose traces has ``rewards`` (a modeled user) is not scored: left out."""
     sums: dict[str, dict[TaskKey, list[float]]] = defaultdict(dict)
+    scored: set[str] = set()
     for e in episodes:
         if record_cause(e) is not None:
             continue
@@ -34,8 +36,12 @@ def task_means(episodes: Iterable[Mapping[str, Any]]) -> dict[str, dict[TaskKey,
             acc = sums[name].setdefault(key, [0.0, 0])
             acc[0] += float(t.get("reward") or 0.0)
             acc[1] += 1
+            if t.get("rewards"):
+                scored.add(name)
     return {
-        name: {key: total / n for key, (total, n) in tasks.items()} for name, tasks in sums.items()
+        name: {key: total / n for key, (total, n) in tasks.items()}
+        for name, tasks in sums.items()
+        if name in scored
     }
 
 
