@@ -242,7 +242,7 @@ def _table_stats(doc: Doc) -> dict[tuple[str, str], float]:
     return {
         (td.attrs["data-agent"], td.attrs["data-stat"]): float(td.attrs["data-value"])
         for td in doc.select("td", within=doc.by_id("summary-agents"))
-        if "data-stat" in td.attrs
+        if "data-stat" in td.attrs and td.attrs["data-stat"] != "reward_ci95"  # two numbers
     }
 
 
@@ -250,8 +250,8 @@ def _summary_stats(summary: dict[str, Any]) -> dict[tuple[str, str], float]:
     out = {}
     for agent, stats in summary["agents"].items():
         for key, value in stats.items():
-            if key == "reward_stderr":
-                continue  # shown beside the mean, in the reward cell
+            if key in ("reward_stderr", "reward_ci95"):
+                continue  # beside the mean, in the reward cell; the interval: its own row
             if isinstance(value, dict):
                 out.update({(agent, f"{key}.{k}"): float(v) for k, v in value.items()})
             else:
@@ -271,6 +271,15 @@ def test_summary_tables_match_summary_json(kuhn_run: Path) -> None:
         ]
         assert float(cell.attrs["data-stderr"]) == stats["reward_stderr"]
         assert cell.text == f"{stats['reward_mean']:+.3f} ± {stats['reward_stderr']:.3f}"
+        [ci] = [
+            td
+            for td in doc.select("td", within=doc.by_id("summary-agents"))
+            if td.attrs.get("data-agent") == agent and td.attrs.get("data-stat") == "reward_ci95"
+        ]
+        low, high = stats["reward_ci95"]
+        assert low <= stats["reward_mean"] <= high
+        assert (float(ci.attrs["data-low"]), float(ci.attrs["data-high"])) == (low, high)
+        assert ci.text == f"[{low:+.3f}, {high:+.3f}]"
     episodes = {
         td.attrs["data-stat"]: td.attrs["data-value"]
         for td in doc.select("td", within=doc.by_id("summary-episodes"))
@@ -291,6 +300,12 @@ def test_pass_at_k_rows_with_rollouts(tmp_path: Path) -> None:
         "pass_at_k.2",
         "pass_at_k.3",
     }
+    assert {k for _, k in stats if k.startswith(("pass_hat_k.", "task_spread."))} == {
+        *("pass_hat_k.1", "pass_hat_k.2", "pass_hat_k.3"),
+        *("task_spread.sd_mean", "task_spread.sd_max", "task_spread.mixed", "task_spread.tasks"),
+    }
+    labels = [th.text for th in doc.select("th", within=doc.by_id("summary-agents"))]
+    assert {"reward: bootstrap 95% CI", "pass^3", "tasks mixed pass/fail"} <= set(labels)
 
 
 def test_summary_recomputed_when_missing(kuhn_copy: Path) -> None:

@@ -3,7 +3,9 @@
 ``taketurns eval ENV [-n N] [-r R] [-c C] [--model M] [--base-url URL]
 [--api-key-var VAR] [-C run.toml] [--env.<field>=V ...] [-o DIR] [--resume|--overwrite]
 [--backend local|ray|processes] [--workers N] [--ray-address ADDR]``;
-``taketurns export DIR [--format jsonl|parquet] [-o FILE] [--scale]``
+``taketurns export DIR [--format jsonl|parquet] [-o FILE] [--scale]``;
+``taketurns compare A B [--json]``;
+``taketurns rescore DIR [-o NEW] [--overwrite] [--env.<field>=V ...]``
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
@@ -33,8 +35,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from taketurns._cli.interrupts import quiet_interrupts
-from taketurns._cli.parser import FLAGS, parser, unknown_argument
+from taketurns._cli.parser import FLAGS, parser, split_overrides, unknown_argument
 from taketurns._cli.resume import OUTPUTS, compare, newest_run, run_dir_name
+from taketurns._cli.rundirs import compare_command, rescore_command
 from taketurns._cli.served_model import asks_for_model, served_model
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
@@ -63,23 +66,6 @@ __all__ = ["main"]
 SINGLE_AGENT = "single-agent"
 
 
-def _split_overrides(extra: Sequence[str]) -> list[tuple[str, str]]:
-    """``--a.b=V`` / ``--a.b V`` pairs; anything else is a usage error."""
-    pairs: list[tuple[str, str]] = []
-    items = list(extra)
-    while items:
-        item = items.pop(0)
-        if not item.startswith("--") or "." not in item.split("=", 1)[0]:
-            raise ConfigError(unknown_argument(item, "eval"))
-        key, eq, value = item[2:].partition("=")
-        if not eq:
-            if not items:
-                raise ConfigError(f"--{key}: needs a value (--{key}=VALUE)")
-            value = items.pop(0)
-        pairs.append((key, value))
-    return pairs
-
-
 def _default_dir(name: str, model: str) -> Path:
     """``outputs/<env>--<model>--<time>``, with ``-2``, ``-3``... when two runs start
     in the same second."""
@@ -98,7 +84,7 @@ def _load_config(
     """The validated eval config (file < flags < dotted overrides) and the name the run
     goes by (a bare taskset id runs under the single-agent env). ``--base-url`` without
     a model anywhere: the model is the one the server lists (``served_model``)."""
-    overrides = _split_overrides(extra)
+    overrides = split_overrides(extra)
     flags = [(field, getattr(args, flag)) for flag, field in FLAGS.items()]
     overrides = [(f, str(v)) for f, v in flags if v is not None] + overrides
     file_data = read_toml(args.config) if args.config else {}
@@ -337,12 +323,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "eval":
             return _eval(args, extra, console)
+        if args.command == "rescore":
+            return rescore_command(args, extra, console)
         if extra:
             raise ConfigError([unknown_argument(item, args.command) for item in extra])
         if args.command == "serve":
             return _serve(args, console)
         if args.command == "report":
             return _report(Path(args.dir), console)
+        if args.command == "compare":
+            return compare_command(args, console)
         if args.command == "export":
             return export_command(args, console)
         from taketurns._cli.catalog import print_catalog, print_entry

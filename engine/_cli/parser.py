@@ -8,16 +8,17 @@ the two cannot drift apart.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
 from taketurns._config.options import EvalConfig
 from taketurns._config.suggest import did_you_mean
+from taketurns._errors import ConfigError
 from taketurns._train.cli import add_export_command
 
-__all__ = ["EXECUTION", "FLAGS", "flag_names", "parser", "unknown_argument"]
+__all__ = ["EXECUTION", "FLAGS", "flag_names", "parser", "split_overrides", "unknown_argument"]
 
 # flag (argparse dest) -> EvalConfig field
 FLAGS = {
@@ -162,7 +163,8 @@ def _version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The whole command line: ``eval``, ``envs``, ``report``, ``serve``."""
+    """The whole command line: ``eval``, ``envs``, ``report``, ``compare``, ``export``,
+    ``serve``."""
     top = argparse.ArgumentParser(
         prog="taketurns",
         description="Run, record and score multi-turn LLM rollouts (trio-based).",
@@ -202,6 +204,28 @@ def parser() -> argparse.ArgumentParser:
     envs.add_argument("id", nargs="?", help="show one env, taskset or harness")
     rep = sub.add_parser("report", help="write DIR/report.html for a run directory")
     rep.add_argument("dir", help="run directory (holds episodes.jsonl)")
+    cmp = sub.add_parser(
+        "compare",
+        help="paired difference per task between two run directories, per agent",
+        description="For each agent (by name), B - A of mean rewards over the tasks both "
+        "runs hold, with a bootstrap 95%% interval over tasks (seeded: deterministic).",
+    )
+    cmp.add_argument("a", metavar="A", help="run directory (holds episodes.jsonl)")
+    cmp.add_argument("b", metavar="B", help="run directory compared with A")
+    cmp.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    res = sub.add_parser(
+        "rescore",
+        help="score a run's recorded traces again with the env's current rubric",
+        description="Recompute every recorded trace's rewards and metrics with the env's "
+        "current rubric (judges call the run's endpoints; no agent model is called) into a "
+        "new run directory.",
+        epilog="Any other option is an override of the env's config: --env.<field>=V.",
+    )
+    res.add_argument("dir", help="run directory (holds episodes.jsonl and config.toml)")
+    res.add_argument(
+        "-o", "--output-dir", metavar="NEW", help="new run directory (default: DIR-rescored)"
+    )
+    res.add_argument("--overwrite", action="store_true", help="replace the run in -o NEW")
     add_export_command(sub)
     srv = sub.add_parser("serve", help="serve the built-in model over OpenAI-compatible HTTP")
     srv.add_argument("--policy", default="bracket", help="built-in policy (default: bracket)")
@@ -238,3 +262,20 @@ def unknown_argument(item: str, command: str) -> str:
         else ""
     )
     return f"{item!r}: unknown argument; taketurns {command} --help lists the flags{dotted}"
+
+
+def split_overrides(extra: Sequence[str], command: str = "eval") -> list[tuple[str, str]]:
+    """``--a.b=V`` / ``--a.b V`` pairs; anything else is a usage error (of ``command``)."""
+    pairs: list[tuple[str, str]] = []
+    items = list(extra)
+    while items:
+        item = items.pop(0)
+        if not item.startswith("--") or "." not in item.split("=", 1)[0]:
+            raise ConfigError(unknown_argument(item, command))
+        key, eq, value = item[2:].partition("=")
+        if not eq:
+            if not items:
+                raise ConfigError(f"--{key}: needs a value (--{key}=VALUE)")
+            value = items.pop(0)
+        pairs.append((key, value))
+    return pairs

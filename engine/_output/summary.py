@@ -1,7 +1,13 @@
 """Results: per-agent statistics over episode records (the raw JSONL objects), so the
 same numbers come from a live run, a resumed one, or a directory on disk. Streamed:
-memory does not grow with the number of episodes. Failed episodes (infrastructure
-failures, ``_exchange.outcome``) are counted by cause and kept out of the means.
+memory grows with the number of tasks (a reward sum per task, for the bootstrap
+interval, pass@k and pass^k), not with the turns or messages of an episode. Failed
+episodes (infrastructure failures, ``_exchange.outcome``) are counted by cause and kept
+out of the means.
+
+A trace *passes* when its reward is > 0 (``PASSED``): pass@k (at least one of k
+rollouts passes, the unbiased estimator) and pass^k (all k pass, tau-bench's
+reliability metric) both count passes this way.
 
 Traces whose turns carry token ids are checked token for token
 (``_exchange.divergence``): each agent's ``token_divergences`` counts the turns
@@ -11,18 +17,20 @@ rate, and the count by kind."""
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from taketurns._exchange.divergence import check_trace_tokens
 from taketurns._exchange.outcome import record_cause
+from taketurns._output.bootstrap import interval
 from taketurns._output.failures import FailureKinds, first_failure
 
 if TYPE_CHECKING:
     from taketurns._eval.episode import Episode
 
-__all__ = ["Summarizer", "digest", "pass_at_k", "render", "summarize"]
+__all__ = ["Summarizer", "digest", "pass_at_k", "pass_hat_k", "passed", "render", "summarize"]
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -30,11 +38,48 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def passed(reward: float) -> bool:
+    """Whether a trace passes, for pass@k and pass^k: its reward is > 0."""
+    return reward > 0
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k for one task with ``c`` of ``n`` rollouts passing."""
+    """Unbiased pass@k for one task with ``c`` of ``n >= k`` rollouts passing: the
+    chance that at least one of ``k`` rollouts drawn without replacement passes."""
     if n - c < k:
         return 1.0
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """pass^k for one task with ``c`` of ``n >= k`` rollouts passing: the chance that
+    all of ``k`` rollouts drawn without replacement pass, ``C(c, k) / C(n, k)``."""
+    return math.comb(c, k) / math.comb(n, k)
+
+
+def _over_tasks(tasks: Sequence[Sequence[float]], k: int, fn: Any) -> float | None:
+    """The mean of ``fn(n, c, k)`` over the tasks with at least ``k`` ok rollouts
+    (a task some of whose episodes failed may have fewer); None over none."""
+    return _mean([fn(int(t[0]), int(t[1]), k) for t in tasks if t[0] >= k])
+
+
+def _spread(tasks: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Per-task spread across rollouts, over the tasks with at least 2 ok rollouts:
+    the mean and largest sample standard deviation of a task's rewards, and how many
+    tasks are ``mixed`` (some rollouts pass, some do not)."""
+    sds, mixed = [], 0
+    for n, c, total, squares in tasks:
+        if n < 2:
+            continue
+        mean = total / n
+        sds.append(math.sqrt(max(squares - n * mean * mean, 0.0) / (n - 1)))
+        mixed += 0 < c < n
+    return {
+        "tasks": len(sds),
+        "sd_mean": _mean(sds),
+        "sd_max": max(sds) if sds else None,
+        "mixed": mixed,
+    }
 
 
 def digest(episode: Episode) -> dict[str, Any]:
@@ -105,13 +150,14 @@ class _Means:
 
 
 class _AgentStats:
-    """One agent's statistics, accumulated trace by trace (streaming: memory grows
-    with the number of tasks for pass@k, never with the number of traces).
+    """One agent's statistics, accumulated trace by trace (memory grows with the
+    number of tasks: per task, ``[rollouts, passed, reward sum, sum of squares]``; at
+    one rollout a task is its trace, and only its reward is kept, 8 bytes).
 
     The reward's mean and variance use Welford's update (numerically stable)."""
 
     def __init__(self, *, per_task: bool = True) -> None:
-        self.per_task = per_task  # pass@k needs rollouts per task; -r 1 does not
+        self.per_task = per_task  # pass@k, pass^k, spread need rollouts per task
         self.traces = 0
         self.mean = 0.0
         self.m2 = 0.0
@@ -123,7 +169,8 @@ class _AgentStats:
         self.tokens = 0
         self.token_checks: Counter[str] = Counter()
         self.divergence_kinds: Counter[str] = Counter()
-        self.by_task: dict[Any, list[int]] = defaultdict(lambda: [0, 0])  # [rollouts, passed]
+        self.by_task: dict[Any, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0])
+        self.units = array("d")  # not per_task: each trace's reward (one task each)
 
     def add(self, t: Mapping[str, Any]) -> None:
         reward = float(t.get("reward", 0.0))
@@ -148,16 +195,24 @@ class _AgentStats:
         if self.per_task:
             task = self.by_task[(t.get("episode") or {}).get("task_idx")]
             task[0] += 1
-            task[1] += reward > 0
+            task[1] += passed(reward)
+            task[2] += reward
+            task[3] += reward * reward
+        else:
+            self.units.append(reward)
 
     def stats(self, rollouts: int) -> dict[str, Any]:
-        """The agent's statistics; a mean over no (ok) traces is None, not 0.0."""
+        """The agent's statistics; a mean over no (ok) traces is None, not 0.0, and
+        so is its interval. ``reward_ci95``: the bootstrap 95% interval of the mean
+        over tasks (``_output.bootstrap``); at ``rollouts > 1`` also ``pass_at_k``,
+        ``pass_hat_k`` (k = 1, 2, rollouts) and ``task_spread`` (``_spread``)."""
         n = self.traces
         stderr = math.sqrt(self.m2 / (n - 1) / n) if n >= 2 else 0.0
         stats: dict[str, Any] = {
             "traces": n,
             "reward_mean": self.mean if n else None,
             "reward_stderr": stderr if n else None,
+            "reward_ci95": self._interval(),
             "rewards": self.rewards.means(),
             "metrics": self.metrics.means(),
             "stop_conditions": dict(self.stops),
@@ -176,12 +231,19 @@ class _AgentStats:
                 "kinds": dict(self.divergence_kinds),
             }
         if rollouts > 1:
-            tasks = self.by_task.values()
-            stats["pass_at_k"] = {
-                str(k): _mean([pass_at_k(total, c, k) for total, c in tasks])
-                for k in sorted({1, rollouts} | ({2} if rollouts > 2 else set()))
-            }
+            tasks = list(self.by_task.values())
+            ks = sorted({1, rollouts} | ({2} if rollouts > 2 else set()))
+            stats["pass_at_k"] = {str(k): _over_tasks(tasks, k, pass_at_k) for k in ks}
+            stats["pass_hat_k"] = {str(k): _over_tasks(tasks, k, pass_hat_k) for k in ks}
+            stats["task_spread"] = _spread(tasks)
         return stats
+
+    def _interval(self) -> list[float] | None:
+        """Sorted units: the interval does not depend on the order episodes finished."""
+        if not self.per_task:
+            return interval(sorted(self.units))
+        units = sorted((t[2], int(t[0])) for t in self.by_task.values())
+        return interval([u[0] for u in units], [u[1] for u in units])
 
 
 class Summarizer:
@@ -284,10 +346,18 @@ def _rows(agents: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, list[str],
         return [*rows[:-1], (*rows[-1][:2], True)] if rows else []
 
     rows = [("reward", [_reward(a) for a in stats], False)]
-    rows += [
-        (f"pass@{k}", [_cell((a.get("pass_at_k") or {}).get(k), ".2f") for a in stats], False)
-        for k in sorted({k for a in stats for k in a.get("pass_at_k") or {}}, key=int)
-    ]
+    rows.append(("bootstrap 95% CI", [_interval(a) for a in stats], False))
+    for key, mark in (("pass_at_k", "@"), ("pass_hat_k", "^")):
+        rows += [
+            (f"pass{mark}{k}", [_cell((a.get(key) or {}).get(k), ".2f") for a in stats], False)
+            for k in sorted({k for a in stats for k in a.get(key) or {}}, key=int)
+        ]
+    if any(a.get("task_spread") for a in stats):
+        spread = [a.get("task_spread") or {} for a in stats]
+        rows.append(
+            ("task reward sd (mean)", [_cell(t.get("sd_mean"), ".3f") for t in spread], False)
+        )
+        rows.append(("tasks mixed pass/fail", [_mixed(t) for t in spread], False))
     rows[-1] = (*rows[-1][:2], True)
     rows += keyed("rewards", "+.3f", "{}")
     rows += keyed("metrics", ".3f", "{} (metric)")
@@ -311,6 +381,21 @@ def _reward(stats: Mapping[str, Any]) -> str:
     if not stats.get("rewards") or stats.get("reward_mean") is None:
         return "-"
     return f"{stats['reward_mean']:+.3f} ± {stats['reward_stderr']:.3f}"
+
+
+def _interval(stats: Mapping[str, Any]) -> str:
+    """``[+0.100, +0.500]``; ``-`` as for the mean."""
+    ci = stats.get("reward_ci95")
+    if not stats.get("rewards") or not ci:
+        return "-"
+    return f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"
+
+
+def _mixed(spread: Mapping[str, Any]) -> str:
+    """``3 of 8`` tasks whose rollouts both pass and fail."""
+    if not spread:
+        return "-"
+    return f"{spread['mixed']} of {spread['tasks']}"
 
 
 def _tokens(stats: Mapping[str, Any]) -> str:

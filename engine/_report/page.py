@@ -157,6 +157,7 @@ def _page(
         [
             _header(run_dir, env_id, scan, summary, config),
             f'<p class="warn" id="damaged">{esc(note)}</p>' if note else "",
+            _rescored(summary),
             _tables(scan, summary),
             _plots(env_id, scan, summary),
             render_transcripts(scan.failed, scan.shown, scan.others),
@@ -243,11 +244,24 @@ def _reward_cell(agent: str, stats: Json) -> str:
     return _cell(agent, "reward_mean", mean, text, f' data-stderr="{esc(stderr)}"')
 
 
+def _interval_cell(agent: str, stats: Json) -> str:
+    """The bootstrap 95% interval of the mean (``summary.json`` ``reward_ci95``)."""
+    ci = stats.get("reward_ci95")
+    low, high = (as_float(v) for v in ci) if isinstance(ci, list) and len(ci) == 2 else (None, None)
+    if low is None or high is None:
+        return '<td class="na">-</td>'
+    extra = f' data-low="{esc(low)}" data-high="{esc(high)}"'
+    return _cell(agent, "reward_ci95", f"{low},{high}", f"[{low:+.3f}, {high:+.3f}]", extra)
+
+
 def _agent_rows(agents: Json) -> list[tuple[str, str, list[str]]]:
     """(label, stat key, one <td> per agent) for the per-agent table; ``stat`` is the
     dotted path of the number in ``summary.json`` (``rewards.payoff``)."""
     names = list(agents)
     rows = [("reward (mean ± stderr)", "reward_mean", [_reward_cell(n, agents[n]) for n in names])]
+    rows.append(
+        ("reward: bootstrap 95% CI", "reward_ci95", [_interval_cell(n, agents[n]) for n in names])
+    )
 
     def union(field: str) -> list[str]:
         return sorted({k for a in agents.values() for k in as_dict(as_dict(a).get(field))})
@@ -255,10 +269,18 @@ def _agent_rows(agents: Json) -> list[tuple[str, str, list[str]]]:
     keys = [("traces", "traces")]
     keys += [(f"reward: {k}", f"rewards.{k}") for k in union("rewards")]
     keys += [(f"metric: {k}", f"metrics.{k}") for k in union("metrics")]
-    keys += [
-        (f"pass@{k}", f"pass_at_k.{k}")
-        for k in sorted(union("pass_at_k"), key=lambda s: (len(s), s))
-    ]
+    for field, mark in (("pass_at_k", "@"), ("pass_hat_k", "^")):
+        keys += [
+            (f"pass{mark}{k}", f"{field}.{k}")
+            for k in sorted(union(field), key=lambda s: (len(s), s))
+        ]
+    if union("task_spread"):
+        keys += [
+            ("task reward sd (mean)", "task_spread.sd_mean"),
+            ("task reward sd (max)", "task_spread.sd_max"),
+            ("tasks mixed pass/fail", "task_spread.mixed"),
+            ("tasks with 2+ rollouts", "task_spread.tasks"),
+        ]
     keys += [
         ("turns (mean)", "turns_mean"),
         ("tokens (mean)", "tokens_mean"),
@@ -267,7 +289,8 @@ def _agent_rows(agents: Json) -> list[tuple[str, str, list[str]]]:
     ]
     keys += [(f"stop: {k}", f"stop_conditions.{k}") for k in union("stop_conditions")]
     # any statistic summary.py grows later still gets a row
-    known = {stat.partition(".")[0] for _, stat in keys} | {"reward_mean", "reward_stderr"}
+    known = {stat.partition(".")[0] for _, stat in keys}
+    known |= {"reward_mean", "reward_stderr", "reward_ci95"}
     for field in sorted({k for a in agents.values() for k in as_dict(a)} - known):
         values = [as_dict(a).get(field) for a in agents.values()]
         if any(as_float(v) is not None for v in values):
@@ -318,6 +341,35 @@ def _tables(scan: Scan, summary: Json) -> str:
         f'<table id="summary-agents"><thead><tr><th></th>{head}</tr></thead>'
         f"<tbody>{body}</tbody></table>"
         f'<table id="summary-episodes"><tbody>{ep_body}</tbody></table></div></section>'
+    )
+
+
+def _rescored(summary: Json) -> str:
+    """A rescored run (``taketurns rescore``): where it came from and each agent's
+    mean before and after; "" for any other run."""
+    source = as_dict(summary.get("rescored_from"))
+    if not source:
+        return ""
+    rows = []
+    for name, row in as_dict(source.get("agents")).items():
+        old = as_float(as_dict(row).get("reward_mean_before"))
+        new = as_float(as_dict(row).get("reward_mean_after"))
+        change = None if old is None or new is None else new - old
+        cells = "".join(
+            '<td class="na">-</td>'
+            if value is None
+            else f'<td data-agent="{esc(name)}" data-stat="{stat}" data-value="{esc(value)}">'
+            f"{value:+.3f}</td>"
+            for stat, value in (("before", old), ("after", new), ("change", change))
+        )
+        rows.append(f'<tr><th scope="row">{esc(name)}</th>{cells}</tr>')
+    return (
+        '<section id="rescored"><h2>Rescored</h2>'
+        f'<p class="muted">rewards recomputed from the traces of {esc(source.get("run"))}'
+        " with the env's current rubric (no agent model call)</p>"
+        '<table id="rescored-means"><thead><tr><th>agent</th><th>mean before</th>'
+        f"<th>mean after</th><th>change</th></tr></thead><tbody>{''.join(rows)}</tbody>"
+        "</table></section>"
     )
 
 

@@ -1,0 +1,144 @@
+"""The bootstrap interval, pass^k and per-task spread (issue 26, item 4): exact
+values on small hand-made record sets, the same interval whatever the order episodes
+finished in, and how the terminal table and the report show them."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from taketurns._output.bootstrap import interval
+from taketurns._output.summary import pass_at_k, pass_hat_k, render, summarize
+
+
+def _episode(task: int, reward: float, *, cause: str | None = None) -> dict[str, Any]:
+    return {
+        "stop": "completed",
+        "cause": cause,
+        "traces": [
+            {
+                "agent": {"name": "a"},
+                "episode": {"task_idx": task},
+                "reward": reward,
+                "rewards": {"r": reward},
+            }
+        ],
+    }
+
+
+def test_interval_exact_values() -> None:
+    """Worked out by hand: two units 0 and 1 resample to means 0, 0.5 or 1 (a quarter,
+    half, quarter of 2000 draws), so the 2.5th and 97.5th percentiles are 0 and 1;
+    units (sum 0, 1 trace) and (sum 3, 2 traces) resample to 0, 3/3 or 6/4."""
+    assert interval([]) is None
+    assert interval([0.5] * 7) == [0.5, 0.5]
+    assert interval([0.0, 1.0]) == [0.0, 1.0]
+    assert interval([0.0, 3.0], [1, 2]) == [0.0, 1.5]
+    # equal counts: the same draws as one value per unit (each unit's mean)
+    assert interval([2.0, 0.0, 4.0], [2, 2, 2]) == interval([1.0, 0.0, 2.0])
+    # the fixed seed's interval (a normal approximation gives [2.72, 6.28])
+    assert interval([float(i) for i in range(10)]) == [2.8, 6.4]
+
+
+def test_interval_does_not_touch_the_global_random() -> None:
+    random.seed(123)
+    expected = random.random()
+    random.seed(123)
+    interval([float(i) for i in range(10)])
+    assert random.random() == expected
+
+
+@pytest.mark.parametrize("rollouts", [1, 2])
+def test_the_summary_interval_does_not_depend_on_episode_order(rollouts: int) -> None:
+    values = random.Random(5)
+    episodes = [
+        _episode(task, values.uniform(-2, 2)) for task in range(12) for _ in range(rollouts)
+    ]
+    first = summarize(episodes, rollouts=rollouts)["agents"]["a"]["reward_ci95"]
+    random.Random(1).shuffle(episodes)
+    assert summarize(episodes, rollouts=rollouts)["agents"]["a"]["reward_ci95"] == first
+    low, high = first
+    mean = summarize(episodes, rollouts=rollouts)["agents"]["a"]["reward_mean"]
+    assert low < mean < high
+
+
+def test_the_summary_interval_resamples_tasks() -> None:
+    """At -r 2 a task's rollouts move together: tasks 0 and 1 score (0, 0) and (1, 1),
+    so the interval is that of two units 0 and 1 (traces resampled one by one would
+    give the same ends here; tasks (0, 1) and (0, 1) show the difference: one value)."""
+    together = [_episode(0, 0.0), _episode(0, 0.0), _episode(1, 1.0), _episode(1, 1.0)]
+    assert summarize(together, rollouts=2)["agents"]["a"]["reward_ci95"] == [0.0, 1.0]
+    within = [_episode(0, 0.0), _episode(0, 1.0), _episode(1, 0.0), _episode(1, 1.0)]
+    assert summarize(within, rollouts=2)["agents"]["a"]["reward_ci95"] == [0.5, 0.5]
+    # at -r 1 each trace is its own unit
+    assert summarize(within, rollouts=1)["agents"]["a"]["reward_ci95"] == [0.0, 1.0]
+
+
+def test_pass_hat_k_against_pass_at_k_on_constructed_rollouts() -> None:
+    """Task 0: 2 of 3 rollouts pass; task 1: 3 of 3; task 2: 0 of 3. pass@k (some
+    pass) grows with k, pass^k (all pass) falls: pass^2 of task 0 is C(2,2)/C(3,2)."""
+    rewards = {0: [1.0, 1.0, 0.0], 1: [0.5, 2.0, 1.0], 2: [0.0, -1.0, 0.0]}
+    episodes = [_episode(t, r) for t, rs in rewards.items() for r in rs]
+    a = summarize(episodes, rollouts=3)["agents"]["a"]
+    assert a["pass_at_k"] == pytest.approx({"1": (2 / 3 + 1) / 3, "2": 2 / 3, "3": 2 / 3})
+    assert a["pass_hat_k"] == pytest.approx(
+        {"1": (2 / 3 + 1) / 3, "2": (1 / 3 + 1) / 3, "3": 1 / 3}
+    )
+    assert (pass_at_k(3, 2, 2), pass_hat_k(3, 2, 2), pass_hat_k(3, 2, 3)) == (1.0, 1 / 3, 0.0)
+    # a task with fewer ok rollouts than k (an episode failed) is left out at that k
+    episodes[-1] = _episode(2, 5.0, cause="model")
+    a = summarize(episodes, rollouts=3)["agents"]["a"]
+    assert a["pass_hat_k"]["3"] == pytest.approx(1 / 2)
+    assert a["pass_at_k"]["3"] == pytest.approx(1.0)
+
+
+def test_task_spread_across_rollouts() -> None:
+    """Task 0 scores 1 and -1 (sd √2, mixed), task 1 scores 2 and 2 (sd 0); task 2 has
+    one ok rollout (its other episode failed) and no spread."""
+    episodes = [_episode(0, 1.0), _episode(0, -1.0), _episode(1, 2.0), _episode(1, 2.0)]
+    episodes += [_episode(2, 1.0), _episode(2, 0.0, cause="env")]
+    spread = summarize(episodes, rollouts=2)["agents"]["a"]["task_spread"]
+    assert spread == pytest.approx(
+        {"tasks": 2, "sd_mean": math.sqrt(2) / 2, "sd_max": math.sqrt(2), "mixed": 1}
+    )
+    assert "task_spread" not in summarize(episodes, rollouts=1)["agents"]["a"]
+
+
+def test_no_ok_trace_no_interval() -> None:
+    summary = summarize([_episode(0, 1.0, cause="model")] * 2, rollouts=2)
+    a = json.loads(json.dumps(summary))["agents"]["a"]
+    assert a["reward_ci95"] is None
+    assert a["pass_hat_k"] == {"1": None, "2": None}
+    assert a["task_spread"] == {"tasks": 0, "sd_mean": None, "sd_max": None, "mixed": 0}
+
+
+def _table(summary: dict[str, Any]) -> dict[str, str]:
+    console = Console(width=80, record=True)
+    console.print(render(summary))
+    rows = {}
+    for line in console.export_text().splitlines():
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def test_the_terminal_table_shows_interval_pass_hat_k_and_spread() -> None:
+    episodes = [_episode(0, 1.0), _episode(0, -1.0), _episode(1, 2.0), _episode(1, 2.0)]
+    rows = _table(summarize(episodes, rollouts=2))
+    assert rows["bootstrap 95% CI"] == "[+0.000, +2.000]"
+    assert (rows["pass@1"], rows["pass@2"]) == ("0.75", "1.00")
+    assert (rows["pass^1"], rows["pass^2"]) == ("0.75", "0.50")
+    assert rows["task reward sd (mean)"] == "0.707"
+    assert rows["tasks mixed pass/fail"] == "1 of 2"
+    rows = _table(summarize(episodes, rollouts=1))
+    assert "pass^1" not in rows
+    # each trace its own unit: all four draws are a 2 with chance 1/16 > 2.5%
+    assert rows["bootstrap 95% CI"] == "[-0.250, +2.000]"
+    rows = _table(summarize([_episode(0, 1.0, cause="model")], rollouts=1))
+    assert rows["bootstrap 95% CI"] == "-"
