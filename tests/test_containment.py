@@ -397,13 +397,14 @@ def _parent(proc: Path) -> int:
 # -- the agent CLIs, driven by a scripted model through their own shell ------------------
 
 
-def shell_call(harness: str, command: str) -> Any:
+def shell_call(harness: str, command: str, n: int = 1) -> Any:
+    """The model's ``n``-th call of the CLI's own shell tool, running ``command``."""
     from scripted import tool_call
 
     if harness == "codex":
-        return tool_call("call_probe1", "exec_command", json.dumps({"cmd": command}))
+        return tool_call(f"call_probe{n}", "exec_command", json.dumps({"cmd": command}))
     arguments = {"command": command, "description": "Probe"}
-    return tool_call("toolu_probe1", "Bash", json.dumps(arguments))
+    return tool_call(f"toolu_probe{n}", "Bash", json.dumps(arguments))
 
 
 @pytest.mark.parametrize("harness", ["codex", "claude-code"])
@@ -533,3 +534,106 @@ async def test_sandbox_network_host_opens_the_hosts_network_and_says_so(
     assert report["connected"] == ([listener] if network == "host" else [])
     assert report["foreign"] == report["homes"] == report["environ"] == []
     assert await none_left_async(mark) == []
+
+
+# -- Kuhn with codex against claude-code, both seats probing through their shells -------
+
+
+def kuhn_cli_agent(
+    env: Any, server: InterceptionServer, options: dict[str, Any], script: dict[str, list[Any]]
+) -> Any:
+    """A ``run_episode`` factory: each seat on its agent CLI, driven by its script."""
+    from scripted import ScriptedModel
+
+    from taketurns._exchange.agent import make_harness
+
+    def make(role: str, config: AgentConfig, info: Any, on_close: Any) -> Agent:
+        harness = make_harness(config.harness, options[role], field=f"env.{role}")
+        return Agent(
+            role,
+            config,
+            client=ScriptedModel(*script[role]),
+            harness=harness,
+            services={"interception": server},
+            episode=info,
+            rubric=env.rubric(role),
+            on_close=on_close,
+        )
+
+    return make
+
+
+async def test_kuhn_codex_against_claude_code_probing_through_their_shells(
+    server: InterceptionServer, scratch_root: Path, tmp_path: Path, listener: int
+) -> None:
+    """The issue's "done when": a real Kuhn hand, player0 on ``codex`` and player1 on
+    ``claude-code``, each model first running the probe through the CLI's own shell
+    tool (player0 before each of its two actions, the second after player1's CLI has
+    written its session): check, bet, fold. A host process holds a secret in its
+    environment. No probe reads the opponent's card or the secret, writes outside,
+    connects, or leaves a process; no scratch is left."""
+    from taketurns import Episode, ToolMessage, run_episode, text_of
+    from taketurns.envs.kuhn import KuhnConfig, KuhnPoker
+
+    mark = uuid.uuid4().hex
+    canary = f"tt-host-canary-{mark}"
+    host = await trio.lowlevel.open_process(  # a host process, holding a secret
+        ["sleep", "300"], env={"TT_HOST_CANARY": canary, "TT_PROBE_MARK": mark}
+    )
+    env_vars = {
+        "TT_ESCAPE": str(tmp_path / "escaped"),
+        "TT_FORBIDDEN_PORT": str(listener),
+        "TT_PROBE_MARK": mark,
+    }
+    probe = f"{sys.executable} {PROBE} --report"
+    options = {
+        "player0": {"env": env_vars},
+        "player1": {"env": env_vars, "allowed_tools": ["Bash"]},
+    }
+    script = {
+        "player0": [shell_call("codex", probe), "[check]", shell_call("codex", probe, 2), "[fold]"],
+        "player1": [shell_call("claude-code", probe), "[bet]"],
+    }
+    seats = {
+        seat: AgentConfig(model="builtin/echo", harness=harness)
+        for seat, harness in (("player0", "codex"), ("player1", "claude-code"))
+    }
+    kuhn = KuhnPoker(KuhnConfig(**seats))
+    episode = Episode("kuhn-poker/0/0", "kuhn-poker", kuhn.tasks(1)[0])
+    try:
+        with trio.fail_after(3 * LIMIT):
+            await run_episode(kuhn, episode, kuhn_cli_agent(kuhn, server, options, script))
+    finally:
+        host.kill()
+        await host.wait()
+    assert episode.ok, episode.errors
+    traces = {t.info["seat"]: t for t in episode.traces}
+    assert [traces[s].info["history"] for s in (0, 1)] == [["check", "bet", "fold"]] * 2
+    probes = 0
+    for seat, trace in traces.items():
+        assert trace.info["sandbox"] == "bwrap"
+        opponent = f"Your card: {traces[1 - seat].info['card']}"
+        results = {  # a turn's request repeats the segment's earlier tool results
+            m.tool_call_id: text_of(m.content)
+            for turn in trace.turns
+            for m in turn.request
+            if isinstance(m, ToolMessage)
+        }
+        lines = [ln for r in results.values() for ln in r.splitlines() if ln.startswith("PROBE ")]
+        assert len(lines) == (2 if seat == 0 else 1), results
+        for line in lines:
+            probes += 1
+            report = json.loads(line.removeprefix("PROBE "))
+            assert report["foreign"] == []  # not the opponent's scratch
+            assert report["homes"] == []
+            assert report["environ"] == []  # not the host's secret
+            assert report["wrote"] == []
+            assert report["connected"] == []
+            assert report["children"] == 2
+        recorded = json.dumps([trace.messages, trace.turns], default=str)
+        assert opponent not in recorded
+        assert canary not in recorded
+    assert probes == 3
+    assert not (tmp_path / "escaped").exists()
+    assert await none_left_async(mark) == []  # the probes' setsid and daemon children
+    assert leftovers(scratch_root) == []
