@@ -74,7 +74,9 @@ async def train(args: argparse.Namespace) -> None:
     env, policies = make_env(args.env)
     config = EvalConfig(env_id=env.id, concurrency=args.concurrency)
     steps: dict[str | None, int] = {}
-    async with open_rollouts(env, config, policies=policies, max_staleness=2) as source:
+    async with open_rollouts(
+        env, config, policies=policies, max_staleness=args.max_staleness
+    ) as source:
         source.policy_versions = {p: 0 for p in source.policy_keys if p is not None}
         async for group in source.groups(env.tasks(args.steps), per_task=args.per_task):
             print(step_line(group), flush=True)
@@ -82,7 +84,8 @@ async def train(args: argparse.Namespace) -> None:
             steps[group.policy] = steps.get(group.policy, 0) + 1
             source.policy_versions[group.policy] += 1  # this policy's new weights
     counts = ", ".join(f"{p}: {n} steps" for p, n in steps.items())
-    print(f"done: {counts}; versions {source.policy_versions}", flush=True)
+    versions = source.policy_versions
+    print(f"done: {counts}; versions {versions}; {len(source.stale)} stale groups dropped")
 
 
 def main() -> None:
@@ -91,6 +94,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="tasks (one group per policy each)")
     parser.add_argument("--per-task", type=int, default=3, help="episodes per group")
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--max-staleness", type=int, default=2)
     trio.run(train, parser.parse_args())
 
 
