@@ -8,6 +8,11 @@
             ...                              # a policy-gradient step
             source.policy_version += 1       # optional: tag the new weights
 
+Two policies from one stream (``policies="role"`` or ``"model"``): each task's
+episodes make one group per policy (``group.policy``), each with that policy's
+advantages and samples only; the trainer tags each policy's weights on its own
+(``source.policy_versions[policy]``), and staleness is measured per policy.
+
 Structure (DESIGN.md "who owns what")::
 
     open_rollouts (env.setup ... env.finalize, shielded; the plan's clients closed)
@@ -56,11 +61,11 @@ from taketurns._eval.play import play_with_retries
 from taketurns._eval.servers import open_model_servers
 from taketurns._exchange.agent import Agent
 from taketurns._exchange.task import Task
-from taketurns._exchange.trace import EpisodeInfo, Trace
+from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Trace
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
 from taketurns._output.records import episode_line
 from taketurns._output.rundir import RunDir
-from taketurns._train.groups import Group, make_group
+from taketurns._train.groups import Group, check_policies, make_groups, policy_of
 
 __all__ = ["GroupStream", "RolloutSource", "open_rollouts"]
 
@@ -71,15 +76,16 @@ class SourceState(enum.Enum):
 
 
 class _Tagged(ModelClient):
-    """The episode's client, stamping each response with the source's version tag
-    (when the trainer set one) as the turn's ``policy_version``."""
+    """The episode's client, stamping each response with the version tag of the
+    agent's policy (``RolloutSource.version_of``; when the trainer set one) as the
+    turn's ``policy_version``."""
 
-    def __init__(self, inner: ModelClient, source: RolloutSource) -> None:
-        self.inner, self.source = inner, source
+    def __init__(self, inner: ModelClient, source: RolloutSource, policy: str | None) -> None:
+        self.inner, self.source, self.policy = inner, source, policy
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         response = await self.inner.complete(request)
-        tag = self.source.policy_version
+        tag = self.source.version_of(self.policy)
         return response if tag is None else attrs.evolve(response, policy_version=str(tag))
 
 
@@ -88,12 +94,17 @@ class RolloutSource:
 
     ``policy_version``: an integer tag the trainer sets between steps (None: untagged);
     every turn records it (else the model name the server answered with), every group
-    the oldest tag its episodes started under. With ``max_staleness`` N, a group whose tag
-    is more than N behind the source's tag when it would be handed over is dropped
-    into ``stale``. When the source closes, ``cut_off`` receives the episodes of every
-    group not yet complete (those in flight cancelled, closed and scored) and
-    ``undelivered`` the complete groups nobody took, a group that a cancelled episode
-    completed included (read both to see every episode)."""
+    the oldest tag its episodes started under. ``policies`` (None, "role" or "model"):
+    what a group is per task; ``policy_keys`` the policies each task yields a group
+    for, in role order. ``policy_versions``: a policy's own tag, set by the trainer
+    after updating that policy, overriding ``policy_version`` for it
+    (``version_of``); each turn records its agent's policy's tag, each group its
+    policy's oldest. With ``max_staleness`` N, a group whose tag is more than N
+    behind its policy's tag when it would be handed over is dropped into ``stale``.
+    When the source closes, ``cut_off`` receives the episodes of every group not yet
+    complete (those in flight cancelled, closed and scored) and ``undelivered`` the
+    complete groups nobody took, a group that a cancelled episode completed included
+    (read both to see every episode)."""
 
     def __init__(
         self,
@@ -105,6 +116,7 @@ class RolloutSource:
         max_waiting: int,
         scale: bool,
         max_staleness: int | None,
+        policies: str | None = None,
         run_dir: RunDir | None = None,
     ) -> None:
         self.env, self.plan, self._nursery = env, plan, nursery
@@ -115,6 +127,9 @@ class RolloutSource:
         self.scale = scale
         self.max_staleness = max_staleness
         self.policy_version: int | None = None
+        self.policies = policies
+        self.policy_keys = policy_keys(plan, policies)
+        self.policy_versions: dict[str, int] = {}
         self.stale: list[Group] = []
         self.cut_off: list[Episode] = []
         self.undelivered: list[Group] = []
@@ -153,12 +168,28 @@ class RolloutSource:
             self.undelivered += stream.ready
             stream.ready.clear()
 
+    def version_of(self, policy: str | None) -> int | None:
+        """``policy``'s tag: its own in ``policy_versions``, else ``policy_version``."""
+        if policy is not None and policy in self.policy_versions:
+            return self.policy_versions[policy]
+        return self.policy_version
+
     def stale_now(self, group: Group) -> bool:
-        if self.max_staleness is None or self.policy_version is None:
+        current = self.version_of(group.policy)
+        if self.max_staleness is None or current is None:
             return False
         if group.policy_version is None:
             return False
-        return self.policy_version - group.policy_version > self.max_staleness
+        return current - group.policy_version > self.max_staleness
+
+    def _tags(self) -> dict[str, Any]:
+        """The tags an episode starting now records in its ``info``."""
+        if self.policies is None:
+            return {"policy_version": self.policy_version}
+        return {
+            "policy_version": self.policy_version,
+            "policy_versions": dict(self.policy_versions),
+        }
 
     async def _feed(self, stream: GroupStream) -> None:
         for slot, task in enumerate(stream.tasks):
@@ -170,29 +201,29 @@ class RolloutSource:
                 token = (stream.serial, slot, rollout)
                 await self.limiter.acquire_on_behalf_of(token)
                 self.started += 1
-                version = self.policy_version
-                self._nursery.start_soon(self._play, stream, task, token, version)
+                self._nursery.start_soon(self._play, stream, task, token, self._tags())
 
     def _make_agent(
         self, role: str, config: AgentConfig, info: EpisodeInfo, on_close: Callable[[Trace], None]
     ) -> Agent:
         agent = self.plan.make_agent(role, config, info, on_close)
-        agent.client = _Tagged(agent.client, self)  # this episode's copy only
+        policy = policy_of(AgentStamp(role, agent.model, ""), self.policies)
+        agent.client = _Tagged(agent.client, self, policy)  # this episode's copy only
         return agent
 
     async def _play(
-        self, stream: GroupStream, task: Task, token: tuple[int, int, int], version: int | None
+        self, stream: GroupStream, task: Task, token: tuple[int, int, int], tags: dict[str, Any]
     ) -> None:
         """One admitted episode, retried as the eval retries (``play_with_retries``):
         it holds its limiter slot from admission until its last attempt ends, and
-        only that attempt is written and reaches its group. ``version``: the tag at
-        admission (a retry is tagged with the one it starts under)."""
+        only that attempt is written and reaches its group. ``tags``: the version
+        tags at admission (a retry is tagged with those it starts under)."""
         _, slot, rollout = token
         name = f"{episode_id(self.env.id, task.idx, rollout)}/g{stream.numbers[slot]}"
 
         def attempt(n: int) -> Episode:
             episode = Episode(name, self.env.id, task, rollout, attempts=n)
-            episode.info["policy_version"] = version if n == 1 else self.policy_version
+            episode.info.update(tags if n == 1 else self._tags())
             episode.info["group"] = stream.numbers[slot]
             return episode
 
@@ -201,15 +232,9 @@ class RolloutSource:
             self.limiter.release_on_behalf_of(token)
             if self.run_dir is not None:
                 self.run_dir.append_lines([episode_line(episode)])
-            stream.finished(slot, episode, episode.info["policy_version"])
+            stream.finished(slot, episode)
 
         await play_with_retries(self.config, self.env, self._make_agent, attempt, done)
-
-
-@attrs.define(eq=False)
-class _Partial:
-    episodes: list[Episode] = attrs.field(factory=list)
-    version: int | None = None
 
 
 class GroupStream:
@@ -219,8 +244,8 @@ class GroupStream:
         self.source, self.tasks, self.per_task, self.serial = source, tasks, per_task, serial
         self.ready: deque[Group] = deque()
         self.numbers: dict[int, int] = {}  # slot -> the group's number in the source
-        self._partial: dict[int, _Partial] = {}
-        self._owed = len(tasks)
+        self._partial: dict[int, list[Episode]] = {}
+        self._owed = len(tasks) * len(source.policy_keys)
         self._event = trio.Event()
 
     def changed(self) -> None:
@@ -233,22 +258,25 @@ class GroupStream:
         while len(self.ready) >= self.source.max_waiting:
             await self._event.wait()
 
-    def finished(self, slot: int, episode: Episode, version: int | None) -> None:
-        partial = self._partial.setdefault(slot, _Partial(version=version))
-        partial.episodes.append(episode)
-        if version is not None and (partial.version is None or version < partial.version):
-            partial.version = version  # the group's oldest tag
-        if len(partial.episodes) == self.per_task:
+    def finished(self, slot: int, episode: Episode) -> None:
+        """``episode`` ended; its task's groups (one per policy) are ready once the
+        task's last episode has."""
+        partial = self._partial.setdefault(slot, [])
+        partial.append(episode)
+        if len(partial) == self.per_task:
             del self._partial[slot]
             source = self.source
-            group = make_group(
-                episode.task, partial.episodes, scale=source.scale, policy_version=partial.version
+            self.ready += make_groups(
+                episode.task,
+                partial,
+                policies=source.policies,
+                keys=source.policy_keys,
+                scale=source.scale,
             )
-            self.ready.append(group)
             self.changed()
 
     def partial_groups(self) -> list[list[Episode]]:
-        return [p.episodes for p in self._partial.values()]
+        return list(self._partial.values())
 
     def __aiter__(self) -> GroupStream:
         return self
@@ -268,6 +296,22 @@ class GroupStream:
             await self._event.wait()
 
 
+def policy_keys(plan: Plan, policies: str | None) -> list[str | None]:
+    """The policies a task yields groups for: ``[None]``, the trainable roles, or
+    their distinct model names, in role order. ``ValueError`` when ``policies`` is
+    set and no role is trainable."""
+    if policies is None:
+        return [None]
+    trainable = [role for role, a in plan.roles.items() if a.trainable]
+    if not trainable:
+        raise ValueError(
+            f"policies = {policies!r}, but no role of the env is trainable; set "
+            "trainable = true on a role (e.g. --env.<role>.trainable=true)"
+        )
+    stamps = [AgentStamp(role, plan.agents[role].model, "") for role in trainable]
+    return list(dict.fromkeys(policy_of(s, policies) for s in stamps))
+
+
 def _asking_for_tokens(config: EvalConfig) -> EvalConfig:
     """``config`` asking every call for token ids and logprobs (vLLM's
     ``return_token_ids`` and ``logprobs``; the built-in model's toy tokens)."""
@@ -285,6 +329,7 @@ async def open_rollouts(
     max_waiting: int = 2,
     scale: bool = False,
     max_staleness: int | None = None,
+    policies: str | None = None,
     tokens: bool = True,
     check_endpoints: bool = True,
     run_dir: RunDir | None = None,
@@ -295,7 +340,11 @@ async def open_rollouts(
     and episode retries as the CLI's (``episode_retries``, ``retry_causes``: a group
     holds each episode's last attempt only, with its ``attempts`` and
     ``info["retried"]``; the attempts share the episode's one admission slot).
-    ``scale``: advantages divided by the group's reward std. ``tokens``: ask every
+    ``scale``: advantages divided by the group's reward std. ``policies``: None
+    (one group per task), "role" (one per trainable role) or "model" (one per model
+    name of a trainable role), each task's groups handed over together, in role
+    order (``RolloutSource``); ``ValueError`` for another value or no trainable
+    role. ``tokens``: ask every
     call for token ids and logprobs (turn off for endpoints refusing vLLM's
     ``return_token_ids``). ``check_endpoints``: call each endpoint once first (the
     CLI's preflight), so a wrong URL, key or model raises ``ConfigError`` before any
@@ -307,9 +356,11 @@ async def open_rollouts(
     exception group)."""
     if max_waiting < 1:
         raise ValueError(f"max_waiting = {max_waiting!r}; expected an integer >= 1")
+    check_policies(policies)
     if tokens:
         config = _asking_for_tokens(config)
     plan = Plan(config, env)
+    policy_keys(plan, policies)  # no trainable role: refused before anything starts
     try:
         if check_endpoints:
             await preflight(config, env)
@@ -337,6 +388,7 @@ async def open_rollouts(
                             max_waiting=max_waiting,
                             scale=scale,
                             max_staleness=max_staleness,
+                            policies=policies,
                             run_dir=run_dir,
                         )
                         sources.append(source)
