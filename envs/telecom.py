@@ -155,8 +155,10 @@ class TelecomLite(Env):
             for trace in (user.trace, assistant.trace):
                 trace.info["log"] = world.log
             ended_by = await self._relay(user, assistant)
+            final = attrs.asdict(world, filter=_no_log)
             for trace in (user.trace, assistant.trace):
-                trace.info.update(ended_by=ended_by, final=attrs.asdict(world, filter=_no_log))
+                del trace.info["log"]  # put back last: the short facts read first
+                trace.info.update(ended_by=ended_by, final=final, log=world.log)
 
     async def _relay(self, user: ChatSession, assistant: ChatSession) -> str:
         """Relay until the user is done, a side stops or the exchanges run out."""
