@@ -40,13 +40,14 @@ def test_roles_show_the_model_and_harness_they_run_with(listing: str) -> None:
     assert "env.player0 role model: the eval's (--model), harness: null" in _row(
         listing, "env.player0 "
     )
+    user_sim = listing[listing.index("│ user-sim ") :]  # telecom-lite has a user role too
     user = " ".join(
-        listing[listing.index("env.user ") :].split("env.persona")[0].replace("│", " ").split()
+        user_sim[user_sim.index("env.user ") :].split("env.persona")[0].replace("│", " ").split()
     )
     assert user.startswith("env.user role model: the eval's (--model), harness: null")
     assert "limits.max_turns=8" in user
     assert "trainable=False" in user
-    assert "harness: the taskset's" in _row(listing, "env.assistant ")
+    assert "harness: the taskset's" in _row(user_sim, "env.assistant ")
     assert "no limit" in _row(listing, "env.<role>.limits.max_turns")
 
 

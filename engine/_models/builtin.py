@@ -12,7 +12,11 @@
   prompt.
 - ``tools``: when tools are offered and none has been called since the last user
   message, calls the first one with arguments derived from the user's text; then
-  answers with the result. Without tools it behaves like ``bracket``.
+  answers with the latest result. An instruction that names an offered tool
+  (``call tool NAME``) is followed: in the user's text it picks the tool called
+  instead of the first; in the latest tool result it chains one more call to that
+  tool (arguments derived from the result's text) unless the tool was already called
+  since the last user message. Without tools it behaves like ``bracket``.
 - ``judge``: a deterministic LLM judge (``_exchange.judge``): when the latest user
   text holds ``<reference>R</reference>`` and ``<response>T</response>`` it answers
   ``VERDICT: CORRECT`` if R (stripped, case-folded) appears in T, else ``VERDICT:
@@ -54,6 +58,7 @@ __all__ = ["POLICIES", "BuiltinModel", "is_builtin"]
 
 PREFIX = "builtin/"
 _OPTION = re.compile(r"\[([^\[\]\n]{1,40})\](?!\()")  # a markdown link is no option
+_NAMED_TOOL = re.compile(r"\bcall tool `?([A-Za-z_]\w*(?:[.-]\w+)*)")  # no final "."
 _SENTENCE = "I have nothing to choose here, so I will simply say hello."
 
 
@@ -112,22 +117,40 @@ def _derive_arguments(schema: Mapping[str, Any], text: str) -> dict[str, Any]:
     return args
 
 
+def _named(text: str, offered: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The first offered tool ``text`` tells to call (``call tool NAME``), if any."""
+    return next((n for n in _NAMED_TOOL.findall(text) if n in offered), None)
+
+
+def _call(fn: Mapping[str, Any], text: str, call_id: str) -> AssistantMessage:
+    args = _derive_arguments(fn, text)
+    return AssistantMessage(None, (ToolCall(call_id, fn.get("name", "tool"), json.dumps(args)),))
+
+
 def tools(request: ModelRequest, seed: int) -> AssistantMessage:
     if not request.tools:
         return bracket(request, seed)
+    offered = {f.get("name", "tool"): f for f in (t.get("function", {}) for t in request.tools)}
     since_user: list[Message] = []
     for m in reversed(request.messages):
         if isinstance(m, UserMessage):
             break
         since_user.append(m)
+    call_id = f"call_{_digest(request.messages, seed) % 10**8:08d}"
     results = [m for m in since_user if isinstance(m, ToolMessage)]
     if results:
-        return AssistantMessage(f"The tool said: {text_of(results[0].content)}")
-    fn = request.tools[0].get("function", {})
-    call_id = f"call_{_digest(request.messages, seed) % 10**8:08d}"
-    args = _derive_arguments(fn, _latest_prompt_text(request.messages))
-    call = ToolCall(call_id, fn.get("name", "tool"), json.dumps(args))
-    return AssistantMessage(None, (call,))
+        latest = text_of(results[0].content)
+        called = {
+            c.name for m in since_user if isinstance(m, AssistantMessage) for c in m.tool_calls
+        }
+        chained = _named(latest, offered)
+        if chained is not None and chained not in called:
+            return _call(offered[chained], latest, call_id)
+        return AssistantMessage(f"The tool said: {latest}")
+    text = _latest_prompt_text(request.messages)
+    name = _named(text, offered)
+    fn = offered[name] if name is not None else request.tools[0].get("function", {})
+    return _call(fn, text, call_id)
 
 
 _TAGGED = {
