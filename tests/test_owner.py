@@ -5,9 +5,11 @@ counted by a marker in their environment (``/proc/*/environ``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,16 @@ from taketurns._procs.sandbox import Sandbox
 LIMIT = 30
 
 
+@pytest.fixture
+def mark() -> Iterator[str]:
+    """A fresh marker; whatever carries it at teardown (a failed test's) is killed."""
+    mark = uuid.uuid4().hex
+    yield mark
+    for pid in marked(f"TT_OWNER_MARK={mark}"):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
 async def settled(mark: str, count: int, within: float = 10.0) -> list[int]:
     """``marked(mark)`` once it holds ``count`` processes (or ``within`` passed)."""
     with trio.move_on_after(within):
@@ -28,19 +40,32 @@ async def settled(mark: str, count: int, within: float = 10.0) -> list[int]:
     return marked(mark)
 
 
+def sleeping(mark: str) -> list[int]:
+    """The marked processes that are ``sleep`` (exec'd: in their own session by now)."""
+    found = []
+    for pid in marked(f"TT_OWNER_MARK={mark}"):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+                found.append(pid)
+    return found
+
+
 async def start_sleep(tmp_path: Path, mark: str) -> owner.OwnedProcess:
-    """``sleep 300`` owned without a sandbox; returns once it runs (the supervisor
-    and ``sleep`` both carry the marker)."""
+    """``sleep 300`` owned without a sandbox; returns once ``sleep`` runs."""
     env = {"PATH": os.environ["PATH"], "TT_OWNER_MARK": mark}
     owned = await owner.start(
         ["sleep", "300"], cwd=tmp_path, env=env, sandbox=Sandbox(kind="none"), scratch=tmp_path
     )
-    assert len(await settled(f"TT_OWNER_MARK={mark}", 2)) == 2
+    with trio.move_on_after(10):
+        while not sleeping(mark):  # noqa: ASYNC110 - /proc sends no event
+            await trio.sleep(0.02)
+    assert len(sleeping(mark)) == 1
     return owned
 
 
-async def test_a_sigkilled_supervisor_leaves_no_program_after_aclose(tmp_path: Path) -> None:
-    mark = uuid.uuid4().hex
+async def test_a_sigkilled_supervisor_leaves_no_program_after_aclose(
+    tmp_path: Path, mark: str
+) -> None:
     with trio.fail_after(LIMIT):
         owned = await start_sleep(tmp_path, mark)
         os.kill(owned.pid, signal.SIGKILL)  # someone else kills the supervisor
@@ -50,10 +75,9 @@ async def test_a_sigkilled_supervisor_leaves_no_program_after_aclose(tmp_path: P
 
 
 async def test_a_stuck_supervisor_is_hard_killed_with_its_program(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, mark: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(owner, "KILL_S", 0.2)
-    mark = uuid.uuid4().hex
     with trio.fail_after(LIMIT):
         owned = await start_sleep(tmp_path, mark)
         os.kill(owned.pid, signal.SIGSTOP)  # it cannot act on the cut lifeline

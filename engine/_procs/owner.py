@@ -16,7 +16,11 @@ and returns an ``OwnedProcess``. Its contract:
   process group and every descendant (``setsid`` and double-forked ones included: it
   is their subreaper) and exits; the owner reaps it in a shielded wait bounded by
   ``KILL_S``, and past that SIGKILLs the supervisor's group, and a sandbox's PID
-  namespace through its first process, then reaps for up to ``REAP_S`` more.
+  namespace through its first process, then reaps for up to ``REAP_S`` more. A
+  supervisor that did not exit by itself (SIGKILLed by ``aclose`` or by anyone else,
+  or never reaped) killed nothing, so ``aclose`` then SIGKILLs the program's process
+  group itself: without a sandbox the supervisor reports the program's pid (the
+  group's id) on a status pipe (``--status``) when it starts it.
 - **Eval exit**: the lifeline's write end lives only in the engine's process, so
   when that process dies (a killed worker, ``os._exit``), every supervisor sees end of
   file and kills its tree. No ``PR_SET_PDEATHSIG``: trio starts processes from worker
@@ -26,9 +30,11 @@ Guarantees: sandboxed, exact (the supervisor is the PID namespace's init: when i
 exits or is killed, the kernel kills everything in the namespace). ``sandbox = none``: every
 descendant of the program, however detached, is found (subreaper) and killed; what
 the program got *another* service to start (a systemd unit, a daemon over a socket)
-is not its descendant and survives. Both: a supervisor that is itself SIGKILLed by
-someone else leaves its tree to the lifeline, which then still holds; a host whose
-``/proc`` is hidden cannot be scanned.
+is not its descendant and survives. A SIGKILLed supervisor (``sandbox = none``): its
+program's process group dies on ``aclose``, but a descendant that left that group
+(``setsid``, ``setpgid``) is re-parented to the nearest subreaper above (or init) and
+survives, as does a program the supervisor started but was killed before reporting
+(a window of microseconds). Both: a host whose ``/proc`` is hidden cannot be scanned.
 """
 
 from __future__ import annotations
@@ -75,14 +81,19 @@ def command(
     program: Sequence[str],
     *,
     lifeline: int,
+    status: int | None = None,
     sandbox: Sandbox,
     scratch: Path,
     cwd: Path,
     model_socket: str | None,
     model_port: int | None,
 ) -> list[str]:
-    """The full argv: the supervisor around ``program``, in bwrap unless ``none``."""
+    """The full argv: the supervisor around ``program``, in bwrap unless ``none``;
+    ``status``: the descriptor the supervisor reports the program's pid on (``none``
+    only)."""
     supervised = [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", str(lifeline)]
+    if status is not None and sandbox.kind == "none":  # a sandbox's pids are its own
+        supervised += ["--status", str(status)]
     bridge = (
         sandbox.kind == "bwrap"
         and sandbox.network == "endpoint"
@@ -111,11 +122,15 @@ class OwnedProcess:
     outermost process (bwrap, or the supervisor); its ``stdin``/``stdout`` are the
     program's when piped."""
 
-    __slots__ = ("_lifeline", "process", "sandboxed")
+    __slots__ = ("_group", "_lifeline", "_status", "process", "sandboxed")
 
-    def __init__(self, process: trio.Process, lifeline: int, *, sandboxed: bool) -> None:
+    def __init__(
+        self, process: trio.Process, lifeline: int, status: int | None, *, sandboxed: bool
+    ) -> None:
         self.process = process
         self._lifeline: int | None = lifeline
+        self._status = status  # the status pipe's read end, non-blocking
+        self._group: int | None = None
         self.sandboxed = sandboxed
 
     @property
@@ -149,9 +164,32 @@ class OwnedProcess:
                 self._hard_kill()
                 with trio.move_on_after(REAP_S):
                     await self.process.wait()
+            code = self.process.returncode
+            group = self._program_group()
+            if group is not None and (code is None or code < 0):
+                # the supervisor was killed, not exited: it did not kill the program
+                with contextlib.suppress(OSError):
+                    os.killpg(group, signal.SIGKILL)
+            self._drop_status()
             for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
                 if stream is not None:
                     await stream.aclose()
+
+    def _program_group(self) -> int | None:
+        """The program's process group as the supervisor reported it; None when it
+        did not (sandboxed, or not started, or not yet)."""
+        if self._group is None and self._status is not None:
+            with contextlib.suppress(OSError, ValueError):  # nothing written yet
+                self._group = int(os.read(self._status, 64))
+        return self._group
+
+    def _drop_status(self) -> None:
+        """Forget the program's group (it cannot be signalled twice: its id may be
+        reused once it is gone) and close the status pipe."""
+        self._group = None
+        if self._status is not None:
+            os.close(self._status)
+            self._status = None
 
     def _hard_kill(self) -> None:
         """The supervisor did not finish: SIGKILL the sandbox's PID namespace (through
@@ -185,10 +223,13 @@ async def start(
     loopback port to bridge it to inside the sandbox. ``stdin``/``stdout``/``stderr``
     as for ``subprocess`` (a file, ``PIPE`` or ``DEVNULL``)."""
     read_end, write_end = os.pipe()
+    status_read, status_write = os.pipe() if sandbox.kind == "none" else (None, None)
+    passed = (read_end,) if status_write is None else (read_end, status_write)
     try:
         argv = command(
             program,
             lifeline=read_end,
+            status=status_write,
             sandbox=sandbox,
             scratch=scratch,
             cwd=cwd,
@@ -202,15 +243,21 @@ async def start(
             stderr=stderr,
             cwd=str(cwd),
             env=dict(env),
-            pass_fds=(read_end,),
+            pass_fds=passed,
             start_new_session=True,  # a terminal's Ctrl-C reaches the engine only
         )
     except BaseException:
         os.close(write_end)
+        if status_read is not None:
+            os.close(status_read)
         raise
     finally:
         os.close(read_end)
-    return OwnedProcess(process, write_end, sandboxed=sandbox.kind != "none")
+        if status_write is not None:
+            os.close(status_write)
+    if status_read is not None:
+        os.set_blocking(status_read, False)
+    return OwnedProcess(process, write_end, status_read, sandboxed=sandbox.kind != "none")
 
 
 async def _collect(
