@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from procs import marked
+from procs import children, marked
 
 from taketurns._procs import owner
 from taketurns._procs.sandbox import Sandbox
@@ -83,4 +83,24 @@ async def test_a_stuck_supervisor_is_hard_killed_with_its_program(
         os.kill(owned.pid, signal.SIGSTOP)  # it cannot act on the cut lifeline
         await owned.aclose()  # past KILL_S: SIGKILL
         assert owned.process.returncode == -signal.SIGKILL
+        assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
+
+
+async def test_a_sigkilled_bwrap_leaves_no_sandbox_after_aclose(tmp_path: Path, mark: str) -> None:
+    """bwrap SIGKILLed by someone else, its namespace's init (the supervisor) stopped
+    so that it cannot act on the cut lifeline: ``aclose`` kills the init itself."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {"PATH": os.environ["PATH"], "TT_OWNER_MARK": mark}
+    with trio.fail_after(LIMIT):
+        owned = await owner.start(
+            ["sleep", "300"], cwd=scratch, env=env, sandbox=Sandbox(), scratch=scratch
+        )
+        while not sleeping(mark):  # noqa: ASYNC110 - /proc sends no event
+            await trio.sleep(0.02)
+        (init,) = children(owned.pid)  # bwrap's only child: the namespace's init
+        os.kill(init[0], signal.SIGSTOP)
+        os.kill(owned.pid, signal.SIGKILL)
+        await owned.wait()
+        await owned.aclose()
         assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
