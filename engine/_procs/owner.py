@@ -16,24 +16,36 @@ and returns an ``OwnedProcess``. Its contract:
   process group and every descendant (``setsid`` and double-forked ones included: it
   is their subreaper) and exits; the owner reaps it in a shielded wait bounded by
   ``KILL_S``, and past that SIGKILLs the supervisor's group, and a sandbox's PID
-  namespace through its first process, then reaps for up to ``REAP_S`` more.
+  namespace through its first process, then reaps for up to ``REAP_S`` more. An
+  outer process that did not exit by itself (SIGKILLed by ``aclose`` or by anyone
+  else, or never reaped) killed nothing, so ``aclose`` then kills on its own what
+  was reported on a status pipe: without a sandbox the program's process group (the
+  program writes its pid there before ``exec``: the supervisor's ``--status``),
+  in a sandbox its PID namespace's init (bwrap's ``--info-fd``: ``child-pid``).
 - **Eval exit**: the lifeline's write end lives only in the engine's process, so
   when that process dies (a killed worker, ``os._exit``), every supervisor sees end of
   file and kills its tree. No ``PR_SET_PDEATHSIG``: trio starts processes from worker
   threads, whose exit would fire it.
 
 Guarantees: sandboxed, exact (the supervisor is the PID namespace's init: when it
-exits or is killed, the kernel kills everything in the namespace). ``sandbox = none``: every
+exits or is killed, the kernel kills everything in the namespace; a SIGKILLed bwrap
+leaves that init to ``aclose``, which kills it). ``sandbox = none``: every
 descendant of the program, however detached, is found (subreaper) and killed; what
 the program got *another* service to start (a systemd unit, a daemon over a socket)
-is not its descendant and survives. Both: a supervisor that is itself SIGKILLed by
-someone else leaves its tree to the lifeline, which then still holds; a host whose
-``/proc`` is hidden cannot be scanned.
+is not its descendant and survives. A supervisor SIGKILLed (by ``aclose`` past
+``KILL_S``, or by anyone else) with ``sandbox = none``: its program's process group
+dies on ``aclose``, but a descendant that had left that group (``setsid``,
+``setpgid``) lost its subreaper: it is re-parented to the nearest subreaper above (the
+engine's process is none) or init, and survives; so does a program still between
+``fork`` and its report when ``aclose`` reads the pipe (microseconds). What was
+reported is signalled only when the outer process was killed, once, so a recycled
+pid is not hit. Both: a host whose ``/proc`` is hidden cannot be scanned.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -75,14 +87,19 @@ def command(
     program: Sequence[str],
     *,
     lifeline: int,
+    status: int | None = None,
     sandbox: Sandbox,
     scratch: Path,
     cwd: Path,
     model_socket: str | None,
     model_port: int | None,
 ) -> list[str]:
-    """The full argv: the supervisor around ``program``, in bwrap unless ``none``."""
+    """The full argv: the supervisor around ``program``, in bwrap unless ``none``;
+    ``status``: the descriptor the program's pid (``none``) or bwrap's info (the
+    namespace init's host pid) is reported on."""
     supervised = [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", str(lifeline)]
+    if status is not None and sandbox.kind == "none":  # a sandbox's pids are its own
+        supervised += ["--status", str(status)]
     bridge = (
         sandbox.kind == "bwrap"
         and sandbox.network == "endpoint"
@@ -95,7 +112,9 @@ def command(
     if sandbox.kind == "none":
         return supervised
     socket = model_socket if bridge else None
-    return bwrap_argv(supervised, scratch=scratch, cwd=cwd, sandbox=sandbox, model_socket=socket)
+    return bwrap_argv(
+        supervised, scratch=scratch, cwd=cwd, sandbox=sandbox, model_socket=socket, info_fd=status
+    )
 
 
 def supervised(program: Sequence[str]) -> list[str]:
@@ -111,11 +130,15 @@ class OwnedProcess:
     outermost process (bwrap, or the supervisor); its ``stdin``/``stdout`` are the
     program's when piped."""
 
-    __slots__ = ("_lifeline", "process", "sandboxed")
+    __slots__ = ("_lifeline", "_reported", "_status", "process", "sandboxed")
 
-    def __init__(self, process: trio.Process, lifeline: int, *, sandboxed: bool) -> None:
+    def __init__(
+        self, process: trio.Process, lifeline: int, status: int, *, sandboxed: bool
+    ) -> None:
         self.process = process
         self._lifeline: int | None = lifeline
+        self._status: int | None = status  # the status pipe's read end, non-blocking
+        self._reported: int | None = None
         self.sandboxed = sandboxed
 
     @property
@@ -149,9 +172,37 @@ class OwnedProcess:
                 self._hard_kill()
                 with trio.move_on_after(REAP_S):
                     await self.process.wait()
+            code = self.process.returncode
+            reported = self._read_status()
+            if reported is not None and (code is None or code < 0):
+                # killed, not exited: it killed nothing (a namespace dies with its init)
+                with contextlib.suppress(OSError):
+                    if self.sandboxed:
+                        os.kill(reported, signal.SIGKILL)
+                    else:
+                        os.killpg(reported, signal.SIGKILL)
+            self._drop_status()
             for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
                 if stream is not None:
                     await stream.aclose()
+
+    def _read_status(self) -> int | None:
+        """What the status pipe reported: the program's process group (no sandbox)
+        or the PID namespace's init (bwrap); None when nothing was (not started)."""
+        if self._reported is None and self._status is not None:
+            # OSError: nothing written; ValueError, KeyError: nothing whole
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                raw = os.read(self._status, 4096)
+                self._reported = int(json.loads(raw)["child-pid"] if self.sandboxed else raw)
+        return self._reported
+
+    def _drop_status(self) -> None:
+        """Forget what was reported (never signalled twice: a pid may be reused once
+        it is gone) and close the status pipe."""
+        self._reported = None
+        if self._status is not None:
+            os.close(self._status)
+            self._status = None
 
     def _hard_kill(self) -> None:
         """The supervisor did not finish: SIGKILL the sandbox's PID namespace (through
@@ -185,10 +236,12 @@ async def start(
     loopback port to bridge it to inside the sandbox. ``stdin``/``stdout``/``stderr``
     as for ``subprocess`` (a file, ``PIPE`` or ``DEVNULL``)."""
     read_end, write_end = os.pipe()
+    status_read, status_write = os.pipe()
     try:
         argv = command(
             program,
             lifeline=read_end,
+            status=status_write,
             sandbox=sandbox,
             scratch=scratch,
             cwd=cwd,
@@ -202,15 +255,18 @@ async def start(
             stderr=stderr,
             cwd=str(cwd),
             env=dict(env),
-            pass_fds=(read_end,),
+            pass_fds=(read_end, status_write),
             start_new_session=True,  # a terminal's Ctrl-C reaches the engine only
         )
     except BaseException:
         os.close(write_end)
+        os.close(status_read)
         raise
     finally:
         os.close(read_end)
-    return OwnedProcess(process, write_end, sandboxed=sandbox.kind != "none")
+        os.close(status_write)
+    os.set_blocking(status_read, False)
+    return OwnedProcess(process, write_end, status_read, sandboxed=sandbox.kind != "none")
 
 
 async def _collect(

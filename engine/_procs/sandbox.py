@@ -138,9 +138,12 @@ def bwrap_argv(
     cwd: Path,
     sandbox: Sandbox,
     model_socket: str | None,
+    info_fd: int | None = None,
 ) -> list[str]:
     """``bwrap`` options then ``--`` and ``program``: see the module docstring.
-    ``model_socket``: the host's interception socket, mounted at ``MODEL_SOCKET``."""
+    ``model_socket``: the host's interception socket, mounted at ``MODEL_SOCKET``;
+    ``info_fd``: where bwrap writes its JSON info (``child-pid``: the host pid of the
+    sandbox's first process, the PID namespace's init)."""
     bwrap = bwrap_path()
     if bwrap is None:
         raise FileNotFoundError(INSTALL_HINT)
@@ -166,5 +169,7 @@ def bwrap_argv(
         argv += ["--dir", os.path.dirname(MODEL_SOCKET), "--bind", model_socket, MODEL_SOCKET]
     for path in hidden:  # empty, and unwritable: the scratch is the one writable place
         argv += ["--remount-ro", path]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
     argv += ["--chdir", os.path.realpath(cwd), "--", *program]
     return argv

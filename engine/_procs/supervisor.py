@@ -4,7 +4,7 @@ Run as a plain script (``python -I -S supervisor.py ...``: standard library only
 ``taketurns`` import, so it starts in milliseconds, also inside a sandbox that sees
 only the interpreter and this file)::
 
-    supervisor.py --lifeline FD|parent [--bridge PORT SOCKET] -- PROGRAM [ARGS...]
+    supervisor.py --lifeline FD|parent [--status FD] [--bridge PORT SOCKET] -- PROGRAM [ARGS...]
 
 It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``: every orphaned
 descendant, ``setsid`` and double-forked ones included, becomes its child), starts
@@ -25,6 +25,13 @@ supervisor has no children left, ``SIGKILL`` to each child and reaping it (a dea
 child's own children are re-parented to the supervisor and killed next round), so
 SIGTERM-ignorers, ``setsid`` children and daemons all die. A process that is no
 descendant (one a sandbox-less program asked another service to start) is beyond it.
+
+``--status FD``: PROGRAM's pid (its process group: it leads a new session) is written
+as one decimal line to ``FD`` by PROGRAM's own process between ``setsid`` and
+``exec``, so it is reported before PROGRAM runs, and the engine can still kill that
+group when the supervisor itself is SIGKILLed (``taketurns._procs.owner``). Only
+without ``--bridge``: the report runs Python in the forked child, which is safe only
+while the supervisor has no other thread.
 
 ``--bridge PORT SOCKET`` (inside a sandbox whose network namespace has only its own
 loopback): listen on ``127.0.0.1:PORT`` before PROGRAM starts and forward each
@@ -142,21 +149,36 @@ def _watch_lifeline(lifeline: str, on_cut: Callable[[], None]) -> None:
     on_cut()
 
 
-def _parse(argv: list[str]) -> tuple[str, tuple[int, str] | None, list[str]]:
+def _parse(argv: list[str]) -> tuple[str, int | None, tuple[int, str] | None, list[str]]:
     split = argv.index("--")
     options, program = argv[:split], argv[split + 1 :]
     lifeline = options[options.index("--lifeline") + 1]
+    status = int(options[options.index("--status") + 1]) if "--status" in options else None
     bridge = None
     if "--bridge" in options:
         at = options.index("--bridge")
         bridge = (int(options[at + 1]), options[at + 2])
     if not program:
         raise SystemExit("supervisor: no program after --")
-    return lifeline, bridge, program
+    return lifeline, status, bridge, program
+
+
+def _reporter(status: int | None) -> Callable[[], None] | None:
+    """What the forked child runs before ``exec`` to report its pid on ``status``."""
+    if status is None:
+        return None
+
+    def report() -> None:
+        with contextlib.suppress(OSError):
+            os.write(status, f"{os.getpid()}\n".encode())
+
+    return report
 
 
 def main(argv: list[str]) -> int:
-    lifeline, bridge, program = _parse(argv)
+    lifeline, status_fd, bridge, program = _parse(argv)
+    if status_fd is not None and bridge is not None:
+        raise SystemExit("supervisor: --status and --bridge exclude each other")
     _subreaper()
     if bridge is not None:
         listener = _listen(bridge[0])
@@ -173,11 +195,15 @@ def main(argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, cut)
     try:
-        child = subprocess.Popen(program, start_new_session=True, close_fds=True)
+        child = subprocess.Popen(
+            program, start_new_session=True, close_fds=True, preexec_fn=_reporter(status_fd)
+        )
     except OSError as exc:
         print(f"supervisor: cannot start {program[0]!r}: {exc}", file=sys.stderr)
         return 127
     started.append(child.pid)
+    if status_fd is not None:
+        os.close(status_fd)
     if stopping:  # told to stop while it was starting
         cut()
     threading.Thread(target=_watch_lifeline, args=(lifeline, cut), daemon=True).start()

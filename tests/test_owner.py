@@ -1,0 +1,106 @@
+"""The process owner with real processes, when the supervisor itself does not finish:
+SIGKILLed by someone else, or stopped so that ``aclose`` has to hard-kill it. On both
+paths ``aclose`` leaves no process of the program's group alive. Processes are
+counted by a marker in their environment (``/proc/*/environ``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from procs import children, marked
+
+from taketurns._procs import owner
+from taketurns._procs.sandbox import Sandbox
+
+LIMIT = 30
+
+
+@pytest.fixture
+def mark() -> Iterator[str]:
+    """A fresh marker; whatever carries it at teardown (a failed test's) is killed."""
+    mark = uuid.uuid4().hex
+    yield mark
+    for pid in marked(f"TT_OWNER_MARK={mark}"):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+async def settled(mark: str, count: int, within: float = 10.0) -> list[int]:
+    """``marked(mark)`` once it holds ``count`` processes (or ``within`` passed)."""
+    with trio.move_on_after(within):
+        while len(marked(mark)) != count:  # noqa: ASYNC110 - /proc sends no event
+            await trio.sleep(0.02)
+    return marked(mark)
+
+
+def sleeping(mark: str) -> list[int]:
+    """The marked processes that are ``sleep`` (exec'd: in their own session by now)."""
+    found = []
+    for pid in marked(f"TT_OWNER_MARK={mark}"):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+                found.append(pid)
+    return found
+
+
+async def start_sleep(tmp_path: Path, mark: str) -> owner.OwnedProcess:
+    """``sleep 300`` owned without a sandbox; returns once ``sleep`` runs."""
+    env = {"PATH": os.environ["PATH"], "TT_OWNER_MARK": mark}
+    owned = await owner.start(
+        ["sleep", "300"], cwd=tmp_path, env=env, sandbox=Sandbox(kind="none"), scratch=tmp_path
+    )
+    with trio.move_on_after(10):
+        while not sleeping(mark):  # noqa: ASYNC110 - /proc sends no event
+            await trio.sleep(0.02)
+    assert len(sleeping(mark)) == 1
+    return owned
+
+
+async def test_a_sigkilled_supervisor_leaves_no_program_after_aclose(
+    tmp_path: Path, mark: str
+) -> None:
+    with trio.fail_after(LIMIT):
+        owned = await start_sleep(tmp_path, mark)
+        os.kill(owned.pid, signal.SIGKILL)  # someone else kills the supervisor
+        await owned.wait()
+        await owned.aclose()
+        assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
+
+
+async def test_a_stuck_supervisor_is_hard_killed_with_its_program(
+    tmp_path: Path, mark: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(owner, "KILL_S", 0.2)
+    with trio.fail_after(LIMIT):
+        owned = await start_sleep(tmp_path, mark)
+        os.kill(owned.pid, signal.SIGSTOP)  # it cannot act on the cut lifeline
+        await owned.aclose()  # past KILL_S: SIGKILL
+        assert owned.process.returncode == -signal.SIGKILL
+        assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
+
+
+async def test_a_sigkilled_bwrap_leaves_no_sandbox_after_aclose(tmp_path: Path, mark: str) -> None:
+    """bwrap SIGKILLed by someone else, its namespace's init (the supervisor) stopped
+    so that it cannot act on the cut lifeline: ``aclose`` kills the init itself."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {"PATH": os.environ["PATH"], "TT_OWNER_MARK": mark}
+    with trio.fail_after(LIMIT):
+        owned = await owner.start(
+            ["sleep", "300"], cwd=scratch, env=env, sandbox=Sandbox(), scratch=scratch
+        )
+        while not sleeping(mark):  # noqa: ASYNC110 - /proc sends no event
+            await trio.sleep(0.02)
+        (init,) = children(owned.pid)  # bwrap's only child: the namespace's init
+        os.kill(init[0], signal.SIGSTOP)
+        os.kill(owned.pid, signal.SIGKILL)
+        await owned.wait()
+        await owned.aclose()
+        assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
