@@ -104,3 +104,34 @@ async def test_a_sigkilled_bwrap_leaves_no_sandbox_after_aclose(tmp_path: Path, 
         await owned.wait()
         await owned.aclose()
         assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
+
+
+def test_the_package_is_readable_when_it_lies_beside_the_scratch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a checkout under the temp directory (CI clones there) shares its parent with
+    # every rollout's scratch directory: the package is bound back all the same, while
+    # a path on the command line into that parent (another rollout's scratch) is not
+    import subprocess
+
+    from taketurns._procs import sandbox
+
+    package = tmp_path / "checkout" / "engine"
+    package.mkdir(parents=True)
+    (package / "marker.txt").write_text("the package\n")
+    other = tmp_path / "taketurns-other"
+    other.mkdir()
+    (other / "card.txt").write_text("K")
+    scratch = tmp_path / "taketurns-mine"
+    scratch.mkdir()
+    monkeypatch.setattr(sandbox, "_package_dirs", lambda: [str(package)])
+    script = f"cat {package}/marker.txt; cat {other}/card.txt || echo hidden"
+    argv = sandbox.bwrap_argv(
+        ["/bin/sh", "-c", script, str(other / "card.txt")],
+        scratch=scratch,
+        cwd=scratch,
+        sandbox=Sandbox(hide=(str(tmp_path),)),
+        model_socket=None,
+    )
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert run.stdout.split() == ["the", "package", "hidden"], run.stderr

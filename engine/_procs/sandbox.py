@@ -118,10 +118,18 @@ def _package_dirs() -> list[str]:
     return dirs
 
 
-def readable_paths(program: Sequence[str]) -> list[str]:
-    """What is bound back read-only: see the module docstring."""
+def _runtime_paths() -> list[str]:
+    """What any sandboxed Python needs: the interpreter's prefixes, ``sys.path`` and
+    the ``taketurns`` package (wherever the checkout is: under the temp directory too,
+    beside the rollouts' scratch directories)."""
     wanted = [sys.base_prefix, sys.prefix, sys.exec_prefix, *_package_dirs()]
     wanted += [p for p in sys.path if p and os.path.isabs(p)]
+    return sorted({os.path.realpath(p) for p in wanted if os.path.exists(p)})
+
+
+def readable_paths(program: Sequence[str]) -> list[str]:
+    """What is bound back read-only: see the module docstring."""
+    wanted = _runtime_paths()
     for arg in program:
         if os.path.isabs(arg) and os.path.exists(arg):
             wanted.append(arg)
@@ -159,9 +167,14 @@ def bwrap_argv(
     for path in hidden:
         argv += ["--tmpfs", path]
     others = os.path.dirname(scratch_real)  # every rollout's scratch lives there
+    runtime = set(_runtime_paths())
     for path in readable_paths([*program, *sandbox.readable]):
-        # never re-expose what is hidden, nor another rollout's scratch
-        if any(_inside(h, path) for h in hidden) or _inside(path, others):
+        # never re-expose what is hidden, nor (through a path on the command line)
+        # another rollout's scratch; the runtime is bound wherever it lies (a checkout
+        # under the temp directory shares its parent with every scratch directory)
+        if any(_inside(h, path) for h in hidden):
+            continue
+        if _inside(path, others) and path not in runtime:
             continue
         argv += ["--ro-bind", path, path]
     argv += ["--bind", scratch_real, scratch_real]
