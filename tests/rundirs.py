@@ -38,9 +38,14 @@ def steady(value: Any) -> Any:
 
 
 def flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as one dict keyed by dotted paths."""
+    """Nested dicts and lists as one dict keyed by dotted paths (a list's items by
+    index: ``pytest.approx`` compares no nested containers)."""
     if isinstance(value, dict):
         return {
             k: v for key, item in value.items() for k, v in flat(item, f"{prefix}.{key}").items()
+        }
+    if isinstance(value, list):
+        return {
+            k: v for i, item in enumerate(value) for k, v in flat(item, f"{prefix}.{i}").items()
         }
     return {prefix: value}

@@ -474,7 +474,7 @@ def test_sigint_with_program_seats_then_resume(tmp_path: Path) -> None:
     marker = f"TAKETURNS_SIGINT_{uuid.uuid4().hex}"
     env = {**os.environ, "TMPDIR": str(scratch), marker: "1"}
     argv = [
-        sys.executable, "-m", "taketurns", "eval", "kuhn-poker", "-n", "12", "-c", "4",
+        sys.executable, "-m", "taketurns", "eval", "kuhn-poker", "-n", "40", "-c", "4",
         "--env.player0.harness=program", "--env.player1.harness=program",
         "-o", str(out), "--no-progress",
     ]  # fmt: skip
@@ -493,7 +493,7 @@ def test_sigint_with_program_seats_then_resume(tmp_path: Path) -> None:
     assert marked(marker) == []  # every program the eval started is gone
     assert scratch_dirs(scratch) == []
     first = list(read_episodes(out / "episodes.jsonl"))
-    assert 3 <= len(first) < 12
+    assert 3 <= len(first) < 40  # 40: far from done when the signal lands
     cancelled = [e for e in first if e["stop"] == "cancelled"]
     assert cancelled
     for e in first:
@@ -501,7 +501,11 @@ def test_sigint_with_program_seats_then_resume(tmp_path: Path) -> None:
             assert trace["stop_condition"]
             assert set(trace["rewards"]) == {"payoff"}  # scored, even when cancelled
     for e in cancelled:
-        assert {t["stop_condition"] for t in e["traces"]} <= {"cancelled"}
+        # a seat whose session had closed before the signal (a hand that was over:
+        # Kuhn leaves its second `async with` first) keeps the reason it closed with
+        stops = [t["stop_condition"] for t in e["traces"]]
+        assert "cancelled" in stops
+        assert set(stops) <= {"cancelled", "user_closed"}
     assert summary_of(out)["interrupted"] is True
 
     resumed = subprocess.run(
@@ -514,9 +518,9 @@ def test_sigint_with_program_seats_then_resume(tmp_path: Path) -> None:
     )
     assert resumed.returncode == 0, resumed.stderr
     episodes = list(read_episodes(out / "episodes.jsonl"))
-    assert sorted((e["task"]["idx"], e["rollout"]) for e in episodes) == pairs(12)
+    assert sorted((e["task"]["idx"], e["rollout"]) for e in episodes) == pairs(40)
     assert all(e["ok"] for e in episodes)
     assert len(list(read_episodes(out / "cancelled.jsonl"))) == len(cancelled)
     assert marked(marker) == []
     assert scratch_dirs(scratch) == []
-    print(f"FIGURES faults=1 episodes=12 cancelled={len(cancelled)}")
+    print(f"FIGURES faults=1 episodes=40 cancelled={len(cancelled)}")
