@@ -219,12 +219,7 @@ def _write_parquet_messages(rows: list[dict[str, Any]], target: Path) -> None:
         columns[name] = [orjson.dumps(m).decode() for m in columns[name]]
     schema = pa.schema(
         [
-            ("env", pa.string()),
-            ("episode_id", pa.string()),
-            ("agent", pa.string()),
-            ("task_idx", pa.int64()),
-            ("task_name", pa.string()),
-            ("rollout", pa.int64()),
+            *_provenance(pa),
             ("messages", pa.string()),
             ("message_mask", pa.list_(pa.int8())),
             ("reward", pa.float64()),
@@ -234,6 +229,18 @@ def _write_parquet_messages(rows: list[dict[str, Any]], target: Path) -> None:
         ]
     )
     pq.write_table(pa.table(columns, schema=schema), target)
+
+
+def _provenance(pa: Any) -> list[tuple[str, Any]]:
+    """The Parquet types of the columns every row starts with (both levels)."""
+    return [
+        ("env", pa.string()),
+        ("episode_id", pa.string()),
+        ("agent", pa.string()),
+        ("task_idx", pa.int64()),
+        ("task_name", pa.string()),
+        ("rollout", pa.int64()),
+    ]
 
 
 def _pyarrow() -> Any:
@@ -252,12 +259,7 @@ def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
     columns = {name: [row[name] for row in rows] for name in ROW_COLUMNS}
     schema = pa.schema(
         [
-            ("env", pa.string()),
-            ("episode_id", pa.string()),
-            ("agent", pa.string()),
-            ("task_idx", pa.int64()),
-            ("task_name", pa.string()),
-            ("rollout", pa.int64()),
+            *_provenance(pa),
             ("turns", pa.list_(pa.int64())),
             ("prompt_ids", pa.list_(pa.int64())),
             ("completion_ids", pa.list_(pa.int64())),
