@@ -51,6 +51,7 @@ from taketurns._errors import (
     ModelServerError,
     OptionError,
     OutputError,
+    ReplayDiverged,
     RolloutStopped,
     ScoringError,
     SessionClosed,
@@ -135,6 +136,8 @@ if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._models.openai import OpenAIClient
     from taketurns._output.records import read_episodes
     from taketurns._output.rundir import RunDir
+    from taketurns._replay.model import ReplayDivergence
+    from taketurns._replay.run import ReplayResult, replay_episode
     from taketurns._runner import EvalRun, run_eval
     from taketurns._train.export import export_samples
 
@@ -146,6 +149,9 @@ _LAZY = {
     "RunDir": "taketurns._output.rundir",
     "load_eval_config": "taketurns._config.settings",
     "read_episodes": "taketurns._output.records",
+    "replay_episode": "taketurns._replay.run",
+    "ReplayDivergence": "taketurns._replay.model",
+    "ReplayResult": "taketurns._replay.run",
     "export_samples": "taketurns._train.export",
     "run_eval": "taketurns._runner",
     "Endpoint": "taketurns._http.interception",
@@ -213,6 +219,9 @@ __all__ = [
     "OutputError",
     "OwnedProcess",
     "Prompt",
+    "ReplayDiverged",
+    "ReplayDivergence",
+    "ReplayResult",
     "Reply",
     "Resources",
     "Rollout",
@@ -277,6 +286,7 @@ __all__ = [
     "read_episodes",
     "register_env",
     "register_taskset",
+    "replay_episode",
     "reward",
     "roles_of",
     "run_asyncio",
