@@ -126,7 +126,7 @@ def test_one_call_more_than_recorded_names_the_turn(
     assert divergence is not None
     where = (divergence.episode, divergence.seat, divergence.turn)
     assert where == ("kuhn-poker/7/0", "player0", 1)
-    assert "call 2 of this seat but the record holds only 1" in divergence.what
+    assert "call 2 of this seat's session but the record holds only 1" in divergence.what
     (seat0,) = [t for t in result.episode.traces if t.agent.name == "player0"]
     assert seat0.stop_condition == "model_error"
     assert any(e.type == "ReplayDiverged" for e in seat0.errors)
@@ -281,3 +281,33 @@ def test_program_seats_replay_through_the_interception_server(
         harnesses = {t["agent"]["harness"] for t in before["traces"]}
         assert harnesses == {"program", "stateful"}
         _same_but_ids_and_timing(before, new[id_])
+
+
+TWO_CHATS = f"{Path(__file__).parent / 'replayenv.py'}:TwoChats"
+
+
+@pytest.fixture(scope="module")
+def two_chats(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _eval(tmp_path_factory.mktemp("replay") / "two", TWO_CHATS, "-n", "6")
+
+
+def test_two_sessions_of_one_seat_replay_each_its_own_record(
+    two_chats: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "again"
+    assert main(["replay", str(two_chats), "-o", str(out)]) == 0
+    old, new = _records(two_chats), _records(out)
+    assert len(new) == len(old) == 6
+    for id_, before in old.items():
+        assert [t["agent"]["name"] for t in before["traces"]] == ["player", "player"]
+        _same_but_ids_and_timing(before, new[id_])
+
+
+def test_one_round_more_than_recorded_diverges_on_the_seat(two_chats: Path) -> None:
+    result = taketurns.replay_episode(
+        two_chats, "replayenv:TwoChats/2/0", overrides={"rounds": "4"}
+    )
+    assert result.status == "diverged"
+    assert result.divergence is not None
+    assert (result.divergence.seat, result.divergence.turn) == ("player", 3)
+    assert "call 4 of this seat's session but the record holds only 3" in result.divergence.what

@@ -89,6 +89,14 @@ class _Cursor:
         turn = self.next_turn
         return turn is not None and tuple(turn.tools) == tools and self.wire(turn) == live
 
+    def continued_by(self, live: list[dict[str, Any]]) -> bool:
+        """Whether ``live`` starts with this trace's last recorded request and reply."""
+        turns = self.trace.turns
+        if not turns or turns[-1].response is None:
+            return False
+        before = [*self.wire(turns[-1]), to_wire(turns[-1].response)]
+        return live[: len(before)] == before
+
     def shared(self, live: list[dict[str, Any]]) -> int:
         """How many leading messages the next recorded request shares with ``live``."""
         turn = self.next_turn
@@ -144,14 +152,17 @@ class ReplayModel(ModelClient):
     def _divergence(self, live: list[dict[str, Any]], tools: tuple[str, ...]) -> ReplayDivergence:
         episode = self.replay.original.id
         open_ = [c for c in self.cursors if c.next_turn is not None]
-        if not open_:
-            made = sum(c.taken for c in self.cursors)
+        continued = [c for c in self.cursors if c.next_turn is None and c.continued_by(live)]
+        if continued or not open_:
+            # one call more than a session's record: the session whose whole recorded
+            # conversation this request continues (else, with none left, the seat's)
+            made = len(continued[0].trace.turns) if continued else len(self.cursors[0].trace.turns)
             return ReplayDivergence(
                 episode,
                 self.seat,
                 made,
-                f"the env asked for call {made + 1} of this seat but the record holds only "
-                f"{made} (the replay made one call more than the recorded run)",
+                f"the env asked for call {made + 1} of this seat's session but the record "
+                f"holds only {made} (the replay made one call more than the recorded run)",
             )
         cursor = max(open_, key=lambda c: c.shared(live))  # the first of the closest
         turn = cursor.next_turn
