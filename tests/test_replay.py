@@ -347,3 +347,19 @@ def test_a_recorded_endpoint_failure_replays_as_it_failed(tmp_path: Path) -> Non
     new = _records(out)
     for id_, before in old.items():
         _same_but_ids_and_timing(before, new[id_])
+
+
+def test_an_env_that_raises_now_is_a_failed_replay(
+    kuhn200: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(cards: Any, history: Any) -> Any:
+        raise ArithmeticError("the payoff table broke")
+
+    monkeypatch.setattr(kuhn.rules, "payoffs", broken)
+    result = taketurns.replay_episode(kuhn200, "kuhn-poker/9/0")
+    assert result.status == "failed"
+    assert result.divergence is None
+    assert result.failure is not None
+    assert "the payoff table broke" in result.failure
+    assert result.describe().startswith("episode kuhn-poker/9/0: failed: ")
+    assert (result.episode.ok, result.episode.cause) == (False, "env")
