@@ -363,3 +363,18 @@ def test_an_env_that_raises_now_is_a_failed_replay(
     assert "the payoff table broke" in result.failure
     assert result.describe().startswith("episode kuhn-poker/9/0: failed: ")
     assert (result.episode.ok, result.episode.cause) == (False, "env")
+
+
+async def test_a_seat_the_record_does_not_hold_diverges_at_its_first_call(kuhn200: Path) -> None:
+    from taketurns._output.recorded import recorded_episodes
+    from taketurns._replay.model import EpisodeReplay
+
+    original = next(recorded_episodes(kuhn200 / "episodes.jsonl"))
+    replay = EpisodeReplay(original)
+    request = ModelRequest("builtin/bracket", (taketurns.UserMessage("hello"),))
+    with pytest.raises(ReplayDiverged) as caught:
+        await replay.model("dealer").complete(request)
+    divergence = caught.value.divergence
+    assert (divergence.episode, divergence.seat, divergence.turn) == (original.id, "dealer", 0)
+    assert divergence.what == "the record holds no session of this seat"
+    assert replay.divergence is divergence

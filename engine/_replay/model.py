@@ -156,6 +156,10 @@ class ReplayModel(ModelClient):
         if continued or not open_:
             # one call more than a session's record: the session whose whole recorded
             # conversation this request continues (else, with none left, the seat's)
+            if not self.cursors:
+                return ReplayDivergence(
+                    episode, self.seat, 0, "the record holds no session of this seat"
+                )
             made = len(continued[0].trace.turns) if continued else len(self.cursors[0].trace.turns)
             return ReplayDivergence(
                 episode,
