@@ -86,7 +86,7 @@ def _leaves(value: Any, prefix: str) -> Iterator[tuple[str, str, str]]:
 
 def _env_harness(owner: Any, role: str) -> str:
     """What ``owner``'s ``default_harness`` picks for ``role``; an env that needs its
-    taskset to say (single-agent, user-sim) cannot be asked without one."""
+    taskset to say cannot be asked without one."""
     if owner is None:
         return "null"
     try:  # on a bare instance: only an env that needs its taskset's answer fails
@@ -110,7 +110,7 @@ def _summary(cls: Any) -> str:
     line, without markup (``code`` quotes, a leading ``id``: title)."""
     doc = cls.__dict__.get("__doc__") or inspect.getmodule(cls).__doc__ or ""
     paragraph = inspect.cleandoc(doc).split("\n\n")[0]
-    # a title naming the id ("``kuhn-poker``: two seats...", "The ``null`` harness: ...")
+    # a title naming the id ("``my-env``: two seats...", "The ``null`` harness: ...")
     paragraph = re.sub(r"^(The )?``[^`]+``( and ``[^`]+``)?( harness)?:\s+", "", paragraph)
     paragraph = re.sub(r":\w+:`([^`]*)`", r"\1", paragraph)  # :class:`X`
     text = " ".join(paragraph.replace("``", "").replace("`", "").split())
