@@ -20,7 +20,17 @@ every value read from an episode with ``esc`` (episode content is untrusted).
 """
 
 from taketurns._report.charts import Series, bar_chart, histogram
-from taketurns._report.markup import esc, num, table
+from taketurns._report.markup import details, esc, num, table
 from taketurns._report.parts import Figure, Section
 
-__all__ = ["Figure", "Section", "Series", "bar_chart", "esc", "histogram", "num", "table"]
+__all__ = [
+    "Figure",
+    "Section",
+    "Series",
+    "bar_chart",
+    "details",
+    "esc",
+    "histogram",
+    "num",
+    "table",
+]

@@ -18,17 +18,19 @@ until the user's reply contains ``done_marker``, a side stops instead of answeri
 or ``exchanges`` user messages have reached the assistant.
 
 Every tool call of both seats lands, in order and attributed to its seat, in one
-log: the same list is ``info["log"]`` of both traces (so the report's transcript
-shows it); ``info["final"]`` is the final world. The ``resolved`` reward (both
-seats) is read from the final world: 1.0 iff the phone has signal and a working
-data session. Both roles default to ``builtin/tools``, which follows the
-back-office guide's ``call tool ...`` lines, so the env runs offline with no flags;
-point ``--env.assistant.model`` and ``--env.user.model`` at a real model.
+log: the same list is ``info["log"]`` of both traces, shown in the report as its own
+section (``taketurns.envs.telecom_report``); ``info["final"]`` is the final world.
+The ``resolved`` reward (both seats) is read from the final world: 1.0 iff the phone
+has signal and a working data session. Both roles default to ``builtin/tools``,
+which follows the back-office guide's ``call tool ...`` lines, so the env runs
+offline with no flags; point ``--env.assistant.model`` and ``--env.user.model`` at a
+real model.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -39,6 +41,7 @@ from taketurns import (
     ChatSession,
     Env,
     EnvConfig,
+    Episode,
     OptionError,
     Task,
     Trace,
@@ -46,7 +49,9 @@ from taketurns import (
     metric,
     reward,
 )
+from taketurns.envs.telecom_report import action_log, actions_per_episode
 from taketurns.envs.telecom_world import BackOffice, Device, DeviceState, Line, World
+from taketurns.report import Figure, Section
 
 __all__ = ["KINDS", "POLICY", "TelecomConfig", "TelecomLite", "make_world"]
 
@@ -174,6 +179,14 @@ class TelecomLite(Env):
                 return "assistant_stopped"
             said = await user.turn(answer.text)
         return "exchanges"
+
+    def report_figures(self, episodes: Iterable[Episode]) -> list[Figure]:
+        """How many actions each seat took per episode (and which tools)."""
+        return [actions_per_episode(episodes)]
+
+    def report_sections(self, episodes: Iterable[Episode]) -> list[Section]:
+        """The attributed log of both seats' actions, per episode."""
+        return [action_log(episodes)]
 
     @reward
     def resolved(self, task: Task, trace: Trace) -> float:

@@ -106,6 +106,7 @@ def test_the_public_report_module() -> None:
         "Section",
         "Series",
         "bar_chart",
+        "details",
         "esc",
         "histogram",
         "num",

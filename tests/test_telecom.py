@@ -6,6 +6,7 @@ with no flags on the built-in model."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,18 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_report import APT_INSTALL, Doc, _browse, _chromium, _png_rgb
 
-from taketurns import Agent, AgentConfig, Episode, OptionError, Trace, env_registry, run_episode
+from taketurns import (
+    Agent,
+    AgentConfig,
+    Episode,
+    OptionError,
+    Trace,
+    env_registry,
+    read_episodes,
+    run_episode,
+)
 from taketurns._cli.main import main
 from taketurns.envs.telecom import KINDS, TelecomConfig, TelecomLite, make_world
 from taketurns.envs.telecom_world import BackOffice, Device, World
@@ -160,14 +171,68 @@ def test_registered() -> None:
         TelecomConfig(kinds="suspended,roaming")
 
 
-def test_eval_runs_with_no_flags_and_shows_the_log(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    assert main(["eval", "telecom-lite", "-n", "20", "-o", "run"]) == 0
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+@pytest.fixture(scope="module")
+def telecom_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("telecom") / "run"
+    assert main(["eval", "telecom-lite", "-n", "20", "-o", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_eval_runs_with_no_flags_and_shows_the_log(telecom_run: Path) -> None:
+    summary = json.loads((telecom_run / "summary.json").read_text())
     assert summary["ok"] == 20
     assert summary["agents"]["assistant"]["rewards"]["resolved"] > 0
-    report = (tmp_path / "run" / "report.html").read_text()
-    assert "toggle_airplane_mode" in report
-    assert "&quot;seat&quot;: &quot;user&quot;" in report or '"seat": "user"' in report
+    episodes = {e["id"]: e for e in read_episodes(telecom_run / "episodes.jsonl")}
+    doc = Doc((telecom_run / "report.html").read_text())
+    section = doc.by_id("action-log")
+    boxes = doc.select("details", cls="env-box", within=section)
+    assert len(boxes) == 20
+    assert "open" in boxes[0].attrs
+    assert not any("open" in b.attrs for b in boxes[1:])
+    for box in boxes:
+        episode_id = doc.select("summary", within=box)[0].text.split(" · ")[0]
+        log = episodes[episode_id]["traces"][0]["info"]["log"]
+        rows = [
+            [td.text for td in doc.select("td", within=tr)]
+            for tr in doc.select("tr", within=box)[1:]
+        ]
+        # every action of both seats, in the order it ran, attributed to its seat
+        assert rows == [
+            [str(n), e["seat"], e["tool"], json.dumps(e["arguments"], sort_keys=True), e["result"]]
+            for n, e in enumerate(log, 1)
+        ]
+        assert {r[1] for r in rows} == {"assistant", "user"}
+    # the episodes by task: telecom-lite/0/0 first
+    first = doc.select("summary", within=boxes[0])[0].text
+    assert first.startswith("telecom-lite/0/0 · 14 actions (7 by the assistant, 7 by the user)")
+    plot = doc.by_id("plot-telecom-actions")
+    assert doc.by_id("plots") in plot.ancestors
+    tips = [t.text for t in doc.select("title", within=plot)]
+    assert tips == ["assistant · 7: 20", "user · 7: 20"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1400, 800])
+def test_the_action_log_renders_in_headless_chromium(
+    telecom_run: Path, tmp_path: Path, width: int
+) -> None:
+    binary = _chromium()
+    if binary is None:
+        pytest.fail(f"no chromium binary on PATH; install it with: {APT_INSTALL}")
+    url = (telecom_run / "report.html").resolve().as_uri()
+    dumped = _browse(binary, tmp_path / "dom", "--dump-dom", f"--window-size={width},3000", url)
+    assert dumped.returncode == 0, dumped.stderr[-2000:]
+    dom = Doc(dumped.stdout)
+    assert len(dom.select("tr", within=dom.by_id("action-log"))) == 20 + 20 * 14
+    shot = tmp_path / "shot.png"
+    size = f"--window-size={width},4400"
+    taken = _browse(binary, tmp_path / "shot", f"--screenshot={shot}", size, url)
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    w, h, rows = _png_rgb(shot.read_bytes())
+    assert (w, h) == (width, 4400)
+    pixels = Counter(px for row in rows for px in row)
+    # the first episode's log is open: both seats' tags are drawn, in their colours
+    assert pixels[(0xDB, 0xEA, 0xFE)] > 2000  # assistant
+    assert pixels[(0xFD, 0xEC, 0xC8)] > 2000  # user
+    # nothing runs off the right edge: the rightmost column of pixels is page background
+    assert {row[-1] for row in rows} <= {(0xF7, 0xF8, 0xFA)}

@@ -17,6 +17,7 @@ __all__ = [
     "as_int",
     "as_list",
     "clip",
+    "details",
     "esc",
     "num",
     "shown",
@@ -84,14 +85,16 @@ def table(
     rows: Iterable[Sequence[object]],
     *,
     tag_column: int | None = None,
+    tags: Sequence[str] = (),
     mono: Sequence[int] = (),
 ) -> str:
     """An HTML table, every cell escaped text (clipped at ``MAX_TEXT``): ``columns``
     head it; ``tag_column``'s values are drawn as coloured tags, one colour per
-    distinct value in order of appearance (who did what, at a glance); ``mono``:
+    distinct value in order of appearance (who did what, at a glance), the values in
+    ``tags`` first, in its order (to match a chart's series colours); ``mono``:
     the columns set in a monospace font (arguments, code). Wide tables scroll
     sideways instead of widening the page."""
-    colours: dict[str, int] = {}
+    colours = {value: i % TAGS for i, value in enumerate(dict.fromkeys(tags))}
     head = "".join(f'<th scope="col">{esc(c)}</th>' for c in columns)
     body = []
     for row in rows:
@@ -109,3 +112,10 @@ def table(
         '<div class="table-wrap"><table class="env-table">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
+
+
+def details(summary: str, html: str, *, open: bool = False) -> str:
+    """A disclosure box: ``summary`` (plain text, escaped) always shown, ``html``
+    (markup, e.g. a ``table``) when opened (``open``: opened at first)."""
+    flag = " open" if open else ""
+    return f'<details class="env-box"{flag}><summary>{esc(summary)}</summary>{html}</details>'

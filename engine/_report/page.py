@@ -550,9 +550,12 @@ table.turns{font-size:12px;margin-top:6px}
 margin:6px 0}.errors ul{margin:4px 0 0;padding-left:18px}td.error{color:#b42318;text-align:left}
 .elided{color:var(--muted);font-style:italic}
 .env-section h2{margin-top:28px}
+details.env-box{background:var(--card);border:1px solid var(--line);border-radius:8px;
+margin:0 0 6px}details.env-box>summary{padding:6px 12px;cursor:pointer}
+details.env-box>.table-wrap{padding:0 12px 10px}
 .table-wrap{overflow-x:auto;max-width:100%}
 table.env-table{font-size:12.5px;width:100%}
-table.env-table td{text-align:left;vertical-align:top;overflow-wrap:anywhere}
+table.env-table td{text-align:left;vertical-align:top;overflow-wrap:break-word}
 table.env-table td.mono{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 table.env-table th{white-space:nowrap}
 .tag{border-radius:10px;padding:0 8px;font-size:12px;font-weight:600;white-space:nowrap}
