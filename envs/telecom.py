@@ -21,10 +21,10 @@ Every tool call of both seats lands, in order and attributed to its seat, in one
 log: the same list is ``info["log"]`` of both traces, shown in the report as its own
 section (``taketurns.envs.telecom_report``); ``info["final"]`` is the final world.
 The ``resolved`` reward (both seats) is read from the final world: 1.0 iff the phone
-has signal and a working data session. Both roles default to ``builtin/tools``,
-which follows the back-office guide's ``call tool ...`` lines, so the env runs
-offline with no flags; point ``--env.assistant.model`` and ``--env.user.model`` at a
-real model.
+has signal and a working data session. Both roles default to ``builtin/tools``
+(``default_model``), which follows the back-office guide's ``call tool ...`` lines,
+so the env runs offline with no flags; ``--model`` reaches both seats
+(``default_model`` gives way to it), ``--env.<role>.model`` one.
 """
 
 from __future__ import annotations
@@ -87,17 +87,9 @@ def _kinds(inst: object, attribute: attrs.Attribute[Any], value: object) -> None
 
 @attrs.define
 class TelecomUser(AgentConfig):
-    """The modeled user: ``builtin/tools``, not trainable, unless told otherwise."""
+    """The modeled user: not trainable unless told otherwise."""
 
-    model: str | None = MODEL
     trainable: bool = False
-
-
-@attrs.define
-class TelecomAssistant(AgentConfig):
-    """The support agent: ``builtin/tools`` unless told otherwise."""
-
-    model: str | None = MODEL
 
 
 @attrs.define
@@ -106,7 +98,7 @@ class TelecomConfig(EnvConfig):
     ``exchanges``: at most this many user messages reach the assistant;
     ``done_marker``: what the user says when the phone works again."""
 
-    assistant: TelecomAssistant = attrs.field(factory=TelecomAssistant)
+    assistant: AgentConfig = attrs.field(factory=AgentConfig)
     user: TelecomUser = attrs.field(factory=TelecomUser)
     kinds: str = attrs.field(default=",".join(KINDS), validator=_kinds)
     seed: int = attrs.field(default=0, validator=int_between(0))
@@ -142,6 +134,11 @@ class TelecomLite(Env):
 
     def default_harness(self, role: str) -> str:
         return "tools"
+
+    def default_model(self, role: str) -> str:
+        """``builtin/tools`` (it follows the guide's ``call tool ...`` lines), for a
+        role whose model neither ``--env.<role>.model`` nor ``--model`` names."""
+        return MODEL
 
     async def run(self, task: Task, agents: Agents) -> None:
         world = make_world(task.info["kind"], task.info["phone_number"])

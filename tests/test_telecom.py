@@ -6,6 +6,7 @@ with no flags on the built-in model."""
 from __future__ import annotations
 
 import json
+import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from taketurns import (
     run_episode,
 )
 from taketurns._cli.main import main
+from taketurns._config.settings import load_eval_config
+from taketurns._eval.plan import make_env, resolve_role
 from taketurns.envs.telecom import KINDS, TelecomConfig, TelecomLite, make_world
 from taketurns.envs.telecom_world import BackOffice, Device, World
 
@@ -113,7 +116,8 @@ def test_each_kind_needs_both_sides(kind: str) -> None:
 
 def factory(env: TelecomLite, models: dict[str, str]) -> Any:
     def make(role: str, config: AgentConfig, info: Any, on_close: Any) -> Agent:
-        config = attrs.evolve(config, model=models.get(role, config.model), harness="tools")
+        model = models.get(role, config.model or env.default_model(role))
+        config = attrs.evolve(config, model=model, harness="tools")
         return Agent(role, config, episode=info, rubric=env.rubric(role), on_close=on_close)
 
     return make
@@ -236,3 +240,55 @@ def test_the_action_log_renders_in_headless_chromium(
     assert pixels[(0xFD, 0xEC, 0xC8)] > 2000  # user
     # nothing runs off the right edge: the rightmost column of pixels is page background
     assert {row[-1] for row in rows} <= {(0xF7, 0xF8, 0xFA)}
+
+
+# --- which model a seat runs: the role's own, else --model, else the env's default ---
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ([], ("builtin/tools", "builtin/tools")),
+        ([("model", "builtin/echo")], ("builtin/echo", "builtin/echo")),
+        (
+            [("model", "builtin/echo"), ("env.user.model", "builtin/tools")],
+            ("builtin/echo", "builtin/tools"),
+        ),
+        ([("env.assistant.model", "builtin/bracket")], ("builtin/bracket", "builtin/tools")),
+    ],
+)
+def test_the_model_a_seat_runs(overrides: list[tuple[str, str]], expected: tuple[str, str]) -> None:
+    config = load_eval_config(
+        TelecomConfig, file_data={"env_id": "telecom-lite"}, overrides=overrides
+    )
+    env = make_env(config)
+    roles = {r: resolve_role(config, env, r, a) for r, a in env.roles.items()}
+    assert (roles["assistant"].model, roles["user"].model) == expected
+    assert {a.harness for a in roles.values()} == {"tools"}
+
+
+def test_model_alone_reaches_both_seats(tmp_path: Path) -> None:
+    """``--model`` with no per-seat flag: both seats run it (an echo assistant fixes
+    nothing: reward 0); the run directory is named after it."""
+    out = tmp_path / "run"
+    argv = ["eval", "telecom-lite", "-n", "3", "--model", "builtin/echo", "--no-progress"]
+    assert main([*argv, "-o", str(out)]) == 0
+    episodes = list(read_episodes(out / "episodes.jsonl"))
+    assert {t["agent"]["model"] for e in episodes for t in e["traces"]} == {"builtin/echo"}
+    assert {t["reward"] for e in episodes for t in e["traces"]} == {0.0}
+
+
+def test_no_flags_run_both_seats_on_the_envs_default(telecom_run: Path) -> None:
+    episodes = list(read_episodes(telecom_run / "episodes.jsonl"))
+    models = {(t["agent"]["name"], t["agent"]["model"]) for e in episodes for t in e["traces"]}
+    assert models == {("assistant", "builtin/tools"), ("user", "builtin/tools")}
+    assert "model" not in tomllib.loads((telecom_run / "config.toml").read_text())
+
+
+def test_the_default_run_directory_is_named_after_the_seats_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "telecom-lite", "-n", "1", "--no-progress"]) == 0
+    [run] = (tmp_path / "outputs").iterdir()
+    assert run.name.startswith("telecom-lite--builtin_tools--")

@@ -61,8 +61,11 @@ def _shown(value: Any) -> str:
 
 
 def _role_default(owner: Any, role: str, config: AgentConfig) -> str:
-    """``model: the eval's (--model), harness: null`` plus the role's own settings."""
+    """``model: the eval's (--model), harness: null`` plus the role's own settings
+    (``the eval's (--model), else builtin/tools`` for an env with a default model)."""
     model = config.model or "the eval's (--model)"
+    if config.model is None and (fallback := _env_model(owner, role)):
+        model += f", else {fallback}"
     harness = config.harness or _env_harness(owner, role)
     base = {path: default for path, _, default in _leaves(AgentConfig(), "")}
     own = [
@@ -82,6 +85,17 @@ def _leaves(value: Any, prefix: str) -> Iterator[tuple[str, str, str]]:
             yield from _leaves(item, path)
         else:
             yield path, "", _shown(item)
+
+
+def _env_model(owner: Any, role: str) -> str | None:
+    """What ``owner``'s ``default_model`` picks for ``role`` (None: the engine's)."""
+    if owner is None:
+        return None
+    try:  # on a bare instance, as _env_harness
+        found = owner.default_model(owner.__new__(owner), role)
+    except Exception:
+        return None
+    return str(found) if found else None
 
 
 def _env_harness(owner: Any, role: str) -> str:

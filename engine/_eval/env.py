@@ -93,6 +93,14 @@ class Env(abc.ABC):
         """The harness ``role`` runs when its config names none."""
         return "null"
 
+    def default_model(self, role: str) -> str | None:
+        """The model ``role`` runs when neither its config (``--env.<role>.model``) nor
+        the eval (``--model``, ``model`` in a config file) names one: an env whose
+        seats need a built-in policy of their own to run with no flags says so here,
+        and an explicit ``--model`` still reaches every seat. None (the default): the
+        engine's default, ``builtin/bracket``."""
+        return None
+
     async def setup(self) -> None:  # noqa: B027 - optional hook
         """Called once per eval before the first episode."""
 
