@@ -4,7 +4,8 @@ helper module for ``test_report_hooks``, run by reference, never registered).
 Each episode asks the seat once and keeps ``info["word"]``: ``<b>word N</b>``, markup
 that the report must show as text. ``hooks`` makes the report hooks misbehave:
 ``raises`` (``report_figures`` raises), ``wrong`` (``report_sections`` returns a
-string, not ``Section`` values).
+string, not ``Section`` values), ``first`` (``report_figures`` reads only the first
+episode).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class WordsEnv(Env):
     def report_figures(self, episodes: Iterable[Episode]) -> list[Figure]:
         if self.config.hooks == "raises":
             raise RuntimeError("the figure broke")
+        if self.config.hooks == "first":
+            episodes = [next(iter(episodes))]
         words = Counter(t.info["word"] for e in episodes for t in e.traces)
         names = sorted(words)
         series = [Series("episodes", tuple(float(words[n]) for n in names))]

@@ -74,6 +74,21 @@ def test_a_report_written_again_builds_the_env_from_config_toml(tmp_path: Path) 
     assert doc.select("rect", cls="bar", within=doc.by_id("plot-turns"))
 
 
+def test_a_hook_that_reads_part_of_the_run_leaves_the_page_whole(tmp_path: Path) -> None:
+    """The first hook reads the report's own pass: the pass still reads every record
+    (the built-in plots and transcripts count all 4), and the next hook reads all."""
+    run = _eval(tmp_path / "run", "--env.hooks=first")
+    _, doc = _page(run)
+    tips = [t.text for t in doc.select("title", within=doc.by_id("plot-words"))]
+    assert len(tips) == 1
+    assert tips[0].endswith(": 1")
+    assert [t.text for t in doc.select("title", within=doc.by_id("plot-turns"))] == [
+        "player · 1: 4"
+    ]
+    assert len(doc.select("details", cls="transcript")) == 4
+    assert len(doc.select("tr", within=doc.by_id("words"))) == 1 + 4
+
+
 def test_a_hook_returning_the_wrong_thing_is_left_out(tmp_path: Path) -> None:
     run = _eval(tmp_path / "run", "--env.hooks=wrong")
     notes: list[str] = []

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 from taketurns._errors import ConfigError, OutputError
 from taketurns._exchange.outcome import describe_cause
-from taketurns._output.records import read_episodes
 from taketurns._report.charts import Series, bar_chart, histogram
 from taketurns._report.env_parts import EnvParts, env_parts
 from taketurns._report.markup import (
@@ -76,8 +75,8 @@ def write_report(
     damaged: list[int] = []
     rollouts = config.get("rollouts")
     scan = Scan(max_transcripts, rollouts=rollouts if isinstance(rollouts, int) else None)
-    scan.add_all(read_episodes(episodes_path, damaged=damaged))
-    own = env_parts(episodes_path, config, env)
+    # one pass: the scan sees every record while the env's first hook reads them
+    own = env_parts(episodes_path, config, env, each=scan.add, damaged=damaged)
     note = _damaged_note(damaged)
     for line in ([note] if note else []) + own.notes:
         if notify is not None:
