@@ -203,9 +203,9 @@ def payoff_by_card(episodes: Iterable[Episode]) -> Figure:
             payoff = trace.rewards.get("payoff", trace.info.get("payoff"))
             if not isinstance(payoff, int | float) or not isinstance(seat, int) or card is None:
                 continue
-            total = payoffs[(seat, str(card))]
-            total[0] += payoff
-            total[1] += 1
+            sums = payoffs[(seat, str(card))]
+            sums[0] += payoff
+            sums[1] += 1
             seat_names.setdefault(seat, trace.agent.name)
     held = {card for _, card in payoffs}
     cards = [c for c in rules.CARDS if c in held] + sorted(held - set(rules.CARDS))
@@ -213,7 +213,7 @@ def payoff_by_card(episodes: Iterable[Episode]) -> Figure:
     for seat in sorted(seat_names):
         values, tips = [], []
         for card in cards:
-            total, hands = payoffs.get((seat, card), (0.0, 0.0))
+            total, hands = payoffs.get((seat, card), [0.0, 0.0])
             values.append(total / hands if hands else math.nan)
             tips.append(
                 f"seat {seat} · {card}: mean payoff {num(values[-1])} over {hands:.0f} hands"
