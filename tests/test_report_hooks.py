@@ -109,7 +109,7 @@ def test_an_env_not_installed_here_costs_only_its_part(tmp_path: Path) -> None:
     _, doc = _page(run, notes)
     assert len(notes) == 1
     assert notes[0].startswith("env 'gone-env' could not be built here (ConfigError: ")
-    assert notes[0].endswith("its own figures and sections are left out")
+    assert notes[0].endswith("any figures and sections of its own are left out")
     assert not doc.has_id("plot-words")
     assert not doc.has_id("words")
     assert doc.select("details", cls="transcript")

@@ -100,7 +100,7 @@ def _env_of(config: dict[str, Any], parts: EnvParts) -> Env | None:
     except Exception as exc:
         parts.notes.append(
             f"env {str(config.get('env_id') or '?')!r} could not be built here "
-            f"({_why(exc)}): its own figures and sections are left out"
+            f"({_why(exc)}): any figures and sections of its own are left out"
         )
         return None
 
