@@ -18,7 +18,8 @@ Everything public is re-exported here (``__all__``); the subpackages are private
 - ``_cli``       the ``taketurns`` command
 
 Public submodules: ``taketurns.testing`` (the built-in model and a scripted model for
-tests), ``taketurns.envs`` and ``taketurns.harnesses`` (built-in envs and harnesses,
+tests), ``taketurns.report`` (what an env draws its own part of the report with),
+``taketurns.envs`` and ``taketurns.harnesses`` (built-in envs and harnesses,
 written against this public API exactly as a plugin would be).
 """
 

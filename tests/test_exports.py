@@ -13,7 +13,12 @@ import pytest
 
 import taketurns
 
-PUBLIC_SUBMODULES = {"taketurns.testing", "taketurns.envs", "taketurns.harnesses"}
+PUBLIC_SUBMODULES = {
+    "taketurns.testing",
+    "taketurns.report",
+    "taketurns.envs",
+    "taketurns.harnesses",
+}
 
 
 def test_all_is_sorted_without_duplicates() -> None:

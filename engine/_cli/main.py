@@ -133,12 +133,12 @@ def _is_taskset(env_id: str) -> bool:
     return isinstance(obj, type) and issubclass(obj, Taskset)
 
 
-def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> RunDir:
+def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str, model: str) -> RunDir:
     """The run directory, prepared and locked: a fresh one gets config.toml; a resumed
     one must hold the same config but for how the run executes (``_cli.resume``: the
     change is recorded). The stored config never names the directory, so a run
     directory can be moved or copied and resumed where it is."""
-    out = args.output_dir or config.output_dir or _default_dir(name, config.model)
+    out = args.output_dir or config.output_dir or _default_dir(name, model)
     config.output_dir = str(out)
     run_dir = RunDir(out)
     run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
@@ -192,7 +192,9 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
         require_ray(config.env_id)
     tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
     trio.run(partial(preflight, say=lambda text: console.print(text, highlight=False)), config, env)
-    run_dir = _open_run_dir(args, config, name)
+    # the default directory is named after --model, else the first role's model
+    model = config.model or next((r.model for r in plan.roles.values() if r.model), "none")
+    run_dir = _open_run_dir(args, config, name, model)
     console.print(
         f"{'resuming' if args.resume else 'running'} {name}: {config.num_tasks} tasks x "
         f"{config.rollouts} rollouts, {config.concurrency} at once ({config.backend}), "

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from taketurns._config.options import EvalConfig
+from taketurns._config.options import DEFAULT_MODEL, EvalConfig
 from taketurns._config.suggest import did_you_mean
 from taketurns._errors import ConfigError
 from taketurns._train.cli import add_export_command
@@ -101,6 +101,7 @@ _EVAL_HELP = {
     "max_failures": ("N|P%", "stop admitting episodes once more than N (P%%) failed"),
 }
 _NONE_MEANS = {
+    "model": f"the env's default for each role, else {DEFAULT_MODEL}",
     "base_url": "none: the built-in model",
     "model_server": "none",
     "episode_timeout_s": "none",

@@ -77,7 +77,7 @@ def rescore_command(args: argparse.Namespace, extra: Sequence[str], console: Con
         finally:
             run_dir.close()
         run_dir.write_summary(summary)
-        write_report(run_dir.path)
+        write_report(run_dir.path, env=env)
     finally:
         run_dir.unlock()
     console.print(render(summary))
