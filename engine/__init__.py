@@ -39,6 +39,7 @@ from taketurns._config.options import (
     int_between,
     one_of,
 )
+from taketurns._config.registry import dialects as dialect_registry
 from taketurns._config.registry import envs as env_registry
 from taketurns._config.registry import harnesses as harness_registry
 from taketurns._config.registry import tasksets as taskset_registry
@@ -127,6 +128,7 @@ from taketurns._train.samples import (
 
 if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._config.settings import load_eval_config
+    from taketurns._http.dialect import Dialect
     from taketurns._http.interception import (
         Endpoint,
         EndpointState,
@@ -155,6 +157,7 @@ _LAZY = {
     "ReplayResult": "taketurns._replay.run",
     "export_samples": "taketurns._train.export",
     "run_eval": "taketurns._runner",
+    "Dialect": "taketurns._http.dialect",
     "Endpoint": "taketurns._http.interception",
     "EndpointState": "taketurns._http.interception",
     "InterceptionServer": "taketurns._http.interception",
@@ -185,6 +188,7 @@ __all__ = [
     "Captured",
     "ChatSession",
     "ConfigError",
+    "Dialect",
     "Endpoint",
     "EndpointState",
     "Env",
@@ -265,6 +269,7 @@ __all__ = [
     "as_tools",
     "at_least",
     "can_chat",
+    "dialect_registry",
     "env_registry",
     "episode_samples",
     "export_samples",
