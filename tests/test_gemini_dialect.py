@@ -27,6 +27,7 @@ from taketurns import (
     AssistantMessage,
     BuiltinModel,
     ChatSession,
+    ConfigError,
     Dialect,
     Endpoint,
     ImagePart,
@@ -44,6 +45,7 @@ from taketurns import (
     open_interception_server,
 )
 from taketurns._http.dialect import Failure, Parsed, load_object
+from taketurns._http.dialects import served_dialects
 from taketurns._http.server import serve
 
 T = TypeVar("T")
@@ -421,6 +423,21 @@ async def test_a_registered_dialect_is_served_by_both_servers() -> None:
     assert heard.json() == {"shouted": "QUIET PLEASE"}
     assert request == (UserMessage("hi"),)
     assert echoed.json() == {"shouted": "HEY YOU"}
+
+
+class NotADialect:
+    """Registered by mistake."""
+
+
+def test_a_registered_id_that_is_no_dialect_is_a_config_error() -> None:
+    dialect_registry.register("not-a-dialect")(NotADialect)
+    try:
+        with pytest.raises(ConfigError, match="'not-a-dialect' is registered as"):
+            served_dialects()
+    finally:
+        dialect_registry.unregister("not-a-dialect")
+    assert {"chat-completions", "responses", "anthropic", "gemini"} <= set(dialect_registry.ids())
+    assert {type(d).__name__ for d in served_dialects()} >= {"Gemini", "AnthropicMessages"}
 
 
 async def test_without_the_registration_the_dialect_is_not_served() -> None:
