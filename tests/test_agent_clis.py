@@ -421,6 +421,23 @@ async def test_opencode_never_resends_a_failed_call(
     assert len(session.trace.turns) == 1  # opencode's own retries never reached the model
 
 
+async def test_gemini_cli_never_resends_a_failed_call(
+    server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    """Its own retries are off (``general.maxAttempts: 1``): a 502 from the
+    interception server (the upstream failure, already retried by the model client)
+    is one recorded turn and a model failure, never a second request."""
+    shim = Shim(tmp_path, "gemini-cli")
+    model = ScriptedModel(ModelEndpointError("upstream 503 down", status=503, retryable=True))
+    with trio.fail_after(LIMIT):
+        async with agent("gemini-cli", server, shim, model).chat(Task(0, prompt="hi")) as session:
+            reply = await session.turn()
+    assert reply.stop_condition == "model_error"
+    assert len(session.trace.turns) == 1
+    assert len(model.requests) == 1
+    assert leftovers(scratch_root) == []
+
+
 @pytest.mark.parametrize(
     ("harness", "options", "words"),
     [
