@@ -284,7 +284,7 @@ async def test_images_thoughts_and_function_responses_by_name(server: Intercepti
 
 async def test_errors_in_googles_shape(server: InterceptionServer) -> None:
     """A stopped turn is 400 FAILED_PRECONDITION with the stop condition; a bad
-    body 400 naming the field; no key 401; between segments 409."""
+    body 400 naming the field; no key, or an unknown one, 401."""
     model = ScriptedModel("one")
     async with rollout(server, model, Limits(max_turns=1)) as (endpoint, session):
         client = sdk(endpoint)
@@ -311,9 +311,6 @@ async def test_errors_in_googles_shape(server: InterceptionServer) -> None:
             bad = await http.post(url, json={"contents": [{"role": "robot"}]}, headers=key)
             missing = await http.post(url, json={"contents": "hi"})
         trace = session.trace
-    client = sdk(endpoint)  # the segment ended: the endpoint is idle
-    with pytest.raises(errors.ClientError) as idle:
-        await in_thread(lambda: client.models.generate_content(model="m", contents="hi"))
     assert stopped.code == 400
     assert stopped.status == "FAILED_PRECONDITION"
     assert "max_turns" in stopped.message
@@ -326,10 +323,40 @@ async def test_errors_in_googles_shape(server: InterceptionServer) -> None:
     assert "contents[0].role" in bad.json()["error"]["message"]
     assert missing.status_code == 401
     assert "x-goog-api-key" in missing.json()["error"]["message"]
-    assert (idle.value.code, idle.value.status) == (409, "ABORTED")
-    assert idle.value.details["error"]["details"][0]["reason"] in ("ROLLOUT_IDLE", "ROLLOUT_CLOSED")
     assert len(trace.turns) == 1
     assert trace.stop_condition == "max_turns"
+
+
+async def test_the_gate_answers_409_between_segments_and_after_close(
+    server: InterceptionServer,
+) -> None:
+    model = ScriptedModel("one")
+    agent = Agent(
+        "agent",
+        AgentConfig(model="scripted"),
+        client=model,
+        harness=HoldingHarness(),
+        services={"interception": server},
+    )
+
+    def refused(endpoint: Endpoint) -> errors.ClientError:
+        client = sdk(endpoint)
+        try:
+            client.models.generate_content(model="m", contents="hi")
+        except errors.ClientError as exc:
+            return exc
+        raise AssertionError("the call must be refused")
+
+    async with agent.chat(Task(0, prompt="go")) as session:
+        async with held_segment(session) as endpoint:
+            pass
+        idle = await in_thread(lambda: refused(endpoint))
+    closed = await in_thread(lambda: refused(endpoint))
+    for error, reason in ((idle, "ROLLOUT_IDLE"), (closed, "ROLLOUT_CLOSED")):
+        assert (error.code, error.status) == (409, "ABORTED")
+        assert error.details["error"]["details"][0]["reason"] == reason
+    assert session.trace.turns == []
+    assert model.requests == []
 
 
 def sdk_root(endpoint: Endpoint) -> str:
