@@ -380,10 +380,16 @@ async def test_the_builtin_server_answers_gemini() -> None:
             return text.text, call.function_calls[0], counted.total_tokens
 
         text, call, counted = await in_thread(program)
+        contents = [{"role": "user", "parts": [{"text": "a b c"}]}]
+        wrapped = {"generateContentRequest": {"model": "models/m", "contents": contents}}
+        async with httpx2.AsyncClient(timeout=10) as http:
+            url = f"{bracket}/v1beta/models/m:countTokens"
+            counted_wrapped = await http.post(url, json=wrapped)
         nursery.cancel_scope.cancel()
     assert text in ("[check]", "[bet]")
     assert (call.name, call.args) == ("weather", {"city": "Oslo"})
     assert counted > 0
+    assert counted_wrapped.json() == {"totalTokens": counted}  # the wrapped form, the same
 
 
 # -- the seam: a dialect registered at run time is served --------------------------------

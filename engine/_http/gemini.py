@@ -433,13 +433,13 @@ class Gemini(Dialect):
     def parse(
         self, raw: str | bytes, default_model: str, route: Mapping[str, str] = _EMPTY
     ) -> Parsed:
-        model = route.get("model") or default_model
-        stream = route.get("verb") == "streamGenerateContent"
-        if route.get("verb") is None and "contents" not in load_object(raw):  # countTokens
-            inner = load_object(raw).get("generateContentRequest")
-            if isinstance(inner, dict):
+        model, verb = route.get("model") or default_model, route.get("verb")
+        if verb is None:  # :countTokens, whose body may wrap a generateContent request
+            body = load_object(raw)
+            inner = body.get("generateContentRequest")
+            if "contents" not in body and isinstance(inner, dict):
                 raw = json.dumps(inner)
-        parsed = parse_gemini_body(raw, model, stream=stream)
+        parsed = parse_gemini_body(raw, model, stream=verb == "streamGenerateContent")
         sse = route.get("alt") == "sse"
         return Parsed(parsed.request, parsed.stream, {"sse": sse})
 
