@@ -25,8 +25,9 @@ it appends to its own system instruction.
 
 A refused (stopped) turn answers 400, which the CLI neither retries nor falls back
 from; it exits non-zero and the segment ends as the stop the boundary stamped. The
-CLI runs only its own tools: a rollout that offers Python tools or MCP servers is
-refused.
+rollout's MCP servers are the CLI's own (its settings' ``mcpServers``, trusted, so
+their tools need no confirmation: see ``taketurns.harnesses.agent_mcp``; the model
+sees them as ``mcp_<server>_<tool>``); the rollout's Python tools are refused.
 
 Options (``--env.<role>.harness_options.<name>=...``): ``approval_mode``
 (``--approval-mode``: ``default``, ``auto_edit``, ``yolo`` or ``plan``; default:
@@ -52,6 +53,7 @@ from taketurns.harnesses.agent_cli import (
     refuse,
     split_system,
 )
+from taketurns.harnesses.agent_mcp import gemini_mcp_config, rollout_servers
 
 APPROVAL_MODES = ("default", "auto_edit", "yolo", "plan")
 # tools that reach the network through Google's services, never through the rollout
@@ -134,14 +136,16 @@ class GeminiCliHarness(AgentCLIHarness):
         self.settle(rollout, turns_before, self.exit_failure(finished))
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
-        self.check_tools(rollout)
+        servers = rollout_servers(rollout, self.id)
         system, rest = split_system(prompt.wire_messages())
         if not rest:
             raise HarnessError("gemini-cli needs a user message to start from")
         config = self.dirs(rollout).home / ".gemini"
         config.mkdir(exist_ok=True)
-        settings = json.dumps(gemini_settings(sub_agents=self.sub_agents), indent=2)
-        (config / "settings.json").write_text(settings, "utf-8")
+        settings = gemini_settings(sub_agents=self.sub_agents)
+        if servers:  # a file in its home: a server's environment may hold keys
+            settings["mcpServers"] = gemini_mcp_config(servers)
+        (config / "settings.json").write_text(json.dumps(settings, indent=2), "utf-8")
         if system:  # a file, appended to the CLI's system instruction: argv is public
             (config / "GEMINI.md").write_text("\n\n".join(system), "utf-8")
         session = rollout.state["session"] = str(uuid.uuid4())

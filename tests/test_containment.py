@@ -483,7 +483,7 @@ def test_probe_is_standalone() -> None:
     assert "taketurns" not in textwrap.dedent(source).split('"""', 2)[2]
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "gemini-cli"])
 async def test_an_agent_clis_own_mcp_server_runs_in_its_sandbox_and_dies_with_it(
     harness: str, server: InterceptionServer, scratch_root: Path
 ) -> None:
@@ -498,10 +498,9 @@ async def test_an_agent_clis_own_mcp_server_runs_in_its_sandbox_and_dies_with_it
         command=["python", "-m", "taketurns.envs.mcp_counter"],
         env={"TT_PROBE_MARK": mark},
     )
-    bump = tool_call("call_bump1", "mcp__counter__bump", json.dumps({"by": 5}))
-    options: dict[str, Any] = (
-        {"allowed_tools": ["mcp__counter__bump"]} if harness != "codex" else {}
-    )
+    name = "mcp_counter_bump" if harness == "gemini-cli" else "mcp__counter__bump"
+    bump = tool_call("call_bump1", name, json.dumps({"by": 5}))
+    options: dict[str, Any] = {"allowed_tools": [name]} if harness == "claude-code" else {}
     agent = Agent(
         "agent",
         AgentConfig(model="builtin/echo"),
