@@ -240,6 +240,70 @@ def _subpackage(module: str) -> str:
     return ".".join(parts[:2]) if len(parts) > 1 else module
 
 
+# The floors of the package, top first: a unit (a subpackage, a top-level module, or
+# one of the two plugin folders) imports only from floors below its own, never
+# sideways. The public faces (``taketurns`` and its public modules) re-export the
+# private units below them; the built-in plugins see nothing but those faces.
+FLOORS: tuple[frozenset[str], ...] = tuple(
+    frozenset(floor)
+    for floor in (
+        {"taketurns.envs", "taketurns.harnesses", "taketurns.__main__"},
+        {"taketurns._cli"},
+        {
+            "taketurns",
+            "taketurns.errors",
+            "taketurns.harness",
+            "taketurns.http",
+            "taketurns.testing",
+            "taketurns.train",
+        },
+        {"taketurns._runner"},
+        {"taketurns._backends", "taketurns._report", "taketurns._rescore", "taketurns._train"},
+        {"taketurns._output"},
+        {"taketurns._eval"},
+        {"taketurns._http"},
+        {"taketurns._exchange"},
+        {"taketurns._config", "taketurns._models"},
+        {"taketurns._errors", "taketurns._gc", "taketurns._procs", "taketurns._startup"},
+    )
+)
+
+
+def _unit(module: str) -> str:
+    if module.startswith(("taketurns.envs", "taketurns.harnesses")):
+        return ".".join(module.split(".")[:2])
+    return _subpackage(module)
+
+
+def _floor_of(unit: str) -> int:
+    found = [i for i, floor in enumerate(FLOORS) if unit in floor]
+    assert found, f"{unit} stands on no floor: add it to FLOORS (tests/test_packaging.py)"
+    return found[0]
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """The imports that go sideways or up a floor, ``module -> dependency``."""
+    return sorted(
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        for dep in deps
+        if _unit(dep) != _unit(module) and _floor_of(_unit(dep)) <= _floor_of(_unit(module))
+    )
+
+
+def test_every_import_goes_down_a_floor() -> None:
+    toy = {
+        "taketurns._train.x": {"taketurns._report.y", "taketurns._train.z", "taketurns._eval.e"},
+        "taketurns._models.a": {"taketurns._exchange.b"},
+        "taketurns.envs.k": {"taketurns", "taketurns._exchange.b"},
+    }
+    assert _upward(toy) == [
+        "taketurns._models.a -> taketurns._exchange.b",
+        "taketurns._train.x -> taketurns._report.y",
+    ]
+    assert _upward(_graph()) == []
+
+
 def test_the_engines_subpackages_depend_downward_only() -> None:
     graph = _graph()
     layers: dict[str, set[str]] = {}

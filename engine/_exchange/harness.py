@@ -137,13 +137,19 @@ class Rollout:
             self._scratch = Path(tempfile.mkdtemp(prefix="taketurns-"))
         return self._scratch
 
-    def _start_segment(self) -> None:
+    # the session's side of the handle: it opens each segment, reads back what the
+    # segment emitted, and removes the scratch directory when it closes
+
+    def start_segment(self) -> None:
+        """A new segment begins: ``segment_messages`` starts empty (the session's call)."""
         self._segment = []
 
-    def _segment_messages(self) -> tuple[Message, ...]:
+    def segment_messages(self) -> tuple[Message, ...]:
+        """The messages ``emit`` added since the segment began, in order."""
         return tuple(self._segment)
 
-    def _remove_scratch(self) -> None:
+    def remove_scratch(self) -> None:
+        """Remove the scratch directory, if one was made (the session's call, at close)."""
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
