@@ -316,3 +316,63 @@ def test_the_engines_subpackages_depend_downward_only() -> None:
     for layer, deps in layers.items():
         deps.discard(layer)
     assert _cycles(layers) == [], layers
+
+
+# --- seams, not reach-ins ------------------------------------------------------------
+
+# private names of other libraries the core reads, each for a reason
+FOREIGN_PRIVATES = {
+    "_SubParsersAction",  # argparse: the only way to walk a parser's subcommands
+    "_actions",  # argparse: a parser's options, for the catalog of flags
+    "_taketurns_offline",  # a mark the textarena env puts on nltk.download, read back there
+    "_load_scenario",  # BFCL's backends load their scenario only through it
+}
+
+
+def _defined_privates(tree: ast.AST) -> set[str]:
+    """The private names a module defines: functions, classes, attributes set on
+    anything, slots and class-level assignments."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            found.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.add(node.value)  # __slots__ entries, attrs' private fields by name
+    return {name for name in found if name.startswith("_")}
+
+
+def _reach_ins(path: Path, root: Path = REPO) -> list[str]:
+    """``expr._name`` where ``expr`` is not ``self``/``cls`` and no part of this
+    module defines ``_name``: another module's private, read from outside."""
+    tree = ast.parse(path.read_text(), str(path))
+    own = _defined_privates(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if node.attr.startswith("__") or node.attr in own or node.attr in FOREIGN_PRIVATES:
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}:
+            continue
+        target = ast.unparse(node.value)
+        if target.split(".")[0] in {"taketurns", "sys", "os", "trio", "attrs"}:
+            continue  # a private module by its dotted path, or the stdlib's own privates
+        found.append(f"{path.relative_to(root)}:{node.lineno}: {target}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_into_anothers_privates(tmp_path: Path) -> None:
+    files = sorted(p for folder in FOLDERS for p in (REPO / folder).rglob("*.py"))
+    assert [hit for path in files for hit in _reach_ins(path)] == []
+    sample = tmp_path / "engine" / "sample.py"
+    sample.parent.mkdir()
+    sample.write_text(
+        "class A:\n    def __init__(self): self._own = 1\n"
+        "def f(a, rollout): return a._own, rollout._start_segment()\n"
+    )
+    hits = [h.split(": ", 1)[1] for h in _reach_ins(sample, tmp_path)]
+    assert hits == ["rollout._start_segment"]
