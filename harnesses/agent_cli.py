@@ -34,7 +34,7 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import attrs
 
@@ -125,10 +125,11 @@ def segment_messages(trace: Trace, start: int) -> list[Message]:
 class AgentCLIHarness(ServedHarness):
     """Base of the agent CLI harnesses. Subclasses set ``binary`` (the program's
     name) and ``install`` (the command that installs it), and build each segment's
-    argv and environment."""
+    argv and environment (a subclass whose program depends on its options, ``acp``,
+    sets them on the instance)."""
 
-    binary: ClassVar[str]
-    install: ClassVar[str]
+    binary: str
+    install: str
     # a runaway agent (one claude-code segment once made 624 calls through its
     # sub-agents) ends as ``max_segment_turns``; ``limits.max_segment_turns`` changes it
     segment_turns = 100

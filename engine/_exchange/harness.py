@@ -32,6 +32,7 @@ import trio
 
 from taketurns._exchange.boundary import ModelBoundary
 from taketurns._exchange.task import Task
+from taketurns._exchange.tools import Tool
 from taketurns._exchange.trace import Trace
 from taketurns._models.messages import Message, SystemMessage
 from taketurns._models.model import ModelResponse
@@ -84,7 +85,7 @@ class Rollout:
         boundary: ModelBoundary,
         *,
         task: Task,
-        tools: Sequence[Callable[..., Any]] = (),
+        tools: Sequence[Callable[..., Any] | Tool] = (),
         services: Mapping[str, Any] | None = None,
         sandbox: Sandbox | None = None,
     ) -> None:
