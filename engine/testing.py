@@ -1,10 +1,14 @@
-"""Test doubles for code built on taketurns, injected through public interfaces.
+"""Test doubles for code built on taketurns, injected through public interfaces, and
+the call that plays one episode with them.
 
 - ``BuiltinModel``: the deterministic built-in model (``builtin/<policy>``), in process.
 - ``ScriptedModel``: a ``ModelClient`` (``Agent(..., client=...)``) that answers from a
   queue: a ``str`` or ``AssistantMessage`` becomes a reply, a ``ModelResponse`` is
   returned as is, an exception is raised and ``Sleep(s)`` sleeps before the next item.
   An empty queue answers ``default``. It records every request it was sent.
+- ``run_episode(env, episode, make_agent)``: play one episode of an env in this trio
+  run, with the agents ``make_agent(role, config, info, on_close)`` builds (on a
+  double, or a real endpoint): no run directory, no runner.
 """
 
 from __future__ import annotations
@@ -14,11 +18,12 @@ from collections import deque
 import attrs
 import trio
 
+from taketurns._eval.episode import run_episode
 from taketurns._models.builtin import BuiltinModel
 from taketurns._models.messages import AssistantMessage
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse, Usage
 
-__all__ = ["USAGE", "BuiltinModel", "ScriptedModel", "Sleep"]
+__all__ = ["USAGE", "BuiltinModel", "ScriptedModel", "Sleep", "run_episode"]
 
 
 @attrs.frozen

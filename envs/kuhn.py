@@ -25,12 +25,12 @@ from taketurns import (
     EnvConfig,
     Task,
     Trace,
-    int_between,
     is_failure,
     metric,
     reward,
 )
 from taketurns.envs import kuhn_rules as rules
+from taketurns.harness import int_between
 
 __all__ = ["KuhnConfig", "KuhnPoker", "ask_text", "rules_prompt"]
 

@@ -42,11 +42,11 @@ from taketurns import (
     OptionError,
     Task,
     Trace,
-    int_between,
     metric,
     reward,
 )
 from taketurns.envs.telecom_world import BackOffice, Device, DeviceState, Line, World
+from taketurns.harness import int_between
 
 __all__ = ["KINDS", "POLICY", "TelecomConfig", "TelecomLite", "make_world"]
 

@@ -9,7 +9,7 @@ built from nothing: ``PATH``, ``HOME``, ``TMPDIR``, ``LANG``, ``TERM=dumb``, wha
 harness adds (the rollout's URL and secret) and the ``env`` option; the host's API
 keys never reach the agent.
 
-A segment's process is owned (``taketurns.start_owned``: in the rollout's sandbox
+A segment's process is owned (``taketurns.harness.start_owned``: in the rollout's sandbox
 unless the agent's ``sandbox`` is ``none``) with stdin, stdout and stderr from/to
 files in the scratch directory (stdin holds the segment's message for the CLIs that
 read it there, else nothing). The segment ends when the agent
@@ -40,20 +40,16 @@ import attrs
 
 from taketurns import (
     AssistantMessage,
-    ErrorInfo,
     HarnessError,
-    McpTool,
     Message,
     ModelEndpointError,
-    Rollout,
-    RolloutStopped,
-    ServedHarness,
     SystemMessage,
     ToolMessage,
     Trace,
     UserMessage,
-    text_of,
 )
+from taketurns.errors import RolloutStopped
+from taketurns.harness import ErrorInfo, McpTool, Rollout, ServedHarness, text_of
 
 KEEP_VARS = ("PATH", "LANG", "LC_ALL")
 

@@ -14,10 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from taketurns import Agent, AgentConfig, Episode, OptionError, Trace, env_registry, run_episode
+from taketurns import Agent, AgentConfig, Episode, OptionError, Trace
 from taketurns._cli.main import main
 from taketurns.envs.telecom import KINDS, TelecomConfig, TelecomLite, make_world
 from taketurns.envs.telecom_world import BackOffice, Device, World
+from taketurns.harness import env_registry
+from taketurns.testing import run_episode
 
 NUMBER = "555-0101"
 CALLS = st.lists(

@@ -216,7 +216,7 @@ def _check_declarations(cls: type[Harness]) -> None:
         if not isinstance(getattr(cls, attr), bool):
             raise TypeError(
                 f"harness {name}: {attr} = {getattr(cls, attr)!r}; declare it True or False "
-                "(see taketurns.Harness)"
+                "(see taketurns.harness.Harness)"
             )
     if cls.resumes and cls.resume is Harness.resume:
         raise TypeError(
