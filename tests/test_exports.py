@@ -10,6 +10,8 @@ import importlib
 import inspect
 import pkgutil
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -123,6 +125,17 @@ def test_everything_public_in_a_public_module_is_exported(face: str) -> None:
         and (face != "taketurns.testing" or getattr(value, "__module__", None) == face)
     }
     assert public <= set(module.__all__), sorted(public - set(module.__all__))
+
+
+def test_the_in_process_tiers_do_not_load_the_http_stack_or_the_runner() -> None:
+    probe = (
+        "import sys, taketurns, taketurns.errors, taketurns.harness, taketurns.testing\n"
+        "import taketurns.train\n"
+        "print(sorted(m for m in ('hypercorn', 'quart', 'quart_trio', 'rich', 'pyarrow',"
+        " 'taketurns._runner') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("face", ["taketurns", "taketurns.harness", "taketurns.train"])
