@@ -2,8 +2,9 @@
 in ``taketurns._errors``'s docstring, and checked against it). ``taketurns`` itself
 re-exports the ones an env author or an eval user catches or raises; the rest are
 here alone: what a harness raises (``RolloutStopped``, ``ToolArgumentError``), what
-the HTTP face answers with (``BadRequest``, ``ModelServerError``), and how an eval's
-output or its worker processes fail (``OutputError``, ``Worker*``)."""
+the HTTP face answers with (``BadRequest``, ``ModelServerError``), how an eval's
+output or its worker processes fail (``OutputError``, ``Worker*``), and a replay's
+divergence (``ReplayDiverged``)."""
 
 from taketurns._errors import (
     AsyncioCancelled,
@@ -15,6 +16,7 @@ from taketurns._errors import (
     ModelServerError,
     OptionError,
     OutputError,
+    ReplayDiverged,
     RolloutStopped,
     ScoringError,
     SessionClosed,
@@ -38,6 +40,7 @@ __all__ = [
     "ModelServerError",
     "OptionError",
     "OutputError",
+    "ReplayDiverged",
     "RolloutStopped",
     "ScoringError",
     "SessionClosed",

@@ -129,6 +129,11 @@ class AgentCLIHarness(ServedHarness):
     # a runaway agent (one claude-code segment once made 624 calls through its
     # sub-agents) ends as ``max_segment_turns``; ``limits.max_segment_turns`` changes it
     segment_turns = 100
+    # measured: two codex runs of one Kuhn seat differ at the first request
+    replay_refusal = (
+        "an agent CLI's requests carry what differs in every run (its scratch directory's "
+        "path, the date, session ids), so no recorded request can match a replayed one"
+    )
 
     def __init__(
         self,

@@ -26,7 +26,7 @@ def _tool() -> ModuleType:
 
 def test_every_moved_name_is_exported_where_the_file_says() -> None:
     moves, attributes = _tool().read_moves(TOOLS / "api_moves.txt")
-    assert len(moves) + len(taketurns.__all__) == 124  # the flat namespace it replaced
+    assert len(moves) >= 76  # of the flat namespace's 124 names, 76 left the top level
     for name, module in moves.items():
         assert name not in taketurns.__all__, name
         assert name in importlib.import_module(module).__all__, (name, module)

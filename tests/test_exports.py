@@ -44,7 +44,14 @@ TIERS: dict[str, list[str]] = {
     "taketurns.errors": [
         *("AsyncioCancelled", "BadRequest", "ConfigError", "HarnessError", "Interrupted"),
         *("ModelEndpointError", "ModelServerError", "OptionError", "OutputError"),
-        *("RolloutStopped", "ScoringError", "SessionClosed", "SessionError", "SessionOver"),
+        *(
+            "ReplayDiverged",
+            "RolloutStopped",
+            "ScoringError",
+            "SessionClosed",
+            "SessionError",
+            "SessionOver",
+        ),
         *("TaketurnsError", "ToolArgumentError", "TurnError", "WorkerDied", "WorkerError"),
         "WorkerLost",
     ],
@@ -69,7 +76,10 @@ TIERS: dict[str, list[str]] = {
         *("episode_samples", "export_samples", "group_advantages", "make_group"),
         *("trace_samples", "turn_tokens"),
     ],
-    "taketurns.testing": ["USAGE", "BuiltinModel", "ScriptedModel", "Sleep", "run_episode"],
+    "taketurns.testing": [
+        *("USAGE", "BuiltinModel", "ReplayDivergence", "ReplayResult", "ScriptedModel"),
+        *("Sleep", "replay_episode", "run_episode"),
+    ],
 }
 FACES = sorted(TIERS)
 # the built-in plugins' packages export nothing themselves: their modules do
@@ -138,7 +148,9 @@ def test_the_in_process_tiers_do_not_load_the_http_stack_or_the_runner() -> None
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("face", ["taketurns", "taketurns.harness", "taketurns.train"])
+@pytest.mark.parametrize(
+    "face", ["taketurns", "taketurns.harness", "taketurns.train", "taketurns.testing"]
+)
 def test_an_unknown_name_is_an_attribute_error(face: str) -> None:
     with pytest.raises(AttributeError, match=f"module '{face}' has no attribute 'no_such_name'"):
         _ = importlib.import_module(face).no_such_name

@@ -5,13 +5,15 @@
 [--backend local|ray|processes] [--workers N] [--ray-address ADDR]``;
 ``taketurns export DIR [--format jsonl|parquet] [-o FILE] [--scale]``;
 ``taketurns compare A B [--json]``;
-``taketurns rescore DIR [-o NEW] [--overwrite] [--env.<field>=V ...]``
+``taketurns rescore DIR [-o NEW] [--overwrite] [--env.<field>=V ...]``;
+``taketurns replay DIR [--episode ID ...] [-o OUT] [--overwrite] [--env.<field>=V ...]``
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
 failure, ``_exchange.outcome``; everything is written and ``--resume`` reruns them; also
 when too many failed and the run stopped early, ``_eval.brake``) or
-the run directory could not be written (a full disk), 2 bad config or usage (also a
+the run directory could not be written (a full disk) or a replayed episode diverged or
+failed, 2 bad config or usage (also a
 run directory another process is writing), 130 interrupted (finished episodes are on
 disk; ``--resume`` continues). A model server the run started (``llamacpp/`` models,
 ``--model-server``) that cannot start or dies: 1, its log named in the message.
@@ -37,7 +39,7 @@ from rich.markup import escape
 from taketurns._cli.interrupts import quiet_interrupts
 from taketurns._cli.parser import FLAGS, parser, split_overrides, unknown_argument
 from taketurns._cli.resume import OUTPUTS, compare, newest_run, run_dir_name
-from taketurns._cli.rundirs import compare_command, rescore_command
+from taketurns._cli.rundirs import compare_command, replay_command, rescore_command
 from taketurns._cli.served_model import asks_for_model, served_model
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
@@ -325,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _eval(args, extra, console)
         if args.command == "rescore":
             return rescore_command(args, extra, console)
+        if args.command == "replay":
+            return replay_command(args, extra, console)
         if extra:
             raise ConfigError([unknown_argument(item, args.command) for item in extra])
         if args.command == "serve":

@@ -174,6 +174,9 @@ class Harness(abc.ABC):
     # what the harness can do (see the module docstring); checked at class definition
     takes_text: ClassVar[bool] = False
     resumes: ClassVar[bool] = False
+    # why a recorded rollout of this harness cannot be replayed (``taketurns replay``
+    # refuses its seats before any episode, saying this); empty: it can
+    replay_refusal: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
