@@ -1,6 +1,6 @@
 """The error tree. Every error taketurns raises on purpose is defined here and derives
 from one root (a test checks that this drawing is the tree, and that every exception
-``taketurns`` exports is in it)::
+a public module exports is in it; ``taketurns.errors`` exports them all)::
 
     TaketurnsError
     ├── ConfigError              bad configuration; raised before any episode starts

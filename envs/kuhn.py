@@ -29,12 +29,12 @@ from taketurns import (
     Episode,
     Task,
     Trace,
-    int_between,
     is_failure,
     metric,
     reward,
 )
 from taketurns.envs import kuhn_rules as rules
+from taketurns.harness import int_between
 from taketurns.report import Figure, Series, bar_chart, num
 
 __all__ = ["KuhnConfig", "KuhnPoker", "ask_text", "payoff_by_card", "rules_prompt"]

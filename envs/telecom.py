@@ -47,17 +47,15 @@ from taketurns import (
     Env,
     EnvConfig,
     Episode,
-    McpServer,
     OptionError,
     Task,
     Trace,
-    int_between,
     metric,
-    open_mcp_servers,
     reward,
 )
 from taketurns.envs.telecom_report import action_log, actions_per_episode
 from taketurns.envs.telecom_world import BackOffice, Device, DeviceState, Line, World
+from taketurns.harness import McpServer, int_between, open_mcp_servers
 from taketurns.report import Figure, Section
 
 __all__ = ["KINDS", "POLICY", "TelecomConfig", "TelecomLite", "make_world"]

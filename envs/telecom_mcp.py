@@ -24,8 +24,9 @@ from typing import Any
 
 import trio
 
-from taketurns import Tool, ToolCall, as_tools, text_of
+from taketurns import Tool
 from taketurns.envs.telecom_world import Device
+from taketurns.harness import ToolCall, as_tools, text_of
 
 __all__ = ["DeviceFace"]
 

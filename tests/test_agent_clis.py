@@ -31,7 +31,6 @@ from taketurns import (
     Agent,
     AgentConfig,
     ConfigError,
-    InterceptionServer,
     Limits,
     ModelEndpointError,
     Task,
@@ -39,10 +38,11 @@ from taketurns import (
     ToolMessage,
     UserMessage,
     read_episodes,
-    text_of,
 )
 from taketurns._cli.main import main
 from taketurns._exchange.agent import make_harness
+from taketurns.harness import text_of
+from taketurns.http import InterceptionServer
 
 AGENTS = {"codex": "codex", "claude-code": "claude", "opencode": "opencode", "gemini-cli": "gemini"}
 # the CLIs the shared behaviour tests run (opencode, slow to start, has tests of its own)

@@ -25,28 +25,20 @@ from taketurns import (
     Agent,
     AgentConfig,
     AssistantMessage,
-    BuiltinModel,
     ChatSession,
     ConfigError,
-    Dialect,
-    Endpoint,
-    ImagePart,
-    InterceptionServer,
     Limits,
-    ModelRequest,
-    ModelResponse,
     SystemMessage,
     Task,
-    TextPart,
-    ToolCall,
     ToolMessage,
     UserMessage,
-    dialect_registry,
-    open_interception_server,
 )
 from taketurns._http.dialect import Failure, Parsed, load_object
 from taketurns._http.dialects import served_dialects
 from taketurns._http.server import serve
+from taketurns.harness import Endpoint, ImagePart, ModelRequest, ModelResponse, TextPart, ToolCall
+from taketurns.http import Dialect, InterceptionServer, dialect_registry, open_interception_server
+from taketurns.testing import BuiltinModel
 
 T = TypeVar("T")
 PIXEL = (  # a 1x1 PNG

@@ -13,9 +13,13 @@ import pytest
 from rundirs import steady
 
 import taketurns
-from taketurns import BuiltinModel, ModelRequest, ReplayDiverged, read_episodes
+import taketurns.testing
+from taketurns import read_episodes
 from taketurns._cli.main import main
 from taketurns.envs import kuhn, kuhn_rules
+from taketurns.errors import ReplayDiverged
+from taketurns.harness import ModelRequest
+from taketurns.testing import BuiltinModel
 
 
 def _eval(out: Path, env: str, *args: str) -> Path:
@@ -131,7 +135,7 @@ def test_one_call_more_than_recorded_names_the_turn(
         raise kuhn_rules.InvalidAnswer("refused by the changed rule")
 
     monkeypatch.setattr(kuhn_rules, "parse_action", refuse)
-    result = taketurns.replay_episode(kuhn200, "kuhn-poker/7/0")
+    result = taketurns.testing.replay_episode(kuhn200, "kuhn-poker/7/0")
     assert result.status == "diverged"
     divergence = result.divergence
     assert divergence is not None
@@ -147,7 +151,7 @@ def test_a_changed_payoff_with_the_same_play_is_a_record_divergence(
     kuhn200: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(kuhn.rules, "payoffs", lambda cards, history: (5, -5))
-    result = taketurns.replay_episode(kuhn200, "kuhn-poker/3/0")
+    result = taketurns.testing.replay_episode(kuhn200, "kuhn-poker/3/0")
     assert result.status == "diverged"
     assert result.divergence is not None
     assert result.divergence.episode == "kuhn-poker/3/0"
@@ -159,13 +163,13 @@ def test_a_changed_payoff_with_the_same_play_is_a_record_divergence(
 
 def test_the_python_entry_point_replays_one_episode(kuhn200: Path) -> None:
     recorded = _records(kuhn200)["kuhn-poker/11/0"]
-    result = taketurns.replay_episode(kuhn200, "kuhn-poker/11/0")
+    result = taketurns.testing.replay_episode(kuhn200, "kuhn-poker/11/0")
     assert result.status == "reproduced"
     assert (result.divergence, result.differences, result.failure) == (None, [], None)
     assert result.episode.id == "kuhn-poker/11/0"
     replies = [t.response.content for t in result.episode.traces[0].turns if t.response]
     assert replies == [t["response"]["content"] for t in recorded["traces"][0]["turns"]]
-    changed = taketurns.replay_episode(
+    changed = taketurns.testing.replay_episode(
         kuhn200, "kuhn-poker/11/0", overrides={"invalid_retries": "3"}
     )
     assert changed.status == "diverged"
@@ -197,7 +201,7 @@ def test_user_sim_replays_both_seats(usersim: Path, tmp_path: Path) -> None:
 
 
 def test_a_changed_greeting_diverges_at_the_users_first_turn(usersim: Path) -> None:
-    result = taketurns.replay_episode(
+    result = taketurns.testing.replay_episode(
         usersim, "user-sim/1/0", overrides={"greeting": "What do you want?"}
     )
     assert result.divergence is not None
@@ -225,7 +229,9 @@ def test_a_tool_env_replays(telecom: Path, tmp_path: Path) -> None:
 
 def test_fewer_calls_than_recorded_is_a_divergence(telecom: Path) -> None:
     """At most 2 user messages reach the assistant now: the env stops asking."""
-    result = taketurns.replay_episode(telecom, "telecom-lite/0/0", overrides={"exchanges": "2"})
+    result = taketurns.testing.replay_episode(
+        telecom, "telecom-lite/0/0", overrides={"exchanges": "2"}
+    )
     assert result.status == "diverged"
     assert result.divergence is not None
     assert result.divergence.seat == "assistant"
@@ -249,7 +255,7 @@ def test_bad_input_is_refused_before_anything_runs(
     assert "replay takes only --env.<field>=V overrides" in capsys.readouterr().err
     assert not out.exists()
     with pytest.raises(taketurns.ConfigError, match="holds no episode with this id"):
-        taketurns.replay_episode(kuhn200, "nope")
+        taketurns.testing.replay_episode(kuhn200, "nope")
 
 
 def test_an_agent_cli_seat_is_refused_naming_it(kuhn200: Path, tmp_path: Path) -> None:
@@ -260,7 +266,7 @@ def test_an_agent_cli_seat_is_refused_naming_it(kuhn200: Path, tmp_path: Path) -
     config = config.replace("[env.player1]\n", '[env.player1]\nharness = "codex"\n', 1)
     (run / "config.toml").write_text(config)
     with pytest.raises(taketurns.ConfigError) as caught:
-        taketurns.replay_episode(run, "kuhn-poker/0/0")
+        taketurns.testing.replay_episode(run, "kuhn-poker/0/0")
     (problem,) = caught.value.problems
     assert problem.startswith("env.player1.harness = 'codex': its seat cannot be replayed: ")
     assert "its scratch directory's path, the date, session ids" in problem
@@ -315,7 +321,7 @@ def test_two_sessions_of_one_seat_replay_each_its_own_record(
 
 
 def test_one_round_more_than_recorded_diverges_on_the_seat(two_chats: Path) -> None:
-    result = taketurns.replay_episode(
+    result = taketurns.testing.replay_episode(
         two_chats, "replayenv:TwoChats/2/0", overrides={"rounds": "4"}
     )
     assert result.status == "diverged"
@@ -356,7 +362,7 @@ def test_an_env_that_raises_now_is_a_failed_replay(
         raise ArithmeticError("the payoff table broke")
 
     monkeypatch.setattr(kuhn.rules, "payoffs", broken)
-    result = taketurns.replay_episode(kuhn200, "kuhn-poker/9/0")
+    result = taketurns.testing.replay_episode(kuhn200, "kuhn-poker/9/0")
     assert result.status == "failed"
     assert result.divergence is None
     assert result.failure is not None

@@ -17,21 +17,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_report import APT_INSTALL, Doc, _browse, _chromium, _png_rgb
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    Episode,
-    OptionError,
-    Trace,
-    env_registry,
-    read_episodes,
-    run_episode,
-)
+from taketurns import Agent, AgentConfig, Episode, OptionError, Trace, read_episodes
 from taketurns._cli.main import main
 from taketurns._config.settings import load_eval_config
 from taketurns._eval.plan import make_env, resolve_role
 from taketurns.envs.telecom import KINDS, TelecomConfig, TelecomLite, make_world
 from taketurns.envs.telecom_world import BackOffice, Device, World
+from taketurns.harness import env_registry
+from taketurns.testing import run_episode
 
 NUMBER = "555-0101"
 CALLS = st.lists(

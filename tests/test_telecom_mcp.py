@@ -14,22 +14,13 @@ import httpx2
 import pytest
 import trio
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    Episode,
-    McpServer,
-    OptionError,
-    ToolCall,
-    as_tools,
-    open_mcp_servers,
-    read_episodes,
-    run_episode,
-)
+from taketurns import Agent, AgentConfig, Episode, OptionError, read_episodes
 from taketurns._cli.main import main
 from taketurns.envs.telecom import KINDS, TelecomConfig, TelecomLite, make_world
 from taketurns.envs.telecom_mcp import DeviceFace
 from taketurns.envs.telecom_world import Device
+from taketurns.harness import McpServer, ToolCall, as_tools, open_mcp_servers
+from taketurns.testing import run_episode
 
 pytest.importorskip("mcp")
 
