@@ -199,3 +199,20 @@ async def test_a_grace_also_holds_when_the_engine_dies(tmp_path: Path, mark: str
         assert "stopped cleanly" in (tmp_path / "log").read_text()
         await owned.aclose()
         assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
+
+
+async def test_run_starts_as_start_does_and_captures_the_output(tmp_path: Path) -> None:
+    """``run`` takes ``start``'s options (here: the directory, the exact environment
+    and a grace) and returns the program's status and what it wrote."""
+    script = 'echo "$TT_VALUE in $(pwd)"; echo oops >&2; exit 3'
+    env = {"PATH": os.environ["PATH"], "TT_VALUE": "given"}
+    with trio.fail_after(LIMIT):
+        done = await owner.run(
+            ["sh", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            sandbox=Sandbox(kind="none"),
+            scratch=tmp_path,
+            grace_s=1.0,
+        )
+    assert done == owner.Captured(3, f"given in {tmp_path}\n".encode(), b"oops\n")

@@ -311,29 +311,12 @@ async def _collect(
     done.set()
 
 
-async def run(
-    program: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    sandbox: Sandbox,
-    scratch: Path,
-    model_socket: str | None = None,
-    model_port: int | None = None,
-) -> Captured:
-    """Run ``program`` to its exit with stdout and stderr captured (stdin: nothing);
-    the tree is killed and reaped on every path. Cancellation kills it."""
-    owned = await start(
-        program,
-        cwd=cwd,
-        env=env,
-        sandbox=sandbox,
-        scratch=scratch,
-        model_socket=model_socket,
-        model_port=model_port,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+async def run(program: Sequence[str], **options: Any) -> Captured:
+    """Run ``program`` to its exit with stdout and stderr captured (stdin: nothing),
+    started as ``start`` starts it (``options``: ``start``'s keyword arguments but the
+    standard streams); the tree is killed and reaped on every path. Cancellation
+    kills it."""
+    owned = await start(program, **options, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = bytearray(), bytearray()
     out_done, err_done = trio.Event(), trio.Event()
     try:
