@@ -19,6 +19,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -26,7 +27,7 @@ from pathlib import Path
 import httpx2
 import pytest
 import trio
-from procs import children, marked
+from procs import children, marked, scratch_dirs
 
 from taketurns import ModelServerError
 from taketurns._cli.main import main
@@ -264,6 +265,7 @@ async def test_open_rollouts_starts_and_stops_the_model_server(tmp_path: Path, m
 
     marker = f"TAKETURNS_TEST_SERVER={uuid.uuid4().hex}"
     monkeypatch.setenv(*marker.split("="))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # no run directory: logs there
     env = KuhnPoker()
     config = EvalConfig(env_id="kuhn-poker", model="served-model", model_server=SERVE)
     async with open_rollouts(env, config) as source:
@@ -271,7 +273,10 @@ async def test_open_rollouts_starts_and_stops_the_model_server(tmp_path: Path, m
         async for group in source.groups(env.tasks(2), per_task=2):
             assert all(e.ok for e in group.episodes)
             assert group.samples()  # taketurns serve returns vLLM's token fields
+        (logs,) = scratch_dirs(tmp_path)
+        assert logs.startswith("taketurns-model-server-")
     assert marked(marker) == []
+    assert scratch_dirs(tmp_path) == []  # the log's directory is removed
 
 
 @pytest.mark.slow
