@@ -5,16 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    ModelClient,
-    ModelEndpointError,
-    Task,
-    UserMessage,
-    text_of,
-)
+from taketurns import Agent, AgentConfig, ModelEndpointError, Task, UserMessage
 from taketurns.envs.reprompts import Answer, ask, feedback, retries_text
+from taketurns.harness import ModelClient, text_of
 from taketurns.testing import ScriptedModel
 
 
