@@ -1,0 +1,55 @@
+"""Seeds: how the run's one seed (``--seed``, config ``seed``) becomes every seed a
+run uses, with no global RNG anywhere.
+
+Each seed is a stable hash (BLAKE2b, not Python's ``hash()``) of the seed it derives
+from and the coordinates of what it seeds, so it depends on *what* is seeded and never
+on *when*: not on the concurrency, the backend, the worker or the order episodes are
+scheduled in. The chain::
+
+    run seed S
+     ├─ the env's tasks           (env.seed: S, unless the env config sets its own)
+     └─ episode_seed(S, task, rollout)      -> agents.rng, agents.seed (the env's RNG)
+         └─ session_seed(episode, agent, n)    (the n-th session that agent opened)
+             └─ call_seed(session, i)          -> the ``seed`` of the i-th model call
+
+A call seed is 31 bits (0 .. 2**31 - 1): every endpoint that takes a ``seed`` takes
+that (llama.cpp's is 32-bit). The others are 63 bits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["DEFAULT_SEED", "call_seed", "derive", "episode_seed", "session_seed"]
+
+DEFAULT_SEED = 0  # the run seed when none is given: every run is reproducible
+
+_CALL_BITS = 0x7FFFFFFF
+
+
+def derive(*parts: int | str) -> int:
+    """A 63-bit seed from ``parts`` (ints and strings; stable across runs, machines
+    and Python versions)."""
+    text = "\x1f".join(str(p) for p in parts)
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def episode_seed(run_seed: int, task_idx: int, rollout: int) -> int:
+    """The seed of rollout ``rollout`` of task ``task_idx`` under ``run_seed``: an
+    episode retried after a failure keeps it (it replays the same draws)."""
+    return derive("episode", run_seed, task_idx, rollout)
+
+
+def session_seed(episode: int, agent: str, opened: int) -> int:
+    """The seed of the ``opened``-th session (from 0) agent ``agent`` opened in the
+    episode seeded ``episode``."""
+    return derive("session", episode, agent, opened)
+
+
+def call_seed(session: int, call: int) -> int:
+    """The ``seed`` request field of the ``call``-th model call (from 0) of the session
+    seeded ``session``: 31 bits."""
+    text = f"{session}\x1f{call}"
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & _CALL_BITS
