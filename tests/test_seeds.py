@@ -22,6 +22,7 @@ from sameruns import assert_same_runs, runs, turn_seeds
 
 from taketurns import EvalConfig, RunDir, run_eval
 from taketurns._config.settings import load_eval_config
+from taketurns._eval.plan import env_class
 from taketurns._exchange.seeds import call_seed, derive, episode_seed, session_seed
 from taketurns._models.builtin import BuiltinModel
 from taketurns._models.model import ModelRequest
@@ -135,12 +136,14 @@ def test_another_seed_deals_and_chooses_otherwise(tmp_path: Path) -> None:
 # --- a real endpoint: the seed on the wire ------------------------------------------------
 
 
-def recording_app(seen: list[dict[str, Any]], *, refuse_seed: bool = False) -> QuartTrio:
+def recording_app(
+    seen: list[dict[str, Any]], *, refuse_seed: bool = False, policy: str = "bracket"
+) -> QuartTrio:
     """A chat-completions endpoint that records every request body and answers as the
-    built-in ``bracket`` model would with the request's seed (or refuses ``seed``
-    with a 400 naming it, as OpenAI-compatible servers that lack it do)."""
+    built-in ``policy`` would with the request's seed (or refuses ``seed`` with a 400
+    naming it, as OpenAI-compatible servers that lack it do)."""
     app = QuartTrio(__name__)
-    model = BuiltinModel("bracket")
+    model = BuiltinModel(policy)
 
     @app.post("/v1/chat/completions")
     async def chat() -> Response:
@@ -234,3 +237,35 @@ async def test_an_endpoint_that_refuses_seed_is_called_without_it(tmp_path: Path
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["notes"] == [note]
     assert summary["ok"] == summary["episodes"] == 6
     assert set(turn_seeds(tmp_path / "run")) == {None}  # no seed was sent
+
+
+async def test_a_judges_calls_carry_seeds_that_follow_the_run(tmp_path: Path) -> None:
+    qa = str(Path(__file__).parent.parent / "examples" / "qa.jsonl")
+    bodies: dict[str, list[dict[str, Any]]] = {"c1": [], "c64": [], "other": []}
+    async with trio.open_nursery() as nursery:
+        for name, concurrency, seed in (("c1", 1, 0), ("c64", 64, 0), ("other", 64, 9)):
+            url = await nursery.start(serve_app, recording_app(bodies[name], policy="judge"))
+            config = load_eval_config(
+                env_class("single-agent").config_class,
+                file_data={"env_id": "single-agent", "num_tasks": 4, "rollouts": 2},
+                overrides=[
+                    ("env.taskset", "jsonl"),
+                    ("concurrency", str(concurrency)),
+                    ("seed", str(seed)),
+                    ("env.taskset.path", qa),
+                    ("env.taskset.judge.model", "judge"),
+                    ("env.taskset.judge.base_url", f"{url}/v1"),
+                ],
+            )
+            run_dir = RunDir(tmp_path / name)
+            run_dir.prepare(resume=False, overwrite=False)
+            with trio.fail_after(120):
+                await run_eval(config, run_dir, progress=False, report=False)
+        nursery.cancel_scope.cancel()
+    judged = {
+        name: [b for b in found if b.get("max_tokens") != 1] for name, found in bodies.items()
+    }
+    assert judged["c1"]
+    assert all(isinstance(b["seed"], int) for b in judged["c1"])
+    assert _by_conversation(judged["c1"]) == _by_conversation(judged["c64"])
+    assert {b["seed"] for b in judged["c1"]}.isdisjoint(b["seed"] for b in judged["other"])

@@ -11,8 +11,10 @@ scheduled in. The chain::
      └─ episode_seed(S, task, rollout)      -> agents.rng, agents.seed (the env's RNG)
          └─ session_seed(episode, agent, n)    (the n-th session that agent opened)
              └─ call_seed(session, i)          -> the ``seed`` of the i-th model call
+     └─ judge_seed(S, judge, prompt)        -> the ``seed`` of an LLM judge's call (the
+                                               same judgement, the same seed: cached)
 
-A call seed is 31 bits (0 .. 2**31 - 1): every endpoint that takes a ``seed`` takes
+A call's seed is 31 bits (0 .. 2**31 - 1): every endpoint that takes a ``seed`` takes
 that (llama.cpp's is 32-bit). The others are 63 bits.
 """
 
@@ -20,7 +22,14 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["DEFAULT_SEED", "call_seed", "derive", "episode_seed", "session_seed"]
+__all__ = [
+    "DEFAULT_SEED",
+    "call_seed",
+    "derive",
+    "episode_seed",
+    "judge_seed",
+    "session_seed",
+]
 
 DEFAULT_SEED = 0  # the run seed when none is given: every run is reproducible
 
@@ -53,3 +62,9 @@ def call_seed(session: int, call: int) -> int:
     text = f"{session}\x1f{call}"
     digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") & _CALL_BITS
+
+
+def judge_seed(run_seed: int, judge: str, prompt: str) -> int:
+    """The ``seed`` request field of judge ``judge``'s call on ``prompt`` (the text it
+    is asked) under ``run_seed``: 31 bits."""
+    return derive("judge", run_seed, judge, prompt) & _CALL_BITS
