@@ -66,7 +66,9 @@ class AlphabetSortConfig(EnvConfig):
     power: float = attrs.field(default=4.0, validator=_positive_number)
     sort_by: str = attrs.field(default="random", validator=_sort_by)
     seed: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(int_between(0))
+        default=None,
+        validator=attrs.validators.optional(int_between(0)),
+        metadata={"unset": "the run's --seed"},
     )
 
     def __attrs_post_init__(self) -> None:

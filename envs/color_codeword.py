@@ -52,7 +52,9 @@ class ColorCodewordConfig(EnvConfig):
     max_squares: int = attrs.field(default=2, validator=int_between(1, _MAX_SQUARES))
     square_size: int = attrs.field(default=32, validator=int_between(1, _MAX_SIZE))
     seed: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(int_between(0))
+        default=None,
+        validator=attrs.validators.optional(int_between(0)),
+        metadata={"unset": "the run's --seed"},
     )
 
     def __attrs_post_init__(self) -> None:

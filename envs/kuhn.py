@@ -45,7 +45,9 @@ class KuhnConfig(EnvConfig):
     player1: AgentConfig = attrs.field(factory=AgentConfig)
     invalid_retries: int = attrs.field(default=1, validator=int_between(0))
     seed: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(int_between(0))
+        default=None,
+        validator=attrs.validators.optional(int_between(0)),
+        metadata={"unset": "the run's --seed"},
     )
 
 

@@ -92,7 +92,9 @@ class OpenEnvConfig(EnvConfig):
     app: str = attrs.field(default=DEFAULT_APP, validator=_app)
     resets: list[Any] = attrs.field(factory=list, validator=_resets)
     seed: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(int_between(0))
+        default=None,
+        validator=attrs.validators.optional(int_between(0)),
+        metadata={"unset": "the run's --seed"},
     )
     max_steps: int = attrs.field(default=50, validator=int_between(1))
     invalid_retries: int = attrs.field(default=2, validator=int_between(0))

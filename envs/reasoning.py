@@ -106,7 +106,9 @@ class ReasoningGymConfig(TasksetConfig):
     )
     options: dict[str, Any] = attrs.field(factory=dict)
     seed: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(int_between(0, 2**31))
+        default=None,
+        validator=attrs.validators.optional(int_between(0, 2**31)),
+        metadata={"unset": "the run's --seed"},
     )
     attempts: int = attrs.field(default=1, validator=int_between(1, 100))
     system_prompt: str = "default"

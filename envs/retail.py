@@ -126,7 +126,11 @@ class RetailConfig(TasksetConfig):
     ``i % len(kinds)``); ``tools``: ``python`` (in process) or ``mcp`` (the store behind
     a per-rollout MCP server)."""
 
-    seed: int | None = attrs.field(default=None, validator=attrs.validators.optional(_an_int))
+    seed: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(_an_int),
+        metadata={"unset": "the run's --seed"},
+    )
     kinds: str = attrs.field(default=",".join(KINDS), validator=_kinds)
     tools: str = attrs.field(default="python", validator=_tools)
 

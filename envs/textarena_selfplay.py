@@ -72,7 +72,9 @@ class TextArenaSelfPlayConfig(EnvConfig):
         default="TicTacToe-v0", validator=_a_game, metadata={"choices": ", ".join(GAMES)}
     )
     seed: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(int_between(0, 2**31))
+        default=None,
+        validator=attrs.validators.optional(int_between(0, 2**31)),
+        metadata={"unset": "the run's --seed"},
     )
 
 
