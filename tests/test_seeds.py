@@ -23,7 +23,7 @@ from sameruns import assert_same_runs, runs, turn_seeds
 from taketurns import EvalConfig, RunDir, run_eval
 from taketurns._config.settings import load_eval_config
 from taketurns._eval.plan import env_class
-from taketurns._exchange.seeds import call_seed, derive, episode_seed, session_seed
+from taketurns._exchange.seeds import CallSeeds, call_seed, derive, episode_seed, session_seed
 from taketurns._models.builtin import BuiltinModel
 from taketurns._models.model import ModelRequest
 from taketurns._models.wire import from_wire, to_wire
@@ -39,6 +39,8 @@ def test_seeds_are_stable_hashes() -> None:
     assert call_seed(1, 0) == 1931723693
     assert episode_seed(0, 1, 0) != episode_seed(0, 0, 1) != episode_seed(1, 0, 0)
     assert all(0 <= call_seed(s, i) < 2**31 for s in range(20) for i in range(20))
+    seeds = CallSeeds(77)  # what a session's boundary sends, call by call
+    assert [seeds.next() for _ in range(12)] == [call_seed(77, i) for i in range(12)]
 
 
 def test_the_seed_is_an_eval_option_refused_when_bad(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ import trio
 from taketurns._config.options import Limits
 from taketurns._errors import ModelEndpointError, RolloutStopped
 from taketurns._exchange.rubric import Rubric
-from taketurns._exchange.seeds import call_seed
+from taketurns._exchange.seeds import CallSeeds
 from taketurns._exchange.trace import ErrorInfo, Trace, Turn, Usage
 from taketurns._models.messages import Message
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
@@ -67,7 +67,6 @@ class ModelBoundary:
     (that failure is recorded as a turn with an error first)."""
 
     __slots__ = (
-        "_calls",
         "_ended",
         "_open",
         "_unlimited",
@@ -77,7 +76,7 @@ class ModelBoundary:
         "model",
         "rubric",
         "sampling",
-        "seed",
+        "seeds",
         "segment_start",
         "trace",
     )
@@ -101,8 +100,8 @@ class ModelBoundary:
         self.limits = limits
         self.rubric = rubric
         self.limiter = limiter
-        self.seed = seed  # the session's seed: call i is sent call_seed(seed, i)
-        self._calls = 0
+        # the session's seed: call i is sent call_seed(seed, i)
+        self.seeds = CallSeeds(seed) if seed is not None else None
         self.segment_start = 0  # the trace's turn count when the current segment began
         self._unlimited = (  # nothing to check before a call
             not rubric.stops
@@ -213,9 +212,11 @@ class ModelBoundary:
             if condition is not None:
                 raise RolloutStopped(condition)
         fields = self._sampling(sampling)
-        if self.seed is not None and "seed" not in fields:
-            fields = {**fields, "seed": call_seed(self.seed, self._calls)}
-        self._calls += 1
+        seeds = self.seeds
+        if seeds is not None:
+            seed = seeds.next()  # counted also when not sent: call i stays call i
+            if "seed" not in fields:
+                fields = {**fields, "seed": seed}
         request = ModelRequest(self.model, tuple(messages), tuple(tools), fields)
         start = trio.current_time()
         wait = _Wait(request, start, len(self.trace.turns))
