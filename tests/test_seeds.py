@@ -35,7 +35,9 @@ from taketurns.envs.kuhn import KuhnConfig
 def test_seeds_are_stable_hashes() -> None:
     # fixed values: a seed is the same on every machine, Python version and run
     assert derive("episode", 0, 0, 0) == episode_seed(0, 0, 0) == 4894448360197743277
-    assert session_seed(1, "player0", 0) == 4968664834223497596
+    assert (
+        session_seed(1, "player0", 0) == derive("session", 1, "player0", 0) == 4968664834223497596
+    )
     assert call_seed(1, 0) == 1931723693
     assert episode_seed(0, 1, 0) != episode_seed(0, 0, 1) != episode_seed(1, 0, 0)
     assert all(0 <= call_seed(s, i) < 2**31 for s in range(20) for i in range(20))
