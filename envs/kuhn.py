@@ -43,12 +43,17 @@ __all__ = ["KuhnConfig", "KuhnPoker", "ask_text", "payoff_by_card", "rules_promp
 @attrs.define
 class KuhnConfig(EnvConfig):
     """``player0`` acts first. ``invalid_retries``: how many times a seat is re-prompted
-    after a reply that does not count before it forfeits. ``seed`` varies the deals."""
+    after a reply that does not count before it forfeits. ``seed`` varies the deals
+    (unset: the run's ``--seed``)."""
 
     player0: AgentConfig = attrs.field(factory=AgentConfig)
     player1: AgentConfig = attrs.field(factory=AgentConfig)
     invalid_retries: int = attrs.field(default=1, validator=int_between(0))
-    seed: int = attrs.field(default=0, validator=int_between(0))
+    seed: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(int_between(0)),
+        metadata={"unset": "the run's --seed"},
+    )
 
 
 def rules_prompt(seat: int, card: str, invalid_retries: int, hand: int = 0) -> str:
@@ -93,12 +98,13 @@ class KuhnPoker(Env):
     config: KuhnConfig
 
     def tasks(self, num_tasks: int) -> list[Task]:
+        base = self.seed_of(self.config.seed)
         return [
             Task(
                 idx=i,
                 name=f"kuhn-{i}",
                 prompt=None,
-                info={"seed": rules.task_seed(self.config.seed, i)},
+                info={"seed": rules.task_seed(base, i)},
             )
             for i in range(num_tasks)
         ]

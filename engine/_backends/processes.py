@@ -73,7 +73,7 @@ from taketurns._errors import (
 )
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
-from taketurns._eval.plan import Plan
+from taketurns._eval.plan import Plan, seeded
 from taketurns._eval.play import play_pairs
 from taketurns._gc import tuned_gc
 from taketurns._output.records import episode_line
@@ -319,7 +319,7 @@ def _read_exactly(fd: int, size: int) -> bytes:
 
 
 async def _work(config: EvalConfig, env_cls: type[Env], pairs: list[Pair], out: int) -> None:
-    env = name_class(env_cls, config.env_id)(config.env)
+    env = seeded(name_class(env_cls, config.env_id)(config.env), config)
     plan = Plan(config, env)
     stop = trio.CancelScope()
     try:

@@ -253,6 +253,9 @@ class ServedModel(ModelClient):
             )
         return await self._client.complete(request)
 
+    def notes(self) -> list[str]:
+        return [] if self._client is None else self._client.notes()
+
     async def preflight(self, model: str) -> None:
         if self._client is not None:
             await self._client.preflight(model)

@@ -61,6 +61,7 @@ from taketurns._eval.plan import Plan, preflight
 from taketurns._eval.play import play_with_retries
 from taketurns._eval.servers import open_model_servers
 from taketurns._exchange.agent import Agent
+from taketurns._exchange.seeds import derive
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Trace
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
@@ -222,8 +223,11 @@ class RolloutSource:
         _, slot, rollout = token
         name = f"{episode_id(self.env.id, task.idx, rollout)}/g{stream.numbers[slot]}"
 
+        # each group's episodes draw afresh (a group is a new sample of the task)
+        seed = derive("group", self.config.seed, task.idx, rollout, stream.numbers[slot])
+
         def attempt(n: int) -> Episode:
-            episode = Episode(name, self.env.id, task, rollout, attempts=n)
+            episode = Episode(name, self.env.id, task, rollout, attempts=n, seed=seed)
             episode.info.update(tags if n == 1 else self._tags())
             episode.info["group"] = stream.numbers[slot]
             return episode
