@@ -34,7 +34,7 @@ from taketurns._report.markup import (
 from taketurns._report.scan import Scan
 from taketurns._report.transcript import render_transcripts
 
-__all__ = ["write_report"]
+__all__ = ["REPORT_CSS", "sections", "write_report"]
 
 REPORT = "report.html"
 MAX_TRANSCRIPTS = 500
@@ -133,6 +133,14 @@ def _damaged_note(lines: list[int]) -> str:
         f"(line {shown}); `taketurns eval --resume -o DIR` sets them aside and reruns "
         "their pairs"
     )
+
+
+def sections(scan: Scan, summary: Json, config: Json) -> tuple[str, str]:
+    """The report's summary tables and its figures (HTML, escaped), as ``report.html``
+    shows them: for other pages over a run (``taketurns view``). Style them with
+    ``REPORT_CSS``."""
+    env_id = str(config.get("env_id") or scan.env or "?")
+    return _tables(scan, summary), _plots(env_id, scan, summary)
 
 
 # --- small helpers -----------------------------------------------------------------
@@ -567,3 +575,5 @@ _JS = """
   document.getElementById("collapse-all").onclick = function () { openAll(false); };
 })();
 """
+
+REPORT_CSS = _CSS  # the report's style sheet, for pages that show its sections
