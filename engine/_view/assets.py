@@ -44,8 +44,23 @@ padding:4px 14px 10px;margin-top:14px}
 #episode-filter label{color:var(--muted)}
 svg.diffbar{width:160px;height:20px;display:block}
 #compare-hint{font-size:12px}
+span.mean{display:block;white-space:nowrap}
 @media (max-width:900px){main{padding:12px}.plots{grid-template-columns:1fr}
-.toolbar input[type=search]{min-width:0;flex:1 1 160px}}
+.toolbar input[type=search]{min-width:0;flex:1 1 160px}
+#runs thead{display:none}
+#runs,#runs tbody,#runs td{display:block;width:auto}
+#runs{border:0;background:none}
+#runs tr{display:grid;grid-template-columns:repeat(4,1fr);gap:4px 12px;background:var(--card);
+border:1px solid var(--line);border-radius:8px;margin:0 0 10px;padding:8px 12px}
+#runs td{border:0;padding:0;text-align:left;white-space:normal;min-width:0;max-width:none}
+#runs td:before{content:attr(data-label);display:block;color:var(--muted);font-size:11px;
+text-transform:uppercase}
+#runs tr{position:relative;padding-left:40px}
+#runs td.pick{position:absolute;left:12px;top:10px}#runs td.pick:before{content:none}
+#runs td.run{grid-column:1/-1;order:-1;font-size:15px}#runs td.run:before{content:none}
+#runs td.models,#runs td.means{grid-column:span 2}
+td.done progress{margin:3px 0 0}
+svg.diffbar{width:110px}}
 """
 
 JS = r"""
@@ -137,6 +152,10 @@ JS = r"""
     var api = "/api/runs/" + encodeURIComponent(run), base = "/run/" + encodeURIComponent(run);
     var figures = document.getElementById("figures");
     var lastFigures = 0, pending = false;
+    function isFinal() {
+      var box = figures.firstElementChild;
+      return box && box.dataset.final === "1";
+    }
     function refreshFigures(force) {
       var now = Date.now();
       if (pending || (!force && now - lastFigures < 5000)) return;
@@ -145,15 +164,15 @@ JS = r"""
         .then(function (html) { if (html !== null) figures.innerHTML = html; })
         .finally(function () { pending = false; });
     }
-    if (figures.dataset.pending) refreshFigures(true);
+    if (!isFinal()) refreshFigures(true);
     var source = new EventSource(api + "/events");
     source.addEventListener("live", function (event) {
       var data = JSON.parse(event.data);
       document.getElementById("live-facts").innerHTML = data.facts;
       document.getElementById("newest").innerHTML = data.newest;
       document.body.dataset.state = data.state;
-      if (data.state === "running" || !data.complete) refreshFigures(false);
-      else if (data.changed) refreshFigures(true);
+      if (data.changed) refreshFigures(true);
+      else if (!isFinal()) refreshFigures(false);
     });
   }
 

@@ -94,9 +94,9 @@ def _means(counts: Mapping[str, Any]) -> str:
     if not agents:
         return '<span class="muted">-</span>'
     kind = str(counts.get("interval"))
-    return "<br>".join(
-        f'<span class="agent">{esc(name)}</span> <b>{_signed(as_dict(s).get("reward_mean"))}</b>'
-        f"{_interval(as_dict(s), kind)}"
+    return "".join(
+        f'<span class="mean"><span class="agent">{esc(name)}</span> '
+        f"<b>{_signed(as_dict(s).get('reward_mean'))}</b>{_interval(as_dict(s), kind)}</span>"
         for name, s in agents.items()
     )
 
@@ -145,6 +145,10 @@ def run_row(run: RunView) -> str:
         f'<td class="n" data-value="{esc(row["duration_s"] or 0)}">'
         f"{esc(_duration(row['duration_s']))}</td>",
     ]
+    cells = [
+        c.replace("<td", f'<td data-label="{label}"', 1)
+        for c, (label, _) in zip(cells, _COLUMNS, strict=True)
+    ]
     search = " ".join(
         [run.id, row["env"], row["state"], *(m for ms in row["models"].values() for m in ms)]
     )
@@ -164,7 +168,7 @@ _COLUMNS = [
     ("done", "num"),
     ("ok", "num"),
     ("failed", "num"),
-    ("reward: mean, 95% CI", "num"),
+    ("reward: mean, 95% CI", "num"),  # the first agent's mean sorts
     ("started", "num"),
     ("duration", "num"),
 ]
@@ -251,8 +255,12 @@ def newest(run: RunView) -> str:
 
 def figures(run: RunView, summary: Json) -> str:
     """The report's summary tables and figures over the episodes read so far."""
+    final = run.state != RUNNING and run.caught_up
     if not run.scanned and len(run.index):
-        return f'<p class="muted">reading episodes.jsonl ({len(run.index):,} lines)…</p>'
+        return (
+            '<div data-final="0"><h2>Summary</h2><p class="muted">reading episodes.jsonl '
+            f"({len(run.index):,} lines)…</p></div>"
+        )
     tables, plots = sections(run.scan, summary, run.config)
     note = ""
     if not run.caught_up:
@@ -260,7 +268,7 @@ def figures(run: RunView, summary: Json) -> str:
             f'<p class="muted">over the first {run.scanned:,} of {len(run.index):,} episodes '
             "read so far; updates as reading goes on</p>"
         )
-    return note + tables + plots
+    return f'<div data-final="{int(final)}">{note}{tables}{plots}</div>'
 
 
 def _failures(run: RunView, summary: Json) -> str:
@@ -357,7 +365,10 @@ def _figures_box(run: RunView, summary: Json) -> str:
     script fills from ``/run/<id>/figures`` (and refreshes while the run goes on)."""
     if run.state != RUNNING and summary and run.caught_up:
         return f'<div id="figures">{figures(run, summary)}</div>'
-    return '<div id="figures" data-pending="1"><p class="muted">loading figures…</p></div>'
+    return (
+        '<div id="figures"><div data-final="0"><h2>Summary</h2>'
+        '<p class="muted">loading the tables and figures…</p></div></div>'
+    )
 
 
 def run_page(run: RunView, summary: Json, flt: EpisodeFilter, page: Page) -> str:
@@ -369,7 +380,7 @@ def run_page(run: RunView, summary: Json, flt: EpisodeFilter, page: Page) -> str
         '<section id="newest-box"><h2>Newest episodes</h2>'
         f'<div id="newest">{newest(run)}</div></section>'
         f"{_failures(run, summary)}"
-        f'<section id="report"><h2>Summary and figures</h2>{_figures_box(run, summary)}</section>'
+        f'<section id="report">{_figures_box(run, summary)}</section>'
         f"{transcripts(run, flt, page)}"
         '<section id="config"><details><summary><h2>config.toml</h2></summary>'
         f"<pre>{esc(run.config_text or '(no config.toml in the run directory)')}</pre></details>"

@@ -218,14 +218,10 @@ class RunView:
         return parse_record(line) if line.endswith(b"\n") else None
 
     def counts(self) -> dict[str, Any]:
-        """Episodes, ok, failed and per-agent means: live while the run is read, else
-        from ``summary.json``."""
-        use_file = (
-            self.summary_file is not None
-            and self.state != RUNNING
-            and not (self.scanned and self.caught_up)
-        )
-        if use_file:
+        """Episodes, ok, failed and per-agent means: from ``summary.json`` once the run
+        ended (its bootstrap intervals), else live from the episodes read so far (a
+        normal-approximation interval, ``interval: normal``)."""
+        if self.summary_file is not None and self.state != RUNNING:
             s = as_dict(self.summary_file)
             agents = {
                 name: {k: as_dict(v).get(k) for k in ("traces", "reward_mean", "reward_ci95")}
