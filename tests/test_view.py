@@ -10,6 +10,9 @@ import fcntl
 import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -314,6 +317,26 @@ async def test_model_written_markup_is_escaped(viewer: tuple[str, httpx2.AsyncCl
 def test_view_refuses_a_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["view", str(tmp_path / "nowhere")]) == 2
     assert f"view: {tmp_path / 'nowhere'} is not a folder" in capsys.readouterr().err
+
+
+def test_view_names_a_port_it_cannot_listen_on(runs: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "taketurns", "view", str(runs), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    line = (
+        f"view --host/--port: cannot listen on 127.0.0.1:{port} ([Errno 98] Address already in use)"
+    )
+    assert line in proc.stderr
 
 
 def test_loopback_hosts() -> None:

@@ -238,9 +238,7 @@ def parser() -> argparse.ArgumentParser:
     view.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
     )
-    view.add_argument(
-        "--port", type=int, default=8765, help="0 picks a free port (default: 8765)"
-    )
+    view.add_argument("--port", type=int, default=8765, help="0 picks a free port (default: 8765)")
     srv = sub.add_parser("serve", help="serve the built-in model over OpenAI-compatible HTTP")
     srv.add_argument("--policy", default="bracket", help="built-in policy (default: bracket)")
     srv.add_argument(

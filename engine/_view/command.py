@@ -54,7 +54,11 @@ def view_command(args: argparse.Namespace, console: Console) -> int:
     try:
         trio.run(run)
     except* OSError as group:
-        from taketurns._cli.main import _cannot_listen
-
-        raise ConfigError(_cannot_listen(args.host, args.port, group)) from None
+        error: BaseException = group
+        while isinstance(error, BaseExceptionGroup):  # trio's groups may nest
+            error = error.exceptions[0]
+        raise ConfigError(
+            f"view --host/--port: cannot listen on {args.host}:{args.port} ({error}); is "
+            "another server there? pick another port with --port (0: any free port)"
+        ) from None
     return 0

@@ -66,6 +66,8 @@ def _when(stamp: float | None) -> str:
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    if seconds < 1:
+        return f"{seconds:.2f} s"
     if seconds < 60:
         return f"{seconds:.1f} s"
     minutes, s = divmod(int(seconds), 60)
@@ -225,7 +227,7 @@ def live_facts(run: RunView) -> str:
     )
     means = _means(row)
     reading = ""
-    if not row.get("complete"):
+    if run.scanned < len(run.index):
         reading = (
             f'<p class="muted" id="reading">reading episodes.jsonl: {run.scanned:,} of '
             f"{len(run.index):,} lines</p>"
@@ -263,7 +265,7 @@ def figures(run: RunView, summary: Json) -> str:
         )
     tables, plots = sections(run.scan, summary, run.config)
     note = ""
-    if not run.caught_up:
+    if run.scanned < len(run.index):
         note = (
             f'<p class="muted">over the first {run.scanned:,} of {len(run.index):,} episodes '
             "read so far; updates as reading goes on</p>"
@@ -377,7 +379,7 @@ def run_page(run: RunView, summary: Json, flt: EpisodeFilter, page: Page) -> str
         f'<h1>{esc(run.env)} <small class="muted">{esc(run.id)}</small></h1>'
         f'<p class="muted path">{esc(run.path)}</p>'
         f'<section id="live-facts">{live_facts(run)}</section>'
-        '<section id="newest-box"><h2>Newest episodes</h2>'
+        '<section id="newest-box"><h2>Latest episodes</h2>'
         f'<div id="newest">{newest(run)}</div></section>'
         f"{_failures(run, summary)}"
         f'<section id="report">{_figures_box(run, summary)}</section>'
