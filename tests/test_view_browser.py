@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -102,7 +102,19 @@ def browser() -> Iterator[WebDriver]:
 
 
 def _wait(driver: WebDriver, condition: Callable[[WebDriver], T], timeout: float = WAIT_S) -> T:
-    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(condition)
+    # the live pages swap elements in: one found a moment ago may be gone
+    ignored = (NoSuchElementException, StaleElementReferenceException)
+    return WebDriverWait(driver, timeout, 0.2, ignored_exceptions=ignored).until(condition)
+
+
+def _click(driver: WebDriver, css: str) -> None:
+    """Click the first element ``css`` selects, again if a live update replaced it."""
+
+    def click(d: WebDriver) -> bool:
+        d.find_element(By.CSS_SELECTOR, css).click()
+        return True
+
+    _wait(driver, click)
 
 
 def _row(driver: WebDriver, run: str) -> WebElement:
@@ -112,7 +124,7 @@ def _row(driver: WebDriver, run: str) -> WebElement:
 def _done(driver: WebDriver, run: str) -> int:
     cell = _row(driver, run).find_element(By.CSS_SELECTOR, "td.done")
     text = cell.text.replace(",", "").strip()
-    return int(text) if text.isdigit() else -1
+    return int(text) if text.isdigit() else 0
 
 
 def _no_console_errors(driver: WebDriver) -> None:
@@ -138,7 +150,7 @@ def test_runs_table_lists_a_finished_and_a_running_run_whose_count_rises(
     _wait(driver, running)
     assert _row(driver, "finished").get_attribute("data-state") == "finished"
     assert _done(driver, "finished") == 16
-    first = _done(driver, "live")
+    first = _wait(driver, lambda d: _done(d, "live"))
     _wait(driver, lambda d: _done(d, "live") > first)  # no reload: the live stream
     # the state filter and sorting work on the rows as they are
     driver.find_element(By.CSS_SELECTOR, "#state-filter option[value=running]").click()
@@ -166,13 +178,12 @@ def test_a_running_runs_page_updates_and_a_transcript_opens(
 
     def done(d: WebDriver) -> int:
         text = d.find_element(By.CSS_SELECTOR, '[data-fact="done"] b').text.replace(",", "")
-        return int(text) if text.isdigit() else -1
+        return int(text) if text.isdigit() else 0
 
-    first = done(driver)
+    first = _wait(driver, done)
     _wait(driver, lambda d: done(d) > first)
     _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#figures svg.plot"))
-    link = _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#newest a"))[0]
-    link.click()
+    _click(driver, "#newest a")
     body = _wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "details.transcript[open] .msg"))
     assert body.is_displayed()
     # a closed transcript of the list opens on a click

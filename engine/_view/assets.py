@@ -129,10 +129,13 @@ JS = r"""
         var fresh = parseRow(item.html);
         var old = body.querySelector('tr[data-run="' + CSS.escape(item.id) + '"]');
         if (old) {
-          var box = old.querySelector("input[name=run]");
-          fresh.querySelector("input[name=run]").checked = box && box.checked;
-          fresh.hidden = old.hidden;
-          body.replaceChild(fresh, old);
+          // cells that changed are swapped; the row, its checkbox and focus stay put
+          Array.prototype.slice.call(fresh.cells).forEach(function (cell, i) {
+            var was = old.cells[i];
+            if (i > 0 && was.outerHTML !== cell.outerHTML) old.replaceChild(cell, was);
+          });
+          old.dataset.state = fresh.dataset.state;
+          old.dataset.search = fresh.dataset.search;
         } else {
           body.insertBefore(fresh, body.firstChild);
         }

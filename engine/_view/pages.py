@@ -344,7 +344,8 @@ def _filter_form(run: RunView, flt: EpisodeFilter) -> str:
 
 def transcripts(run: RunView, flt: EpisodeFilter, page: Page) -> str:
     items = "".join(render_episode(i + 1, e) for i, (_, e) in enumerate(page.episodes))
-    lines = f"lines {page.offset + 1:,}–{page.offset + page.scanned:,} of {page.total:,}"
+    of = f"{page.total:,}" if page.indexed_all else f"at least {page.total:,}"
+    lines = f"lines {page.offset + 1:,}–{page.offset + page.scanned:,} of {of}"
     status = f"{len(page.episodes)} episode{'s' if len(page.episodes) != 1 else ''} ({lines})"
     more = ""
     if page.next is not None:

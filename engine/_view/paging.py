@@ -1,5 +1,6 @@
 """A page of a run's episodes: from line ``offset`` on, the first ``limit`` that pass
-a filter, read through the line index (nothing before ``offset`` is read).
+a filter, read through the line index (nothing before ``offset`` is parsed; the index
+is extended only as far as the page needs, the rest in the background).
 
 A filtered page over a large file is found by a bounded scan: at most ``MAX_SCAN``
 lines per request; when the scan stops short, ``next`` says where the next request
@@ -28,13 +29,15 @@ CHECKPOINT = 200
 @attrs.frozen
 class Page:
     """``episodes``: (line number from 0, record) in file order; ``next``: the line
-    to continue from (None at the end of what is indexed); ``total``: complete lines
-    indexed; ``damaged``: lines skipped because they are not records."""
+    to continue from (None at the end of the file); ``total``: complete lines indexed
+    so far, all of them when ``indexed_all``; ``damaged``: lines skipped because they
+    are not records."""
 
     episodes: list[tuple[int, dict[str, Any]]]
     offset: int
     next: int | None
     total: int
+    indexed_all: bool
     damaged: int
     scanned: int
 
@@ -43,6 +46,7 @@ class Page:
             "offset": self.offset,
             "next": self.next,
             "total": self.total,
+            "indexed_all": self.indexed_all,
             "scanned": self.scanned,
             "damaged": self.damaged,
             "episodes": [{"line": n, "record": r} for n, r in self.episodes],
@@ -60,7 +64,8 @@ async def find_episodes(
 ) -> Page:
     """See the module docstring. ``expand``: records as ``parse_record`` rebuilds them
     (each turn's request in full, for transcripts); otherwise as stored."""
-    run.extend_index()
+    await run.index_lines(offset + (limit if flt.empty else max_scan))
+    generation = run.index.generation
     total = len(run.index)
     found: list[tuple[int, dict[str, Any]]] = []
     damaged = 0
@@ -69,6 +74,8 @@ async def find_episodes(
     for n, raw in run.index.read(offset, stop):
         if (n - offset) % CHECKPOINT == CHECKPOINT - 1:
             await trio.lowlevel.checkpoint()
+            if run.index.generation != generation:  # the file was replaced meanwhile
+                break
         if not flt.may_match(raw):
             continue
         record = parse_record(raw)
@@ -83,11 +90,13 @@ async def find_episodes(
         n = stop - 1
     following = n + 1
     await trio.lowlevel.checkpoint()
+    indexed_all = run.indexed_all
     return Page(
         episodes=found,
         offset=offset,
-        next=following if following < total else None,
+        next=following if following < total or not indexed_all else None,
         total=total,
+        indexed_all=indexed_all,
         damaged=damaged,
         scanned=max(following - offset, 0),
     )

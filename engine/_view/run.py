@@ -14,6 +14,7 @@ opened (``wanted``); running runs and runs without a summary are always followed
 from __future__ import annotations
 
 import json
+import os
 import time
 import tomllib
 from pathlib import Path
@@ -68,6 +69,7 @@ class RunView:
         self._generation = 0
         self._summary_cache: tuple[int, Json] | None = None
         self._summary_due = 0.0
+        self._first: tuple[int, Json] | None = None
         self.reading = trio.Lock()  # held while parsing or summarizing: one at a time
 
     # -- files -------------------------------------------------------------------------
@@ -130,26 +132,42 @@ class RunView:
 
     # -- reading -----------------------------------------------------------------------
 
-    def extend_index(self) -> None:
-        """Index every complete line appended since the last call (sync, chunked)."""
+    @property
+    def indexed_all(self) -> bool:
+        """Whether every complete line of ``episodes.jsonl`` is in the index."""
+        return self.index.end == self._size()
+
+    async def index_lines(self, lines: int | None = None, budget_s: float | None = None) -> None:
+        """Extend the line index (``lines.CHUNK`` bytes a step, a checkpoint between
+        steps) until ``lines`` lines are indexed, ``budget_s`` seconds have passed, or
+        the end of the file. A replaced file (a resume tidied it) starts the index,
+        and what was read of it, over."""
         if self.file(EPISODES) is None:
             return
-        while not self.index.extend():
-            pass
-        if self.index.generation != self._generation:  # replaced (a resume tidied it)
-            self._generation = self.index.generation
-            self.tally, self.scan, self.scanned, self.damaged = Tally(), Scan(0), 0, 0
-            self.version += 1
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        while True:
+            at_end = self.index.extend()
+            if self.index.generation != self._generation:
+                self._generation = self.index.generation
+                self.tally, self.scan, self.scanned, self.damaged = Tally(), Scan(0), 0, 0
+                self.version += 1
+            if at_end or (lines is not None and len(self.index) >= lines):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            await trio.lowlevel.checkpoint()
 
     async def follow(self, budget_s: float) -> None:
         """Index what was appended and parse new lines for up to ``budget_s`` seconds
-        (checkpointing every ``BATCH`` lines); the rest waits for the next call."""
+        (checkpointing every ``BATCH`` lines); the rest waits for the next call. Each
+        batch is read and counted without a checkpoint in between, so what was read
+        always matches the index (which may start over at any checkpoint)."""
         async with self.reading:
             await self._follow(budget_s)
 
     async def _follow(self, budget_s: float) -> None:
-        self.extend_index()
         deadline = time.monotonic() + budget_s
+        await self.index_lines(budget_s=budget_s)
         while self.scanned < len(self.index) and time.monotonic() < deadline:
             stop = min(self.scanned + BATCH, len(self.index))
             for n, raw in self.index.read(self.scanned, stop):
@@ -206,16 +224,23 @@ class RunView:
         return found
 
     def _first_record(self) -> Json | None:
-        """The first line's record (read up to its newline only), or None."""
+        """The first line's record (read up to its newline only; kept until the file
+        is replaced), or None."""
         found = self.file(EPISODES)
         if found is None:
             return None
         try:
             with found.open("rb") as f:
+                inode = os.fstat(f.fileno()).st_ino
+                if self._first is not None and self._first[0] == inode:
+                    return self._first[1]
                 line = f.readline(FIRST_LINE_MAX)
         except OSError:
             return None
-        return parse_record(line) if line.endswith(b"\n") else None
+        record = parse_record(line) if line.endswith(b"\n") else None
+        if record is not None:
+            self._first = (inode, record)
+        return record
 
     def counts(self) -> dict[str, Any]:
         """Episodes, ok, failed and per-agent means: from ``summary.json`` once the run
@@ -259,6 +284,7 @@ class RunView:
             "started": self.started,
             "duration_s": self.duration_s,
             "lines": len(self.index),
+            "read": self.scanned,
             **self.counts(),
         }
 
