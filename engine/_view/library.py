@@ -75,11 +75,14 @@ class Library:
         for run in self.runs.values():
             run.refresh_meta(locks)
 
-    async def read(self, budget_s: float = BUDGET_S) -> None:
-        """Read what each followed run's episodes grew by (``RunView.follow``)."""
+    async def read(self, budget_s: float = BUDGET_S) -> bool:
+        """Read what each followed run's episodes grew by (``RunView.follow``); True
+        when some run has more to read than the budget allowed."""
+        behind = False
         for run in list(self.runs.values()):
             if run.followed:
-                await run.follow(budget_s)
+                behind |= await run.follow(budget_s)
+        return behind
 
     def announce(self) -> None:
         """Wake every ``wait_changed`` if any run changed since the last call."""
@@ -105,9 +108,11 @@ class Library:
                 self.discover()
                 searched = time.monotonic()
             self.refresh()
-            await self.read()
+            behind = await self.read()
             self.announce()
-            await trio.sleep(TICK_S)
+            # a run still being caught up on is read on at once (the reading itself
+            # checkpoints); otherwise the folders are looked at again in TICK_S
+            await trio.sleep(0 if behind else TICK_S)
 
 
 def _run_dirs(root: Path, depth: int, folder: Path | None = None) -> Iterator[Path]:

@@ -137,37 +137,49 @@ class RunView:
         """Whether every complete line of ``episodes.jsonl`` is in the index."""
         return self.index.end == self._size()
 
-    async def index_lines(self, lines: int | None = None, budget_s: float | None = None) -> None:
+    async def index_lines(self, lines: int | None = None, budget_s: float | None = None) -> bool:
         """Extend the line index (``lines.CHUNK`` bytes a step, a checkpoint between
         steps) until ``lines`` lines are indexed, ``budget_s`` seconds have passed, or
-        the end of the file. A replaced file (a resume tidied it) starts the index,
-        and what was read of it, over."""
+        the end of the file; True when it reached the end. A replaced file (a resume
+        tidied it) starts the index, and what was read of it, over."""
         if self.file(EPISODES) is None:
-            return
+            return True
         deadline = None if budget_s is None else time.monotonic() + budget_s
         while True:
             at_end = self.index.extend()
             if self.index.generation != self._generation:
                 self._generation = self.index.generation
-                self.tally, self.scan, self.scanned, self.damaged = Tally(), Scan(0), 0, 0
-                self.version += 1
-            if at_end or (lines is not None and len(self.index) >= lines):
-                return
+                self._start_over()
+            if at_end:
+                return True
+            if lines is not None and len(self.index) >= lines:
+                return False
             if deadline is not None and time.monotonic() >= deadline:
-                return
+                return False
             await trio.lowlevel.checkpoint()
 
-    async def follow(self, budget_s: float) -> None:
+    async def follow(self, budget_s: float) -> bool:
         """Index what was appended and parse new lines for up to ``budget_s`` seconds
         (checkpointing every ``BATCH`` lines); the rest waits for the next call. Each
         batch is read and counted without a checkpoint in between, so what was read
-        always matches the index (which may start over at any checkpoint)."""
+        always matches the index (which may start over at any checkpoint). True when
+        the budget ran out before the end of what is there to read."""
         async with self.reading:
-            await self._follow(budget_s)
+            return await self._follow(budget_s)
 
-    async def _follow(self, budget_s: float) -> None:
+    def _start_over(self) -> None:
+        """Nothing read yet. The report's scan is told the run's rollouts: at one
+        rollout it keeps 8 bytes per trace for the interval, not a record per task."""
+        rollouts = self.config.get("rollouts")
+        self.tally, self.scanned, self.damaged = Tally(), 0, 0
+        self.scan = Scan(0, rollouts=rollouts if isinstance(rollouts, int) else None)
+        self.version += 1
+
+    async def _follow(self, budget_s: float) -> bool:
         deadline = time.monotonic() + budget_s
-        await self.index_lines(budget_s=budget_s)
+        at_end = await self.index_lines(budget_s=budget_s)
+        if self.scanned == 0 and len(self.index):
+            self._start_over()
         while self.scanned < len(self.index) and time.monotonic() < deadline:
             stop = min(self.scanned + BATCH, len(self.index))
             for n, raw in self.index.read(self.scanned, stop):
@@ -182,6 +194,7 @@ class RunView:
             self.scanned = stop
             self.version += 1
             await trio.lowlevel.checkpoint()
+        return not at_end or self.scanned < len(self.index)
 
     # -- what pages show ----------------------------------------------------------------
 
