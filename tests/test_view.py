@@ -339,6 +339,19 @@ def test_view_names_a_port_it_cannot_listen_on(runs: Path) -> None:
     assert line in proc.stderr
 
 
+def test_a_host_beyond_loopback_is_warned_about(runs: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "taketurns", "view", str(runs), "--host", "203.0.113.1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "warning: --host 203.0.113.1 is not a loopback address" in proc.stderr
+    assert proc.returncode == 2  # (and nothing listens: the address is not this machine's)
+    assert "cannot listen on 203.0.113.1:8765" in proc.stderr
+
+
 def test_loopback_hosts() -> None:
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "192.168.1.2", "::", "example.com"))
