@@ -31,6 +31,7 @@ from taketurns._report.markup import esc
 from taketurns._report.page import REPORT_CSS
 from taketurns._view import pages
 from taketurns._view.assets import CSS, JS
+from taketurns._view.comparison import comparison_page
 from taketurns._view.filters import BadQuery, EpisodeFilter
 from taketurns._view.library import Library
 from taketurns._view.paging import MAX_LIMIT, find_episodes
@@ -159,7 +160,7 @@ def create_app(library: Library, *, allowed_hosts: Collection[str] | None = None
     @app.get("/compare")
     async def compare_page() -> Any:
         chosen, results = await _compared()
-        return _html(pages.comparison_page(chosen, results))
+        return _html(comparison_page(chosen, results))
 
     # -- JSON ----------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""The viewer's HTML: plain server-rendered pages (the runs table, a run, a
-comparison) and the fragments the live script swaps in. Every value that comes from
+"""The viewer's HTML: plain server-rendered pages (the runs table, a run; the
+comparison: ``comparison``) and the fragments the live script swaps in. Every value that comes from
 a run directory is escaped (``_report.markup.esc``); transcripts, tables and figures
 are the report's own (``_report``)."""
 
@@ -19,7 +19,6 @@ from taketurns._view.paging import Page
 from taketurns._view.run import RUNNING, RunView
 
 __all__ = [
-    "comparison_page",
     "episode_page",
     "figures",
     "layout",
@@ -54,7 +53,7 @@ def layout(title: str, body: str, *, page: str, data: Mapping[str, str] | None =
 # --- small formatters ----------------------------------------------------------------
 
 
-def _signed(value: object) -> str:
+def signed(value: object) -> str:
     found = as_float(value)
     return "-" if found is None else f"{found:+.3f}"
 
@@ -75,11 +74,11 @@ def _duration(seconds: float | None) -> str:
     return f"{hours}h {m:02d}m" if hours else f"{m}m {s:02d}s"
 
 
-def _count(value: object) -> str:
+def count(value: object) -> str:
     return f"{value:,}" if isinstance(value, int) else "-"
 
 
-def _state(state: str) -> str:
+def state_badge(state: str) -> str:
     return f'<span class="state state-{esc(state)}">{esc(state)}</span>'
 
 
@@ -88,7 +87,7 @@ def _interval(stats: Mapping[str, Any], kind: str) -> str:
     if not (isinstance(ci, list) and len(ci) == 2):
         return ""
     mark = "≈" if kind == "normal" else ""
-    return f' <span class="ci">{mark}[{_signed(ci[0])}, {_signed(ci[1])}]</span>'
+    return f' <span class="ci">{mark}[{signed(ci[0])}, {signed(ci[1])}]</span>'
 
 
 def _means(counts: Mapping[str, Any]) -> str:
@@ -98,12 +97,12 @@ def _means(counts: Mapping[str, Any]) -> str:
     kind = str(counts.get("interval"))
     return "".join(
         f'<span class="mean"><span class="agent">{esc(name)}</span> '
-        f"<b>{_signed(as_dict(s).get('reward_mean'))}</b>{_interval(as_dict(s), kind)}</span>"
+        f"<b>{signed(as_dict(s).get('reward_mean'))}</b>{_interval(as_dict(s), kind)}</span>"
         for name, s in agents.items()
     )
 
 
-def _models(models: Mapping[str, Sequence[str]]) -> str:
+def models_cell(models: Mapping[str, Sequence[str]]) -> str:
     every = {m for ms in models.values() for m in ms}
     if len(every) == 1:
         return f"<code>{esc(next(iter(every)))}</code>"
@@ -131,16 +130,16 @@ def run_row(run: RunView) -> str:
         f'<td class="run" data-value="{esc(run.id)}">'
         f'<a href="{esc(url(run))}">{esc(run.id)}</a></td>',
         f'<td data-value="{esc(row["env"])}">{esc(row["env"])}</td>',
-        f'<td class="models">{_models(row["models"])}</td>',
-        f'<td data-value="{esc(row["state"])}">{_state(row["state"])}</td>',
+        f'<td class="models">{models_cell(row["models"])}</td>',
+        f'<td data-value="{esc(row["state"])}">{state_badge(row["state"])}</td>',
         f'<td class="n" data-value="{esc(-1 if planned is None else planned)}">'
-        f"{_count(planned)}</td>",
-        f'<td class="n done" data-value="{esc(done if done is not None else -1)}">{_count(done)}'
+        f"{count(planned)}</td>",
+        f'<td class="n done" data-value="{esc(done if done is not None else -1)}">{count(done)}'
         f"{progress}</td>",
-        f'<td class="n" data-value="{esc(row.get("ok") or 0)}">{_count(row.get("ok"))}</td>',
+        f'<td class="n" data-value="{esc(row.get("ok") or 0)}">{count(row.get("ok"))}</td>',
         f'<td class="n{" bad" if row.get("failed") else ""}" '
         f'data-value="{esc(row.get("failed") or 0)}">'
-        f"{_count(row.get('failed'))}</td>",
+        f"{count(row.get('failed'))}</td>",
         f'<td class="means" data-value="{esc(as_dict(first_mean).get("reward_mean") or "")}">'
         f"{_means(row)}</td>",
         f'<td data-value="{esc(row["started"] or 0)}">{esc(_when(row["started"]))}</td>',
@@ -213,11 +212,11 @@ def live_facts(run: RunView) -> str:
     """The run's headline numbers (swapped in live)."""
     row = run.row()
     facts = [
-        ("state", _state(row["state"])),
-        ("planned", esc(_count(row["planned"]))),
-        ("done", esc(_count(row.get("episodes")))),
-        ("ok", esc(_count(row.get("ok")))),
-        ("failed", esc(_count(row.get("failed")))),
+        ("state", state_badge(row["state"])),
+        ("planned", esc(count(row["planned"]))),
+        ("done", esc(count(row.get("episodes")))),
+        ("ok", esc(count(row.get("ok")))),
+        ("failed", esc(count(row.get("failed")))),
         ("started", esc(_when(row["started"]))),
         ("duration", esc(_duration(row["duration_s"]))),
     ]
@@ -239,7 +238,7 @@ def newest(run: RunView) -> str:
     """The newest episodes read (swapped in live), each linking to its transcript."""
     items = []
     for e in reversed(run.tally.newest):
-        rewards = " · ".join(f"{esc(a)} {_signed(r)}" for a, r in e["rewards"].items())
+        rewards = " · ".join(f"{esc(a)} {signed(r)}" for a, r in e["rewards"].items())
         badge = (
             '<span class="badge ok">ok</span>'
             if e["cause"] is None
@@ -400,84 +399,3 @@ def episode_page(run: RunView, line: int, record: Json) -> str:
         f'<section id="transcripts">{render_episode(0, record)}</section>'
     )
     return layout(f"{run.id} line {line + 1}", body, page="episode")
-
-
-# --- comparison -----------------------------------------------------------------------
-
-
-def _diff_bar(row: Mapping[str, Any]) -> str:
-    """B - A and its interval on a small axis around 0 (SVG)."""
-    diff, ci = as_float(row.get("diff")), row.get("diff_ci95")
-    if diff is None or not (isinstance(ci, list) and len(ci) == 2):
-        return ""
-    low, high = float(ci[0]), float(ci[1])
-    span = max(abs(low), abs(high), abs(diff), 1e-9) * 1.1
-    x = lambda v: 100 + 95 * v / span  # noqa: E731 - a one-line scale
-    color = "#067647" if low > 0 else "#b42318" if high < 0 else "#667085"
-    return (
-        '<svg class="diffbar" viewBox="0 0 200 20" role="img" '
-        f'aria-label="B - A {diff:+.3f}, 95% CI [{low:+.3f}, {high:+.3f}]">'
-        '<line x1="100" y1="2" x2="100" y2="18" stroke="#98a2b3"/>'
-        f'<line x1="{x(low):.1f}" y1="10" x2="{x(high):.1f}" y2="10" stroke="{color}" '
-        'stroke-width="3"/>'
-        f'<circle cx="{x(diff):.1f}" cy="10" r="4" fill="{color}"/></svg>'
-    )
-
-
-def comparison_page(runs: Sequence[RunView], results: Sequence[Json]) -> str:
-    base = runs[0]
-    heads = "".join(
-        f'<tr><th scope="row">{"A" if i == 0 else f"B{i}"}</th>'
-        f'<td><a href="{esc(url(r))}">{esc(r.id)}</a>'
-        f"</td><td>{esc(r.env)}</td><td>{_models(r.models())}</td><td>{_state(r.state)}</td>"
-        f'<td class="n">{_count(r.row().get("episodes"))}</td></tr>'
-        for i, r in enumerate(runs)
-    )
-    notes = ""
-    envs = {r.env for r in runs}
-    if len(envs) > 1:
-        notes = (
-            '<p class="warn">These runs ran different envs; tasks are matched by index and '
-            "name.</p>"
-        )
-    pairs = []
-    for i, (run, result) in enumerate(zip(runs[1:], results, strict=True), 1):
-        rows = []
-        for name, row in as_dict(result.get("agents")).items():
-            ci = row.get("diff_ci95")
-            ci_text = "-" if not ci else f"[{_signed(ci[0])}, {_signed(ci[1])}]"
-            rows.append(
-                f'<tr data-agent="{esc(name)}"><th scope="row">{esc(name)}</th>'
-                f'<td class="n">{esc(row["matched"])} '
-                f"({esc(row['tasks_a'])}, {esc(row['tasks_b'])})</td>"
-                f'<td class="n">{_signed(row["mean_a"])}</td>'
-                f'<td class="n">{_signed(row["mean_b"])}</td>'
-                f'<td class="n diff" data-value="{esc(row["diff"])}">'
-                f"<b>{_signed(row['diff'])}</b></td>"
-                f'<td class="n">{esc(ci_text)}</td><td>{_diff_bar(row)}</td>'
-                f'<td class="n">{esc(row["b_higher"])}/{esc(row["b_lower"])}/'
-                f"{esc(row['tied'])}</td></tr>"
-            )
-        table = (
-            '<div class="scroll"><table class="grid compare"><thead><tr><th>agent</th>'
-            "<th>tasks matched (A, B)</th><th>A mean</th><th>B mean</th><th>B − A</th>"
-            "<th>95% CI</th><th>B − A around 0</th><th>B &gt;/&lt;/= A</th></tr></thead>"
-            f"<tbody>{''.join(rows) or '<tr><td colspan=8>no scored agent in common</td></tr>'}"
-            "</tbody></table></div>"
-        )
-        pairs.append(
-            f'<section class="pair" id="pair-{i}">'
-            f"<h2>B{i} − A: {esc(run.id)} vs {esc(base.id)}</h2>"
-            f"{table}</section>"
-        )
-    body = (
-        '<nav class="crumbs"><a href="/">runs</a> / comparison</nav><h1>Comparison</h1>'
-        '<p class="muted">Per agent, the paired difference of mean rewards over the tasks both '
-        "runs hold (a task's value: the mean of its ok rollouts), with a bootstrap 95% interval "
-        "over tasks, as <code>taketurns compare</code> computes it.</p>"
-        f'{notes}<div class="scroll"><table class="grid" id="compared">'
-        "<thead><tr><th></th><th>run</th>"
-        f"<th>env</th><th>models</th><th>state</th><th>episodes</th></tr></thead><tbody>{heads}"
-        f"</tbody></table></div>{''.join(pairs)}"
-    )
-    return layout("comparison", body, page="compare")
