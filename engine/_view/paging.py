@@ -23,7 +23,7 @@ __all__ = ["MAX_LIMIT", "Page", "find_episodes"]
 
 MAX_LIMIT = 500
 MAX_SCAN = 20_000
-CHECKPOINT = 200
+CHECKPOINT = 1000  # lines a page request reads between checkpoints
 
 
 @attrs.frozen

@@ -33,7 +33,7 @@ __all__ = ["FINISHED", "INTERRUPTED", "RUNNING", "RunView", "inside"]
 
 RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
 EPISODES, CONFIG, SUMMARY, LOCK = "episodes.jsonl", "config.toml", "summary.json", ".lock"
-BATCH = 256  # lines parsed between checkpoints
+BATCH = 32  # lines parsed between checkpoints (~5 ms: pages stay quick during a catch-up)
 FIRST_LINE_MAX = 16 << 20  # bytes read looking for the first record's end
 
 
