@@ -43,6 +43,7 @@ padding:4px 14px 10px;margin-top:14px}
 #newest-box h2,#failures h2{margin-top:8px}
 #episode-filter label{color:var(--muted)}
 svg.diffbar{width:160px;height:20px;display:block}
+table.compare thead th{white-space:normal;vertical-align:bottom}
 #compare-hint{font-size:12px}
 span.mean{display:block;white-space:nowrap}
 @media (max-width:900px){main{padding:12px}.plots{grid-template-columns:1fr}
@@ -60,7 +61,7 @@ text-transform:uppercase}
 #runs td.run{grid-column:1/-1;order:-1;font-size:15px}#runs td.run:before{content:none}
 #runs td.models,#runs td.means{grid-column:span 2}
 td.done progress{margin:3px 0 0}
-svg.diffbar{width:110px}}
+svg.diffbar{width:90px}table.compare th,table.compare td{padding:4px 6px}}
 """
 
 JS = r"""
