@@ -24,7 +24,9 @@ import orjson
 import trio
 from quart import Response, make_response, request
 from quart_trio import QuartTrio
+from werkzeug.exceptions import NotFound
 
+from taketurns._errors import BadRequest
 from taketurns._output.comparison import compare
 from taketurns._output.records import read_episodes
 from taketurns._report.markup import esc
@@ -32,7 +34,7 @@ from taketurns._report.page import REPORT_CSS
 from taketurns._view import pages
 from taketurns._view.assets import CSS, JS
 from taketurns._view.comparison import comparison_page
-from taketurns._view.filters import BadQuery, EpisodeFilter
+from taketurns._view.filters import EpisodeFilter
 from taketurns._view.library import Library
 from taketurns._view.paging import MAX_LIMIT, find_episodes
 from taketurns._view.run import EPISODES, RUNNING, RunView
@@ -49,10 +51,6 @@ KEEPALIVE_S = 15.0
 PAGE = 50  # transcripts per page
 
 
-class NotFound(Exception):
-    pass
-
-
 def _int(name: str, default: int, low: int, high: int) -> int:
     text = request.args.get(name, "")
     if not text:
@@ -60,9 +58,9 @@ def _int(name: str, default: int, low: int, high: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise BadQuery(f"{name}={text!r}: not an integer; give e.g. {name}={default}") from None
+        raise BadRequest(f"{name}={text!r}: not an integer; give e.g. {name}={default}") from None
     if not low <= value <= high:
-        raise BadQuery(f"{name}={value}: must be between {low} and {high}")
+        raise BadRequest(f"{name}={value}: must be between {low} and {high}")
     return value
 
 
@@ -99,17 +97,14 @@ def create_app(library: Library, *, allowed_hosts: Collection[str] | None = None
         response.headers.setdefault("Cache-Control", "no-store")
         return response
 
-    @app.errorhandler(NotFound)
+    @app.errorhandler(NotFound)  # werkzeug's: raised here with a message, or no route
     async def not_found(exc: NotFound) -> Any:
-        return _error(404, str(exc))
+        described = exc.description != NotFound.description
+        return _error(404, exc.description if described else f"nothing at {request.path}")
 
-    @app.errorhandler(BadQuery)
-    async def bad_query(exc: BadQuery) -> Any:
+    @app.errorhandler(BadRequest)
+    async def bad_query(exc: BadRequest) -> Any:
         return _error(400, str(exc))
-
-    @app.errorhandler(404)
-    async def no_route(_: Any) -> Any:
-        return _error(404, f"nothing at {request.path}")
 
     @app.errorhandler(405)
     async def read_only(_: Any) -> Any:
@@ -198,7 +193,7 @@ def create_app(library: Library, *, allowed_hosts: Collection[str] | None = None
     async def _compared() -> tuple[list[RunView], list[dict[str, Any]]]:
         ids = request.args.getlist("run")
         if len(ids) < 2:
-            raise BadQuery("run: give two or more runs to compare, e.g. ?run=A&run=B")
+            raise BadRequest("run: give two or more runs to compare, e.g. ?run=A&run=B")
         chosen = [find(i) for i in ids]
         paths = [r.file(EPISODES) for r in chosen]
         for run, path in zip(chosen, paths, strict=True):

@@ -11,16 +11,13 @@ from typing import Any
 
 import attrs
 
+from taketurns._errors import BadRequest
 from taketurns._exchange.outcome import record_cause
 
-__all__ = ["BadQuery", "EpisodeFilter"]
+__all__ = ["EpisodeFilter"]
 
 ANY_FAILURE = "failed"  # the cause filter's value for "any cause"
 NO_FAILURE = "ok"
-
-
-class BadQuery(ValueError):
-    """A query parameter the viewer cannot read (answered with HTTP 400)."""
 
 
 def _number(args: Mapping[str, str], name: str) -> float | None:
@@ -30,9 +27,9 @@ def _number(args: Mapping[str, str], name: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        raise BadQuery(f"{name}={text!r}: not a number; give e.g. {name}=0.5") from None
+        raise BadRequest(f"{name}={text!r}: not a number; give e.g. {name}=0.5") from None
     if math.isnan(value):
-        raise BadQuery(f"{name}: NaN is not a bound; give a number")
+        raise BadRequest(f"{name}: NaN is not a bound; give a number")
     return value
 
 
@@ -54,7 +51,7 @@ class EpisodeFilter:
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> EpisodeFilter:
         """From query parameters ``agent``, ``stop``, ``cause``, ``min_reward``,
-        ``max_reward``, ``q``. Raises ``BadQuery``."""
+        ``max_reward``, ``q``. Raises ``BadRequest``."""
         return cls(
             agent=(args.get("agent") or "").strip(),
             stop=(args.get("stop") or "").strip(),
