@@ -139,6 +139,32 @@ def test_the_raw_line_test_never_drops_a_match(text: str, data: st.DataObject) -
         assert flt.may_match(raw)
 
 
+# --- reading a run ---------------------------------------------------------------------------
+
+
+async def test_a_tidied_file_is_read_again_from_its_start(runs: Path) -> None:
+    library = Library([runs])
+    library.discover()
+    library.refresh()
+    run = library.get("c")
+    assert run is not None
+    run.wanted = True
+    while await run.follow(1.0):
+        pass
+    assert (run.tally.episodes, run.scanned) == (12, 12)
+    path = runs / "c" / "episodes.jsonl"
+    kept = path.read_bytes().splitlines(keepends=True)[:5]
+    tidied = path.with_suffix(".tmp")
+    tidied.write_bytes(b"".join(kept))
+    tidied.replace(path)  # as a resume's tidy replaces it (RunDir.tidy)
+    while await run.follow(1.0):
+        pass
+    assert (run.tally.episodes, run.scanned, len(run.index)) == (5, 5, 5)
+    assert run.scan.episodes == 5
+    first = json.loads(kept[0])["id"]
+    assert run.tally.newest[0]["id"] == first
+
+
 # --- state --------------------------------------------------------------------------------
 
 
