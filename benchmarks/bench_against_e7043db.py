@@ -30,12 +30,12 @@ from typing import Any
 import trio
 
 import taketurns.envs.kuhn as new_kuhn
-from taketurns import BuiltinModel as NewModel
 from taketurns import RunDir as NewRunDir
-from taketurns import env_registry as new_registry
 from taketurns import load_eval_config as new_load
 from taketurns import run_eval as new_run_eval
 from taketurns._gc import tuned_gc
+from taketurns.harness import env_registry as new_registry
+from taketurns.testing import BuiltinModel as NewModel
 
 
 def _old(module: str) -> Any:

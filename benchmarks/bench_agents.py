@@ -35,15 +35,9 @@ from typing import Any
 
 import trio
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    ChatSession,
-    InterceptionServer,
-    Task,
-    open_interception_server,
-)
+from taketurns import Agent, AgentConfig, ChatSession, Task
 from taketurns._exchange.agent import make_harness
+from taketurns.http import InterceptionServer, open_interception_server
 
 SHIM = """#!{python}
 import json, os, sys

@@ -20,19 +20,10 @@ import tracemalloc
 
 import trio
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    BuiltinModel,
-    ModelRequest,
-    ModelResponse,
-    RunDir,
-    Task,
-    env_registry,
-    load_eval_config,
-    run_eval,
-)
+from taketurns import Agent, AgentConfig, RunDir, Task, load_eval_config, run_eval
 from taketurns._gc import tuned_gc
+from taketurns.harness import ModelRequest, ModelResponse, env_registry
+from taketurns.testing import BuiltinModel
 
 _MODEL_CPU = [0.0]
 _respond = BuiltinModel.respond

@@ -31,21 +31,12 @@ from collections.abc import Awaitable, Callable
 import httpx2
 import trio
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    BuiltinModel,
-    ModelRequest,
-    OpenAIClient,
-    Prompt,
-    Rollout,
-    ServedHarness,
-    Task,
-    UserMessage,
-    open_interception_server,
-)
+from taketurns import Agent, AgentConfig, Task, UserMessage
 from taketurns._http.server import serve
+from taketurns.harness import ModelRequest, Prompt, Rollout, ServedHarness
 from taketurns.harnesses.program import ProgramHarness
+from taketurns.http import OpenAIClient, open_interception_server
+from taketurns.testing import BuiltinModel
 
 MESSAGES = [{"role": "user", "content": "Pick one: [check] [bet]"}]
 

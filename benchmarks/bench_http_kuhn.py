@@ -32,20 +32,10 @@ import time
 import httpx2
 import trio
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    Prompt,
-    Rollout,
-    RunDir,
-    ServedHarness,
-    Task,
-    load_eval_config,
-    open_interception_server,
-    read_episodes,
-    run_eval,
-)
+from taketurns import Agent, AgentConfig, RunDir, Task, load_eval_config, read_episodes, run_eval
 from taketurns._config.registry import envs
+from taketurns.harness import Prompt, Rollout, ServedHarness
+from taketurns.http import open_interception_server
 
 
 def own_cpu() -> float:

@@ -20,15 +20,9 @@ from pathlib import Path
 
 import trio
 
-from taketurns import (
-    EvalConfig,
-    RunDir,
-    Sampling,
-    export_samples,
-    open_rollouts,
-    run_eval,
-)
+from taketurns import EvalConfig, RunDir, Sampling, open_rollouts, run_eval
 from taketurns.envs.kuhn import KuhnPoker
+from taketurns.train import export_samples
 
 
 async def stream(tasks: int, per_task: int, concurrency: int, tokens: bool) -> tuple[int, int]:

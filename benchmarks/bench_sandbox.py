@@ -30,16 +30,10 @@ from urllib.parse import urlsplit
 
 import trio
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    InterceptionServer,
-    Sandbox,
-    Task,
-    open_interception_server,
-    run_owned,
-)
+from taketurns import Agent, AgentConfig, Task
 from taketurns._exchange.agent import make_harness
+from taketurns.harness import Sandbox, run_owned
+from taketurns.http import InterceptionServer, open_interception_server
 
 RESULTS = Path(__file__).parent / "results" / "sandbox.txt"
 SETTINGS = ("none", "bwrap")

@@ -27,9 +27,10 @@ from pathlib import Path
 import orjson
 import trio
 
-from taketurns import Agent, AgentConfig, Task, to_wire
+from taketurns import Agent, AgentConfig, Task
 from taketurns._eval.episode import Episode
 from taketurns._output.records import episode_line
+from taketurns.harness import to_wire
 
 RESULTS = Path(__file__).parent / "results" / "storage.md"
 

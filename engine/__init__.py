@@ -1,25 +1,29 @@
 """taketurns: a trio-based structured-concurrency engine for multi-turn LLM rollouts.
 
-Everything public is re-exported here (``__all__``); the subpackages are private:
+The package in tiers. ``taketurns`` itself holds what an env author and an eval user
+write with (``__all__``): the nouns (``Agent``, ``Task``, ``Env``, ``Trace``, ...), the
+decorators, ``run_eval`` and ``open_rollouts``, and the errors one catches. The
+public modules below it:
 
-- ``_exchange``  the exchange: Agent, ChatSession, harness (+ null), model boundary,
-                 rubric, tools, task, trace
-- ``_models``    what a model reads and writes (messages, their OpenAI wire shape) and
-                 the clients: the built-in model, any OpenAI-compatible endpoint
-- ``_http``      the HTTP face: wire dialects, the interception server, ``serve``
-- ``_procs``     the process owner, its supervisor and the rollout sandbox (bwrap)
-- ``_config``    options (attrs), TOML + dotted overrides, the id registries
-- ``_eval``      how a task becomes an episode: Env, Taskset, episodes, the plan, play
-- ``_output``    episode records, the run directory, summary, progress
-- ``_backends``  worker processes and Ray
-- ``_report``    the self-contained HTML report
-- ``_train``     for RL trainers: token-level samples, group advantages, streaming
-                 rollouts, dataset export
-- ``_cli``       the ``taketurns`` command
+- ``taketurns.harness``  what a harness (or env, or taskset) author needs beyond that:
+                         ``Rollout``, the model contract, messages on the wire, trace
+                         records, tools and MCP, processes and the sandbox, registries
+- ``taketurns.train``    for RL trainers: samples, groups, advantages, export
+- ``taketurns.http``     the wire dialects, the interception server, ``serve``
+- ``taketurns.testing``  test doubles (the built-in model, a scripted model) and
+                         ``run_episode``
+- ``taketurns.errors``   the whole error tree
+- ``taketurns.report``   what an env draws its own part of the report with
+- ``taketurns.envs``, ``taketurns.harnesses``  the built-in envs and harnesses, written
+                         against these public modules exactly as a plugin would be
 
-Public submodules: ``taketurns.testing`` (the built-in model and a scripted model for
-tests), ``taketurns.envs`` and ``taketurns.harnesses`` (built-in envs and harnesses,
-written against this public API exactly as a plugin would be).
+Everything else is private, one subpackage per concept: ``_exchange`` (the exchange:
+Agent, ChatSession, harness, model boundary, rubric, tools, task, trace), ``_models``
+(messages, their wire shape, the model clients), ``_http`` (the HTTP face), ``_procs``
+(process owner, sandbox), ``_config`` (options, TOML, registries), ``_eval`` (Env,
+Taskset, episodes, plan, play), ``_output`` (records, run directory, summary,
+progress), ``_backends`` (worker processes, Ray), ``_report`` (the HTML report),
+``_train`` (trainer support), ``_cli`` (the ``taketurns`` command).
 """
 
 # first: a Ctrl-C while the ``taketurns`` command imports the package is one line
@@ -34,126 +38,58 @@ from taketurns._config.options import (
     Limits,
     Sampling,
     Timeouts,
-    at_least,
-    int_between,
-    one_of,
 )
-from taketurns._config.registry import envs as env_registry
-from taketurns._config.registry import harnesses as harness_registry
-from taketurns._config.registry import tasksets as taskset_registry
 from taketurns._errors import (
-    AsyncioCancelled,
-    BadRequest,
     ConfigError,
     HarnessError,
     Interrupted,
     ModelEndpointError,
-    ModelServerError,
     OptionError,
-    OutputError,
-    RolloutStopped,
-    ScoringError,
     SessionClosed,
-    SessionError,
     SessionOver,
     TaketurnsError,
-    ToolArgumentError,
     TurnError,
-    WorkerDied,
-    WorkerError,
-    WorkerLost,
 )
-from taketurns._eval.aio import run_asyncio
-from taketurns._eval.env import Env, register_env, roles_of
-from taketurns._eval.episode import Episode, run_episode
+from taketurns._eval.env import Env, register_env
+from taketurns._eval.episode import Episode
 from taketurns._eval.taskset import (
     Resources,
     Taskset,
     TasksetConfig,
     TasksetEnv,
-    open_taskset,
     register_taskset,
 )
 from taketurns._exchange.agent import Agent, Agents
-from taketurns._exchange.harness import Harness, Prompt, Rollout, can_chat
-from taketurns._exchange.judge import Judge, JudgeConfig, parse_verdict
-from taketurns._exchange.mcp_servers import McpConnection, McpServer, McpTool, open_mcp_servers
-from taketurns._exchange.null import NullHarness
+from taketurns._exchange.judge import Judge, JudgeConfig
 from taketurns._exchange.outcome import is_failure
 from taketurns._exchange.rubric import Rubric, metric, reward, stop
-from taketurns._exchange.session import ChatSession, Reply, SessionState
+from taketurns._exchange.session import ChatSession, Reply
 from taketurns._exchange.task import Task
-from taketurns._exchange.tools import Tool, as_tools, tool_schema
-from taketurns._exchange.trace import (
-    AgentStamp,
-    EpisodeInfo,
-    ErrorInfo,
-    JudgeCall,
-    Trace,
-    Turn,
-    TurnReward,
-    Usage,
-)
-from taketurns._models.builtin import BuiltinModel
+from taketurns._exchange.tools import Tool
+from taketurns._exchange.trace import Trace
 from taketurns._models.messages import (
     AssistantMessage,
-    ImagePart,
     Message,
     SystemMessage,
-    TextPart,
-    ToolCall,
     ToolMessage,
     UserMessage,
-    text_of,
 )
-from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
-from taketurns._models.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
-from taketurns._procs.owner import Captured, OwnedProcess
-from taketurns._procs.owner import run as run_owned
-from taketurns._procs.owner import start as start_owned
-from taketurns._procs.sandbox import Sandbox
-from taketurns._train.advantages import TraceAdvantage, group_advantages
-from taketurns._train.groups import Group, make_group
-from taketurns._train.rollouts import GroupStream, RolloutSource, open_rollouts
-from taketurns._train.samples import (
-    Sample,
-    TurnTokens,
-    episode_samples,
-    trace_samples,
-    turn_tokens,
-)
+from taketurns._train.rollouts import open_rollouts
 
 if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._config.settings import load_eval_config
-    from taketurns._http.interception import (
-        Endpoint,
-        EndpointState,
-        InterceptionServer,
-        open_interception_server,
-    )
-    from taketurns._http.served import ServedHarness
-    from taketurns._models.openai import OpenAIClient
     from taketurns._output.records import read_episodes
     from taketurns._output.rundir import RunDir
     from taketurns._runner import EvalRun, run_eval
-    from taketurns._train.export import export_samples
 
-# Names whose modules pull in the HTTP stack (hypercorn, quart, httpx2) or the eval
-# runner (rich, the backends): imported on first use, so `import taketurns` stays light
-# for in-process work.
+# Names whose modules pull in the eval runner (rich, the backends, the HTTP stack):
+# imported on first use, so `import taketurns` stays light for in-process work.
 _LAZY = {
     "EvalRun": "taketurns._runner",
     "RunDir": "taketurns._output.rundir",
     "load_eval_config": "taketurns._config.settings",
     "read_episodes": "taketurns._output.records",
-    "export_samples": "taketurns._train.export",
     "run_eval": "taketurns._runner",
-    "Endpoint": "taketurns._http.interception",
-    "EndpointState": "taketurns._http.interception",
-    "InterceptionServer": "taketurns._http.interception",
-    "OpenAIClient": "taketurns._models.openai",
-    "ServedHarness": "taketurns._http.served",
-    "open_interception_server": "taketurns._http.interception",
 }
 
 
@@ -169,126 +105,50 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "Agent",
     "AgentConfig",
-    "AgentStamp",
     "Agents",
     "AssistantMessage",
-    "AsyncioCancelled",
-    "BadRequest",
-    "BuiltinModel",
-    "Captured",
     "ChatSession",
     "ConfigError",
-    "Endpoint",
-    "EndpointState",
     "Env",
     "EnvConfig",
     "Episode",
-    "EpisodeInfo",
-    "ErrorInfo",
     "EvalConfig",
     "EvalRun",
-    "Group",
-    "GroupStream",
-    "Harness",
     "HarnessError",
-    "ImagePart",
-    "InterceptionServer",
     "Interrupted",
     "Judge",
-    "JudgeCall",
     "JudgeConfig",
     "Limits",
-    "McpConnection",
-    "McpServer",
-    "McpTool",
     "Message",
-    "ModelClient",
     "ModelEndpointError",
-    "ModelRequest",
-    "ModelResponse",
-    "ModelServerError",
-    "NullHarness",
-    "OpenAIClient",
     "OptionError",
-    "OutputError",
-    "OwnedProcess",
-    "Prompt",
     "Reply",
     "Resources",
-    "Rollout",
-    "RolloutSource",
-    "RolloutStopped",
     "Rubric",
     "RunDir",
-    "Sample",
     "Sampling",
-    "Sandbox",
-    "ScoringError",
-    "ServedHarness",
     "SessionClosed",
-    "SessionError",
     "SessionOver",
-    "SessionState",
     "SystemMessage",
     "TaketurnsError",
     "Task",
     "Taskset",
     "TasksetConfig",
     "TasksetEnv",
-    "TextPart",
     "Timeouts",
     "Tool",
-    "ToolArgumentError",
-    "ToolCall",
     "ToolMessage",
     "Trace",
-    "TraceAdvantage",
-    "Turn",
     "TurnError",
-    "TurnReward",
-    "TurnTokens",
-    "Usage",
     "UserMessage",
-    "WorkerDied",
-    "WorkerError",
-    "WorkerLost",
-    "as_tools",
-    "at_least",
-    "can_chat",
-    "env_registry",
-    "episode_samples",
-    "export_samples",
-    "from_wire",
-    "group_advantages",
-    "harness_registry",
-    "int_between",
     "is_failure",
     "load_eval_config",
-    "make_group",
-    "messages_from_wire",
-    "messages_to_wire",
     "metric",
-    "one_of",
-    "open_interception_server",
-    "open_mcp_servers",
     "open_rollouts",
-    "open_taskset",
-    "parse_verdict",
     "read_episodes",
     "register_env",
     "register_taskset",
     "reward",
-    "roles_of",
-    "run_asyncio",
-    "run_episode",
     "run_eval",
-    "run_owned",
-    "start_owned",
     "stop",
-    "taskset_registry",
-    "text_of",
-    "to_wire",
-    "tool_schema",
-    "trace_samples",
-    "turn_tokens",
 ]

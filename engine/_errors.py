@@ -1,6 +1,6 @@
 """The error tree. Every error taketurns raises on purpose is defined here and derives
 from one root (a test checks that this drawing is the tree, and that every exception
-``taketurns`` exports is in it)::
+a public module exports is in it; ``taketurns.errors`` exports them all)::
 
     TaketurnsError
     ├── ConfigError              bad configuration; raised before any episode starts
@@ -12,7 +12,8 @@ from one root (a test checks that this drawing is the tree, and that every excep
     ├── HarnessError             a harness failed or cannot do what was asked
     ├── ToolArgumentError        a model's tool arguments do not fit (also a ValueError)
     ├── ModelEndpointError       a model endpoint answered badly or not at all
-    │   └── ModelServerError     a model server the eval started failed to start or died
+    │   ├── ModelServerError     a model server the eval started failed to start or died
+    │   └── ReplayDiverged       a replay was asked a call its record does not hold
     ├── BadRequest               a request to taketurns' own HTTP face is refused with
     │                            400 (also a ValueError)
     ├── ScoringError             a reward, metric or stop hook failed
@@ -44,6 +45,7 @@ __all__ = [
     "ModelServerError",
     "OptionError",
     "OutputError",
+    "ReplayDiverged",
     "RolloutStopped",
     "ScoringError",
     "SessionClosed",
@@ -148,6 +150,18 @@ class ModelServerError(ModelEndpointError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retryable=False)
+
+
+class ReplayDiverged(ModelEndpointError):
+    """A replayed seat was asked for a model call its record does not hold (one call
+    too many, or a request whose conversation differs from the recorded one): the env
+    or its rules changed. ``divergence`` is the ``ReplayDivergence`` (episode, seat,
+    turn, what differed), its ``describe()`` the message. The replay's own endpoint
+    failing: the session ends with ``model_error``, as for any endpoint failure."""
+
+    def __init__(self, divergence: Any) -> None:
+        self.divergence = divergence
+        super().__init__(divergence.describe(), retryable=False)
 
 
 class ScoringError(TaketurnsError):

@@ -29,7 +29,8 @@ import trio
 from taketurns._config.options import EvalConfig
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
-from taketurns._output.records import episode_line, loads_episode
+from taketurns._output.recorded import recorded_episodes
+from taketurns._output.records import episode_line
 from taketurns._output.rundir import RunDir
 from taketurns._output.summary import Summarizer, digest
 
@@ -52,7 +53,7 @@ async def rescore_run(
     skipped (``notify`` hears how many)."""
     before = Summarizer(rollouts=None)
     after = Summarizer(rollouts=None)
-    damaged, rollouts = 0, 0
+    damaged = rollouts = 0
     for judge in env.judges():  # a judge's requests follow the run's options
         judge.take_request_options(config)
         await judge.preflight()  # the only endpoints a rescore calls
@@ -60,20 +61,14 @@ async def rescore_run(
         await env.setup()
         async with env.services():
             try:
-                with (source / "episodes.jsonl").open("rb") as f:
-                    for raw in f:
-                        if not raw.strip():
-                            continue
-                        try:
-                            episode = loads_episode(raw)
-                        except ValueError:
-                            damaged += 1
-                            continue
-                        rollouts = max(rollouts, episode.rollout + 1)
-                        before.add(digest(episode))
-                        await _rescore(episode, env, source)
-                        after.add(digest(episode))
-                        out.append_lines([episode_line(episode)])
+                skipped: list[int] = []
+                for episode in recorded_episodes(source / "episodes.jsonl", skipped):
+                    rollouts = max(rollouts, episode.rollout + 1)
+                    before.add(digest(episode))
+                    await _rescore(episode, env, source)
+                    after.add(digest(episode))
+                    out.append_lines([episode_line(episode)])
+                damaged = len(skipped)
             finally:
                 for judge in env.judges():
                     await judge.aclose()  # shielded, idempotent

@@ -170,7 +170,7 @@ async def run_eval(
                     run_dir, writer.finished, wall_s, interrupted, writer.failure, writer.brake
                 )
                 if report and not writer.failure:
-                    _write_report(run_dir, writer.failure)
+                    _write_report(run_dir, env, writer.failure)
                 bar.phase("done")
     finally:
         run_dir.unlock()
@@ -304,11 +304,11 @@ def _finish(
     return summary
 
 
-def _write_report(run_dir: RunDir, failure: list[OutputError]) -> None:
+def _write_report(run_dir: RunDir, env: Env, failure: list[OutputError]) -> None:
     from taketurns._report.page import write_report
 
     try:
-        write_report(run_dir.path)
+        write_report(run_dir.path, env=env)
     except OutputError as exc:
         failure.append(exc)
 

@@ -1,24 +1,63 @@
-"""Test doubles for code built on taketurns, injected through public interfaces.
+"""Test doubles for code built on taketurns, injected through public interfaces, and
+the call that plays one episode with them.
 
 - ``BuiltinModel``: the deterministic built-in model (``builtin/<policy>``), in process.
 - ``ScriptedModel``: a ``ModelClient`` (``Agent(..., client=...)``) that answers from a
   queue: a ``str`` or ``AssistantMessage`` becomes a reply, a ``ModelResponse`` is
   returned as is, an exception is raised and ``Sleep(s)`` sleeps before the next item.
   An empty queue answers ``default``. It records every request it was sent.
+- ``run_episode(env, episode, make_agent)``: play one episode of an env in this trio
+  run, with the agents ``make_agent(role, config, info, on_close)`` builds (on a
+  double, or a real endpoint): no run directory, no runner.
+- ``replay_episode(run_dir, episode_id)``: re-drive one recorded episode with each
+  seat's recorded replies (``ReplayResult``; a call the record does not hold is a
+  ``ReplayDivergence``), to check an env is deterministic or reproduce a failure.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
+from taketurns._eval.episode import run_episode
 from taketurns._models.builtin import BuiltinModel
 from taketurns._models.messages import AssistantMessage
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse, Usage
 
-__all__ = ["USAGE", "BuiltinModel", "ScriptedModel", "Sleep"]
+if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from taketurns._replay.model import ReplayDivergence
+    from taketurns._replay.run import ReplayResult, replay_episode
+
+# replay reads run directories and plays through the eval's plan: imported on first use
+_LAZY = {
+    "ReplayDivergence": "taketurns._replay.model",
+    "ReplayResult": "taketurns._replay.run",
+    "replay_episode": "taketurns._replay.run",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'taketurns.testing' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "USAGE",
+    "BuiltinModel",
+    "ReplayDivergence",
+    "ReplayResult",
+    "ScriptedModel",
+    "Sleep",
+    "replay_episode",
+    "run_episode",
+]
 
 
 @attrs.frozen

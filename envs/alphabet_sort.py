@@ -18,19 +18,9 @@ from typing import Any
 
 import attrs
 
-from taketurns import (
-    AgentConfig,
-    Agents,
-    Env,
-    EnvConfig,
-    OptionError,
-    Task,
-    Trace,
-    int_between,
-    metric,
-    reward,
-)
+from taketurns import AgentConfig, Agents, Env, EnvConfig, OptionError, Task, Trace, metric, reward
 from taketurns.envs import alphabet_sort_rules as rules
+from taketurns.harness import int_between
 
 __all__ = ["AlphabetSort", "AlphabetSortConfig"]
 

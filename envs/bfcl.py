@@ -42,19 +42,17 @@ from taketurns import (
     Agents,
     Env,
     EnvConfig,
-    McpServer,
-    McpTool,
     OptionError,
-    ScoringError,
     Task,
     Trace,
     UserMessage,
     metric,
-    open_mcp_servers,
     reward,
     stop,
 )
 from taketurns.envs.bfcl_backends import CATEGORIES, Backends, bfcl, check, entries
+from taketurns.errors import ScoringError
+from taketurns.harness import McpServer, McpTool, open_mcp_servers
 
 __all__ = ["BfclConfig", "BfclMultiTurn"]
 

@@ -32,7 +32,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from taketurns import ConfigError, Tool, ToolCall, ToolMessage
+from taketurns import ConfigError, Tool, ToolMessage
+from taketurns.harness import ToolCall
 
 __all__ = [
     "CATEGORIES",

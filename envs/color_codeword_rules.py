@@ -16,7 +16,8 @@ import re
 import struct
 import zlib
 
-from taketurns import ImagePart, TextPart, UserMessage
+from taketurns import UserMessage
+from taketurns.harness import ImagePart, TextPart
 
 __all__ = [
     "ANSWER_FORMAT",

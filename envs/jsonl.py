@@ -43,10 +43,10 @@ from taketurns import (
     Taskset,
     TasksetConfig,
     Trace,
-    messages_from_wire,
     metric,
     reward,
 )
+from taketurns.harness import messages_from_wire
 
 __all__ = ["JsonlConfig", "JsonlTaskset", "load_tasks", "normalize"]
 

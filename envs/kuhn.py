@@ -8,12 +8,15 @@ one legal bracketed action. A seat that keeps answering badly (more than
 timeout) forfeits. A seat whose model endpoint or harness failed does not forfeit:
 the hand ends without a result and the episode is recorded failed.
 The payoff is written on both traces before the sessions close, so the ``payoff``
-reward scores it. Rules live in ``taketurns.envs.kuhn_rules``.
+reward scores it. Rules live in ``taketurns.envs.kuhn_rules``. The report adds the
+mean payoff by the card held, per seat (``report_figures``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 
 import attrs
 
@@ -23,16 +26,18 @@ from taketurns import (
     ChatSession,
     Env,
     EnvConfig,
+    Episode,
     Task,
     Trace,
-    int_between,
     is_failure,
     metric,
     reward,
 )
 from taketurns.envs import kuhn_rules as rules
+from taketurns.harness import int_between
+from taketurns.report import Figure, Series, bar_chart, num
 
-__all__ = ["KuhnConfig", "KuhnPoker", "ask_text", "rules_prompt"]
+__all__ = ["KuhnConfig", "KuhnPoker", "ask_text", "payoff_by_card", "rules_prompt"]
 
 
 @attrs.define
@@ -179,3 +184,47 @@ class KuhnPoker(Env):
     def forfeit(self, task: Task, trace: Trace) -> float:
         """1.0 when the seat forfeited the hand."""
         return 1.0 if trace.info.get("forfeited") else 0.0
+
+    def report_figures(self, episodes: Iterable[Episode]) -> list[Figure]:
+        """The mean payoff by the card held, one bar per seat (ok episodes only)."""
+        return [payoff_by_card(episodes)]
+
+
+def payoff_by_card(episodes: Iterable[Episode]) -> Figure:
+    """Mean payoff by card and seat, from each trace's ``info`` (``seat``, ``card``)
+    and its ``payoff`` reward; a failed episode's hands are no result and left out."""
+    payoffs: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    seat_names: dict[int, str] = {}
+    for episode in episodes:
+        if not episode.ok:
+            continue
+        for trace in episode.traces:
+            seat, card = trace.info.get("seat"), trace.info.get("card")
+            payoff = trace.rewards.get("payoff", trace.info.get("payoff"))
+            if not isinstance(payoff, int | float) or not isinstance(seat, int) or card is None:
+                continue
+            sums = payoffs[(seat, str(card))]
+            sums[0] += payoff
+            sums[1] += 1
+            seat_names.setdefault(seat, trace.agent.name)
+    held = {card for _, card in payoffs}
+    cards = [c for c in rules.CARDS if c in held] + sorted(held - set(rules.CARDS))
+    series = []
+    for seat in sorted(seat_names):
+        values, tips = [], []
+        for card in cards:
+            total, hands = payoffs.get((seat, card), [0.0, 0.0])
+            values.append(total / hands if hands else math.nan)
+            tips.append(
+                f"seat {seat} · {card}: mean payoff {num(values[-1])} over {hands:.0f} hands"
+            )
+        series.append(Series(f"seat {seat} ({seat_names[seat]})", tuple(values), tuple(tips)))
+    svg = bar_chart(
+        "plot-kuhn-payoff",
+        cards,
+        series,
+        x_label="card held",
+        y_label="mean payoff (chips)",
+        values_on_bars=True,
+    )
+    return Figure("Kuhn poker: mean payoff by card and seat", svg)

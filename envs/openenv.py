@@ -42,8 +42,6 @@ from taketurns import (
     OptionError,
     Task,
     Trace,
-    at_least,
-    int_between,
     metric,
     reward,
 )
@@ -56,6 +54,7 @@ from taketurns.envs.openenv_client import (
     fetch_schema,
     open_env_session,
 )
+from taketurns.harness import at_least, int_between
 
 __all__ = ["DEFAULT_APP", "OpenEnv", "OpenEnvConfig", "OpenEnvError"]
 

@@ -67,7 +67,7 @@ class NumberGuess(Environment):
         self._low, self._high, self._left = 1, high, max_guesses
         return self._observe(f"I picked a number from 1 to {high}. Guess it.", 0.0, False)
 
-    def step(  # type: ignore[override]
+    def step(
         self, action: Action, timeout_s: float | None = None, **kwargs: Any
     ) -> GuessObservation:
         assert isinstance(action, GuessAction)

@@ -32,11 +32,11 @@ from taketurns import (
     EnvConfig,
     Task,
     Trace,
-    int_between,
     is_failure,
     metric,
     reward,
 )
+from taketurns.harness import int_between
 
 __all__ = ["MOVES", "PAYOFFS", "PrisonersDilemma", "PrisonersDilemmaConfig", "round_text"]
 

@@ -38,11 +38,10 @@ from taketurns import (
     Taskset,
     TasksetConfig,
     Trace,
-    int_between,
     metric,
-    one_of,
     reward,
 )
+from taketurns.harness import int_between, one_of
 
 __all__ = ["ReasoningGym", "ReasoningGymConfig", "dataset_names", "extract_answer"]
 

@@ -39,18 +39,15 @@ import attrs
 
 from taketurns import (
     AssistantMessage,
-    McpServer,
     OptionError,
     Resources,
     Rubric,
-    ScoringError,
     Task,
     Taskset,
     TasksetConfig,
     Trace,
     metric,
     reward,
-    text_of,
 )
 from taketurns.envs.retail_store import (
     CANCEL_REASONS,
@@ -60,6 +57,8 @@ from taketurns.envs.retail_store import (
     describe,
     random_address,
 )
+from taketurns.errors import ScoringError
+from taketurns.harness import McpServer, text_of
 
 __all__ = [
     "KINDS",

@@ -13,22 +13,29 @@ device) is broken twice, once on each side, by its ``kind``:
 
 The assistant (``assistant``) holds the back-office tools, the modeled user
 (``user``, a session on the ``tools`` harness) the device's tools; both act on the
-same world, in process. The env relays ``greeting -> user -> assistant -> user ...``
-until the user's reply contains ``done_marker``, a side stops instead of answering,
-or ``exchanges`` user messages have reached the assistant.
+same world, in process. With ``user_tools = "mcp"`` the user's tools are served over
+MCP instead (``taketurns.envs.telecom_mcp``: a server in the eval's process, on the
+same world), with the same log and rewards. The env relays ``greeting -> user ->
+assistant -> user ...`` until the user's reply contains ``done_marker``, a side
+stops instead of answering, or ``exchanges`` user messages have reached the
+assistant.
 
 Every tool call of both seats lands, in order and attributed to its seat, in one
-log: the same list is ``info["log"]`` of both traces (so the report's transcript
-shows it); ``info["final"]`` is the final world. The ``resolved`` reward (both
-seats) is read from the final world: 1.0 iff the phone has signal and a working
-data session. Both roles default to ``builtin/tools``, which follows the
-back-office guide's ``call tool ...`` lines, so the env runs offline with no flags;
-point ``--env.assistant.model`` and ``--env.user.model`` at a real model.
+log: the same list is ``info["log"]`` of both traces, shown in the report as its own
+section (``taketurns.envs.telecom_report``); ``info["final"]`` is the final world.
+The ``resolved`` reward (both seats) is read from the final world: 1.0 iff the phone
+has signal and a working data session. Both roles default to ``builtin/tools``
+(``default_model``), which follows the back-office guide's ``call tool ...`` lines,
+so the env runs offline with no flags; ``--model`` reaches both seats
+(``default_model`` gives way to it), ``--env.<role>.model`` one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import random
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import attrs
@@ -39,14 +46,17 @@ from taketurns import (
     ChatSession,
     Env,
     EnvConfig,
+    Episode,
     OptionError,
     Task,
     Trace,
-    int_between,
     metric,
     reward,
 )
+from taketurns.envs.telecom_report import action_log, actions_per_episode
 from taketurns.envs.telecom_world import BackOffice, Device, DeviceState, Line, World
+from taketurns.harness import McpServer, int_between, open_mcp_servers
+from taketurns.report import Figure, Section
 
 __all__ = ["KINDS", "POLICY", "TelecomConfig", "TelecomLite", "make_world"]
 
@@ -80,33 +90,37 @@ def _kinds(inst: object, attribute: attrs.Attribute[Any], value: object) -> None
         raise OptionError(attribute.name, value, accepted)
 
 
+def _user_tools(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in ("python", "mcp"):
+        raise OptionError(attribute.name, value, "python (in process) or mcp")
+    if value == "mcp" and importlib.util.find_spec("mcp") is None:
+        raise OptionError(
+            attribute.name, value, "python (the MCP SDK is missing: pip install 'taketurns[mcp]')"
+        )
+
+
 @attrs.define
 class TelecomUser(AgentConfig):
-    """The modeled user: ``builtin/tools``, not trainable, unless told otherwise."""
+    """The modeled user: not trainable unless told otherwise."""
 
-    model: str | None = MODEL
     trainable: bool = False
-
-
-@attrs.define
-class TelecomAssistant(AgentConfig):
-    """The support agent: ``builtin/tools`` unless told otherwise."""
-
-    model: str | None = MODEL
 
 
 @attrs.define
 class TelecomConfig(EnvConfig):
     """``kinds``: the task kinds, dealt in turn; ``seed``: varies the phone numbers;
     ``exchanges``: at most this many user messages reach the assistant;
-    ``done_marker``: what the user says when the phone works again."""
+    ``done_marker``: what the user says when the phone works again; ``user_tools``:
+    the user's device tools ``python`` (in process) or ``mcp`` (over MCP, served by
+    the eval on the same world)."""
 
-    assistant: TelecomAssistant = attrs.field(factory=TelecomAssistant)
+    assistant: AgentConfig = attrs.field(factory=AgentConfig)
     user: TelecomUser = attrs.field(factory=TelecomUser)
     kinds: str = attrs.field(default=",".join(KINDS), validator=_kinds)
     seed: int = attrs.field(default=0, validator=int_between(0))
     exchanges: int = attrs.field(default=6, validator=int_between(1, 100))
     done_marker: str = "###DONE###"
+    user_tools: str = attrs.field(default="python", validator=_user_tools)
 
 
 def make_world(kind: str, number: str) -> World:
@@ -125,6 +139,28 @@ class TelecomLite(Env):
     config_class = TelecomConfig
     config: TelecomConfig
 
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self.face: Any = None  # with user_tools = "mcp": the DeviceFace while served
+
+    def services(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """With ``user_tools = "mcp"``: the MCP server of this eval's devices."""
+        if self.config.user_tools == "mcp":
+            return self._serving()
+        return contextlib.nullcontext()
+
+    @contextlib.asynccontextmanager
+    async def _serving(self) -> AsyncIterator[None]:
+        from taketurns.envs.telecom_mcp import DeviceFace
+
+        face = DeviceFace()
+        async with face.serving():
+            self.face = face
+            try:
+                yield
+            finally:
+                self.face = None
+
     def tasks(self, num_tasks: int) -> list[Task]:
         kinds = [k.strip() for k in self.config.kinds.split(",")]
         rng = random.Random(f"telecom-lite/{self.config.seed}")
@@ -138,14 +174,39 @@ class TelecomLite(Env):
     def default_harness(self, role: str) -> str:
         return "tools"
 
+    def default_model(self, role: str) -> str:
+        """``builtin/tools`` (it follows the guide's ``call tool ...`` lines), for a
+        role whose model neither ``--env.<role>.model`` nor ``--model`` names."""
+        return MODEL
+
     async def run(self, task: Task, agents: Agents) -> None:
         world = make_world(task.info["kind"], task.info["phone_number"])
+        async with self._device_tools(Device(world)) as device_tools:
+            await self._play(task, agents, world, device_tools)
+
+    @contextlib.asynccontextmanager
+    async def _device_tools(self, device: Device) -> AsyncIterator[tuple[Any, ...]]:
+        """The user's tools: ``device``'s own, or the same served over MCP."""
+        if self.config.user_tools == "python":
+            yield device.all()
+            return
+        if self.face is None:
+            raise RuntimeError(
+                "user_tools = 'mcp' serves through env.services(): run under an eval"
+            )
+        with self.face.episode(device) as url:
+            async with open_mcp_servers([McpServer("device", url=url)]) as (tools, _):
+                yield tools
+
+    async def _play(
+        self, task: Task, agents: Agents, world: World, device_tools: tuple[Any, ...]
+    ) -> None:
         persona = PERSONA.format(scenario=task.prompt_text(), done=self.config.done_marker)
         state = {"world": world}
         async with (
             agents.user.chat(
                 Task(task.idx, task.name, system_prompt=persona),
-                tools=Device(world).all(),
+                tools=device_tools,
                 state=state,
             ) as user,
             agents.assistant.chat(
@@ -174,6 +235,14 @@ class TelecomLite(Env):
                 return "assistant_stopped"
             said = await user.turn(answer.text)
         return "exchanges"
+
+    def report_figures(self, episodes: Iterable[Episode]) -> list[Figure]:
+        """How many actions each seat took per episode (and which tools)."""
+        return [actions_per_episode(episodes)]
+
+    def report_sections(self, episodes: Iterable[Episode]) -> list[Section]:
+        """The attributed log of both seats' actions, per episode."""
+        return [action_log(episodes)]
 
     @reward
     def resolved(self, task: Task, trace: Trace) -> float:

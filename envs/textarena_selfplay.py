@@ -33,12 +33,11 @@ from taketurns import (
     TaketurnsError,
     Task,
     Trace,
-    int_between,
     metric,
-    one_of,
 )
 from taketurns.envs import textarena_games as games
 from taketurns.envs.textarena import GameScores
+from taketurns.harness import int_between, one_of
 
 __all__ = ["GAMES", "SeatFailed", "TextArenaSelfPlay", "TextArenaSelfPlayConfig"]
 

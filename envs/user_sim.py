@@ -43,9 +43,9 @@ from taketurns import (
     Task,
     TasksetEnv,
     Trace,
-    at_least,
     metric,
 )
+from taketurns.harness import at_least
 
 __all__ = [
     "DEFAULT_PERSONA",

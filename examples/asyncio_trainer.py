@@ -19,8 +19,9 @@ import statistics
 
 import trio
 
-from taketurns import EvalConfig, Group, open_rollouts
+from taketurns import EvalConfig, open_rollouts
 from taketurns.envs.kuhn import KuhnPoker
+from taketurns.train import Group
 
 
 def produce(

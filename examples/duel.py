@@ -5,9 +5,12 @@ Run it without packaging it:
     taketurns eval ./examples/duel.py:Duel -n 3
 """
 
+from collections import Counter
+
 import attrs
 
 from taketurns import AgentConfig, Env, EnvConfig, Task, reward
+from taketurns.report import Figure, Section, Series, bar_chart, table
 
 
 @attrs.define
@@ -40,3 +43,15 @@ class Duel(Env):
     @reward
     def spoke(self, task, trace):
         return float(bool(trace.last_text))
+
+    # its own part of report.html (README: "Its own part of the report")
+    def report_figures(self, episodes):
+        spoke = Counter(t.agent.name for e in episodes if e.ok for t in e.traces if t.last_text)
+        names = sorted(spoke)
+        series = [Series("traces", tuple(float(spoke[n]) for n in names))]
+        svg = bar_chart("plot-spoke", names, series, x_label="side", y_label="traces")
+        return [Figure("Who spoke last", svg)]
+
+    def report_sections(self, episodes):
+        rows = [(e.id, t.agent.name, t.last_text) for e in episodes for t in e.traces]
+        return [Section("Last words", table(["episode", "side", "text"], rows, tag_column=1))]

@@ -24,9 +24,10 @@ from pathlib import Path
 
 import trio
 
-from taketurns import AgentConfig, Env, EvalConfig, Group, Rubric, Task, Trace, open_rollouts
+from taketurns import AgentConfig, Env, EvalConfig, Rubric, Task, Trace, open_rollouts
 from taketurns.envs.kuhn import KuhnConfig, KuhnPoker
 from taketurns.envs.user_sim import UserAgentConfig, UserSim, UserSimConfig
+from taketurns.train import Group
 
 QA = Path(__file__).resolve().parent / "qa.jsonl"
 

@@ -1,2 +1,3 @@
 """Built-in harnesses. Each registers through the ``taketurns.harnesses`` entry-point
-group and uses only the public ``engine`` API, exactly as a plugin would."""
+group and uses only the public modules (``taketurns``, ``taketurns.harness``, ...),
+exactly as a plugin would."""

@@ -48,7 +48,8 @@ from typing import Any
 import attrs
 import trio
 
-from taketurns import HarnessError, Message, OwnedProcess, Prompt, Rollout
+from taketurns import HarnessError, Message
+from taketurns.harness import OwnedProcess, Prompt, Rollout
 from taketurns.harnesses.acp_rpc import AcpConnection, AcpError, AcpGone, choose_permission
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,

@@ -9,7 +9,7 @@ built from nothing: ``PATH``, ``HOME``, ``TMPDIR``, ``LANG``, ``TERM=dumb``, wha
 harness adds (the rollout's URL and secret) and the ``env`` option; the host's API
 keys never reach the agent.
 
-A segment's process is owned (``taketurns.start_owned``: in the rollout's sandbox
+A segment's process is owned (``taketurns.harness.start_owned``: in the rollout's sandbox
 unless the agent's ``sandbox`` is ``none``) with stdin, stdout and stderr from/to
 files in the scratch directory (stdin holds the segment's message for the CLIs that
 read it there, else nothing). The segment ends when the agent
@@ -34,26 +34,22 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import attrs
 
 from taketurns import (
     AssistantMessage,
-    ErrorInfo,
     HarnessError,
-    McpTool,
     Message,
     ModelEndpointError,
-    Rollout,
-    RolloutStopped,
-    ServedHarness,
     SystemMessage,
     ToolMessage,
     Trace,
     UserMessage,
-    text_of,
 )
+from taketurns.errors import RolloutStopped
+from taketurns.harness import ErrorInfo, McpTool, Rollout, ServedHarness, text_of
 
 KEEP_VARS = ("PATH", "LANG", "LC_ALL")
 
@@ -125,13 +121,19 @@ def segment_messages(trace: Trace, start: int) -> list[Message]:
 class AgentCLIHarness(ServedHarness):
     """Base of the agent CLI harnesses. Subclasses set ``binary`` (the program's
     name) and ``install`` (the command that installs it), and build each segment's
-    argv and environment."""
+    argv and environment (a subclass whose program depends on its options, ``acp``,
+    sets them on the instance)."""
 
-    binary: ClassVar[str]
-    install: ClassVar[str]
+    binary: str
+    install: str
     # a runaway agent (one claude-code segment once made 624 calls through its
     # sub-agents) ends as ``max_segment_turns``; ``limits.max_segment_turns`` changes it
     segment_turns = 100
+    # measured: two codex runs of one Kuhn seat differ at the first request
+    replay_refusal = (
+        "an agent CLI's requests carry what differs in every run (its scratch directory's "
+        "path, the date, session ids), so no recorded request can match a replayed one"
+    )
 
     def __init__(
         self,

@@ -25,7 +25,8 @@ import re
 import sys
 from typing import Any
 
-from taketurns import HarnessError, McpServer, McpTool, Rollout
+from taketurns import HarnessError
+from taketurns.harness import McpServer, McpTool, Rollout
 
 BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 

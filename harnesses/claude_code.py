@@ -38,7 +38,8 @@ import os
 import uuid
 from collections.abc import Mapping, Sequence
 
-from taketurns import Endpoint, HarnessError, Message, Prompt, Rollout
+from taketurns import HarnessError, Message
+from taketurns.harness import Endpoint, Prompt, Rollout
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
     AgentDirs,

@@ -46,7 +46,8 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from taketurns import HarnessError, Message, Prompt, Rollout
+from taketurns import HarnessError, Message
+from taketurns.harness import Prompt, Rollout
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
     AgentDirs,

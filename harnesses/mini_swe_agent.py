@@ -31,7 +31,8 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from taketurns import HarnessError, Rollout
+from taketurns import HarnessError
+from taketurns.harness import Rollout
 from taketurns.harnesses.agent_cli import AgentCLIHarness, refuse
 
 DRIVER = Path(__file__).parent / "programs" / "mini_swe.py"

@@ -40,7 +40,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from taketurns import HarnessError, Message, Prompt, Rollout
+from taketurns import HarnessError, Message
+from taketurns.harness import Prompt, Rollout
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
     Finished,

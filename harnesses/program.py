@@ -11,7 +11,7 @@ Per segment (the default), the program is started with ``--prompt-file P
 ``OPENAI_API_KEY`` pointing at the interception server and the rollout's own secret
 (``OPENAI_MODEL`` names the model), and exchanges those JSON objects through the two
 files; the segment ends when it exits (whatever its children do with its pipes).
-Every program is owned and contained (``taketurns.start_owned``: the rollout's bwrap
+Every program is owned and contained (``taketurns.harness.start_owned``: the rollout's bwrap
 sandbox unless its agent's ``sandbox`` is ``none``; its whole process tree killed
 when it exits, on timeout and on cancellation) and gets an environment built from
 nothing: ``PATH``, ``LANG``, ``LC_ALL``, ``HOME`` and ``TMPDIR`` (its scratch
@@ -67,14 +67,12 @@ from typing import Any, ClassVar
 import orjson
 import trio
 
-from taketurns import (
+from taketurns import HarnessError, Message, ModelEndpointError
+from taketurns.errors import RolloutStopped
+from taketurns.harness import (
     ErrorInfo,
-    HarnessError,
-    Message,
-    ModelEndpointError,
     Prompt,
     Rollout,
-    RolloutStopped,
     ServedHarness,
     as_tools,
     messages_from_wire,

@@ -12,7 +12,7 @@ is not the segment's fault).
 Files live in one temp directory per pool (``taketurns-pool-*``): per program a
 working directory ``<n>/`` (its HOME and TMPDIR, and in a sandbox the one place it
 may write; the sandbox and network are those of the rollout that opened the pool)
-and its stderr ``<n>.stderr``. Each program is owned (``taketurns.start_owned``):
+and its stderr ``<n>.stderr``. Each program is owned (``taketurns.harness.start_owned``):
 ``aclose`` kills and reaps every program's whole tree, idle or busy, and removes the
 directory; the harness calls it from ``shutdown``. A parent that dies without closing
 the pool leaves no program behind either (the supervisor's lifeline).

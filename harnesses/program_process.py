@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from taketurns import OwnedProcess, start_owned
+from taketurns.harness import OwnedProcess, start_owned
 
 # How long a program that closed its stdout gets to exit before its status is read.
 EXIT_GRACE_S = 2.0
@@ -62,7 +62,7 @@ class ProgramProcess:
         """Start ``command`` in ``cwd`` (its own directory: the only one it may write,
         also its HOME and TMPDIR) with stdin/stdout pipes and stderr to
         ``stderr_path``, owned and contained (``containment``: the keyword arguments
-        of ``taketurns.start_owned`` from ``ServedHarness.containment``)."""
+        of ``taketurns.harness.start_owned`` from ``ServedHarness.containment``)."""
         with stderr_path.open("wb") as stderr:  # closed once spawned: the child has a copy
             owned = await start_owned(
                 list(command),
@@ -126,7 +126,7 @@ class ProgramProcess:
 
     async def aclose(self) -> None:
         """Kill the program's whole tree, reap it and close the pipes; shielded and
-        bounded (``taketurns.OwnedProcess.aclose``)."""
+        bounded (``taketurns.harness.OwnedProcess.aclose``)."""
         await self.owned.aclose()
 
     def stderr_tail(self, chars: int, secret: str) -> str:

@@ -16,7 +16,8 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 
-from taketurns import Message, Prompt, Rollout, messages_to_wire
+from taketurns import Message
+from taketurns.harness import Prompt, Rollout, messages_to_wire
 from taketurns.harnesses.program import ProgramHarness, write_file
 
 DEFAULT_COMMAND = (sys.executable, "-m", "taketurns.harnesses.programs.stateful")

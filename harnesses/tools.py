@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from taketurns import AssistantMessage, Harness, Message, Prompt, Rollout, ToolMessage, as_tools
+from taketurns import AssistantMessage, Message, ToolMessage
+from taketurns.harness import Harness, Prompt, Rollout, as_tools
 
 
 class ToolsHarness(Harness):

@@ -10,7 +10,7 @@ from typing import Any
 import trio
 from scripted import ScriptedModel
 
-from taketurns import ModelRequest, ModelResponse
+from taketurns.harness import ModelRequest, ModelResponse
 
 
 def leftovers(root: Path) -> list[str]:

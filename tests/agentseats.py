@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from taketurns import InterceptionServer, open_interception_server
+from taketurns.http import InterceptionServer, open_interception_server
 
 
 @pytest.fixture(autouse=True)

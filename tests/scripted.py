@@ -1,5 +1,5 @@
 """Test doubles, injected only through public interfaces: the harnesses subclass
-``taketurns.Harness``; ``ScriptedModel`` and ``Sleep`` come from ``taketurns.testing``
+``taketurns.harness.Harness``; ``ScriptedModel`` and ``Sleep`` come from ``taketurns.testing``
 (re-exported here for the tests)."""
 
 from __future__ import annotations
@@ -13,19 +13,14 @@ from taketurns import (
     Agent,
     AgentConfig,
     AssistantMessage,
-    Harness,
     Limits,
     Message,
-    ModelClient,
-    Prompt,
-    Rollout,
     Rubric,
     Timeouts,
-    ToolCall,
     ToolMessage,
     UserMessage,
-    text_of,
 )
+from taketurns.harness import Harness, ModelClient, Prompt, Rollout, ToolCall, text_of
 from taketurns.testing import USAGE, ScriptedModel, Sleep  # noqa: F401 - re-exported for the tests
 
 TOOLS = ({"type": "function", "function": {"name": "lookup", "parameters": {}}},)

@@ -16,7 +16,8 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from taketurns import ChatSession, Endpoint, Prompt, Rollout, ServedHarness
+from taketurns import ChatSession
+from taketurns.harness import Endpoint, Prompt, Rollout, ServedHarness
 
 
 class HoldingHarness(ServedHarness):

@@ -19,17 +19,10 @@ from agentseats import scratch_root, server  # noqa: F401 - fixtures
 from procs import marked
 from scripted import ScriptedModel, Sleep, tool_call
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    ConfigError,
-    InterceptionServer,
-    Limits,
-    Task,
-    ToolMessage,
-    text_of,
-)
+from taketurns import Agent, AgentConfig, ConfigError, Limits, Task, ToolMessage
 from taketurns._exchange.agent import make_harness
+from taketurns.harness import text_of
+from taketurns.http import InterceptionServer
 
 ADAPTERS = {"codex": "codex-acp", "claude": "claude-agent-acp"}
 LIMIT = 90  # seconds: claude-agent-acp takes several seconds to start

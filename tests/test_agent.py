@@ -23,23 +23,18 @@ from taketurns import (
     Agent,
     AgentConfig,
     Agents,
-    AgentStamp,
-    BuiltinModel,
     ConfigError,
-    EpisodeInfo,
-    Harness,
     HarnessError,
     Message,
     ModelEndpointError,
-    NullHarness,
-    Rollout,
     Sampling,
     SessionOver,
     Task,
     TurnError,
     UserMessage,
-    can_chat,
 )
+from taketurns.harness import AgentStamp, EpisodeInfo, Harness, NullHarness, Rollout, can_chat
+from taketurns.testing import BuiltinModel
 
 PROMPTED = Task(0, "prompted", prompt="What is two plus two?")
 OPEN = Task(1, "open")

@@ -18,9 +18,10 @@ from agentseats import scratch_root, server  # noqa: F401 - fixtures
 from scripted import Sleep
 from test_agent_clis import LIMIT, Shim, agent
 
-from taketurns import Agent, AgentConfig, InterceptionServer, Task
+from taketurns import Agent, AgentConfig, Task
 from taketurns._exchange.agent import make_harness
 from taketurns.envs.kuhn import ask_text, rules_prompt
+from taketurns.http import InterceptionServer
 
 
 def cmdlines() -> dict[int, bytes]:

@@ -21,21 +21,12 @@ from httpservers import serve_app
 from scripted import USAGE, ScriptedModel, tool_call
 from test_agent_clis import LIMIT, Shim, agent
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    AssistantMessage,
-    InterceptionServer,
-    McpServer,
-    ModelResponse,
-    Task,
-    ToolMessage,
-    open_mcp_servers,
-    text_of,
-)
+from taketurns import Agent, AgentConfig, AssistantMessage, Task, ToolMessage
 from taketurns._exchange.agent import make_harness
 from taketurns.envs.mcp_counter import make_server
+from taketurns.harness import McpServer, ModelResponse, open_mcp_servers, text_of
 from taketurns.harnesses.agent_mcp import claude_mcp_config, codex_mcp_args
+from taketurns.http import InterceptionServer
 
 # the name each agent gives the model for server "counter"'s tool "bump"
 TOOL_NAME = {

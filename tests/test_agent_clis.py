@@ -30,7 +30,6 @@ from taketurns import (
     Agent,
     AgentConfig,
     ConfigError,
-    InterceptionServer,
     Limits,
     ModelEndpointError,
     Task,
@@ -38,10 +37,11 @@ from taketurns import (
     ToolMessage,
     UserMessage,
     read_episodes,
-    text_of,
 )
 from taketurns._cli.main import main
 from taketurns._exchange.agent import make_harness
+from taketurns.harness import text_of
+from taketurns.http import InterceptionServer
 
 AGENTS = {"codex": "codex", "claude-code": "claude", "opencode": "opencode"}
 LIMIT = 60  # seconds: each segment starts a native agent binary

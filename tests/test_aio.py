@@ -23,7 +23,6 @@ import trio_asyncio
 from taketurns import (
     AgentConfig,
     Agents,
-    AsyncioCancelled,
     Env,
     EnvConfig,
     EvalConfig,
@@ -32,10 +31,11 @@ from taketurns import (
     Trace,
     read_episodes,
     reward,
-    run_asyncio,
     run_eval,
 )
 from taketurns._eval.aio import open_asyncio_host
+from taketurns.errors import AsyncioCancelled
+from taketurns.harness import run_asyncio
 
 
 async def _echo(stream: trio.SocketStream) -> None:

@@ -21,19 +21,15 @@ from taketurns import (
     AssistantMessage,
     EnvConfig,
     Limits,
-    ModelClient,
     ModelEndpointError,
-    ModelRequest,
-    ModelResponse,
     Task,
     Trace,
     UserMessage,
-    env_registry,
-    text_of,
 )
 from taketurns._cli.main import main
 from taketurns.envs import alphabet_sort_rules as rules
 from taketurns.envs.alphabet_sort import SYSTEM_PROMPT, AlphabetSort, AlphabetSortConfig
+from taketurns.harness import ModelClient, ModelRequest, ModelResponse, env_registry, text_of
 
 MARK = "// new name!"
 

@@ -26,19 +26,21 @@ from taketurns import (
     AssistantMessage,
     ConfigError,
     Episode,
+    Task,
+    ToolMessage,
+    Trace,
+    UserMessage,
+)
+from taketurns._cli.main import main
+from taketurns.harness import (
     EpisodeInfo,
     ModelClient,
     ModelRequest,
     ModelResponse,
-    Task,
     ToolCall,
-    ToolMessage,
-    Trace,
-    UserMessage,
-    run_episode,
     text_of,
 )
-from taketurns._cli.main import main
+from taketurns.testing import run_episode
 
 # a missing dependency fails, naming it (never a skip): .ci/run installs BFCL
 if importlib.util.find_spec("bfcl_eval") is None:

@@ -16,24 +16,12 @@ from agentseats import scratch_root, server  # noqa: F401 - fixtures
 from test_agent_clis import LIMIT, Shim
 from test_bfcl import MORE, _tool_call
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    AssistantMessage,
-    Episode,
-    EpisodeInfo,
-    InterceptionServer,
-    ModelClient,
-    ModelRequest,
-    ModelResponse,
-    ToolMessage,
-    Trace,
-    UserMessage,
-    run_episode,
-    text_of,
-)
+from taketurns import Agent, AgentConfig, AssistantMessage, Episode, ToolMessage, Trace, UserMessage
 from taketurns._exchange.agent import make_harness
 from taketurns.envs.bfcl import BfclConfig, BfclMultiTurn
+from taketurns.harness import EpisodeInfo, ModelClient, ModelRequest, ModelResponse, text_of
+from taketurns.http import InterceptionServer
+from taketurns.testing import run_episode
 
 PREFIX = "mcp__bfcl__"  # how both agents name server "bfcl"'s tools to the model
 

@@ -15,17 +15,14 @@ from taketurns import (
     AssistantMessage,
     Limits,
     ModelEndpointError,
-    ModelResponse,
     Reply,
-    RolloutStopped,
     Sampling,
     Task,
-    ToolCall,
-    Usage,
     UserMessage,
     stop,
-    text_of,
 )
+from taketurns.errors import RolloutStopped
+from taketurns.harness import ModelResponse, ToolCall, Usage, text_of
 
 PROMPTED = Task(0, prompt="Use the tool.")
 ENDLESS = [tool_call(f"c{i}") for i in range(20)]  # a model that never stops calling tools

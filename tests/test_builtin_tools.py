@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
-from taketurns import AssistantMessage, ModelRequest, ToolCall, ToolMessage, UserMessage
+from taketurns import AssistantMessage, ToolMessage, UserMessage
 from taketurns._models.builtin import BuiltinModel
+from taketurns.harness import ModelRequest, ToolCall
 
 
 def schema(name: str, *params: str) -> dict[str, object]:

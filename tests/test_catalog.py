@@ -59,7 +59,7 @@ def test_eval_help_states_the_defaults(capsys: pytest.CaptureFixture[str]) -> No
         "tasks to run (default: 10)",
         "rollouts of each task (default: 1)",
         "episodes at once (default: 32)",
-        "(default: builtin/bracket)",
+        "(default: the env's default for each role, else builtin/bracket)",
         "(default: OPENAI_API_KEY)",
         "--request-timeout S",
         "(default: 600)",

@@ -19,15 +19,8 @@ from scripted import CloseRecordingHarness, ToolLoopHarness, make_agent
 
 from taketurns import (
     ChatSession,
-    Harness,
-    ModelClient,
     ModelEndpointError,
-    ModelRequest,
-    ModelResponse,
-    Prompt,
-    Rollout,
     SessionClosed,
-    SessionError,
     SessionOver,
     Task,
     Timeouts,
@@ -35,6 +28,8 @@ from taketurns import (
     TurnError,
     stop,
 )
+from taketurns.errors import SessionError
+from taketurns.harness import Harness, ModelClient, ModelRequest, ModelResponse, Prompt, Rollout
 
 TASK = Task(0, "t", prompt="hi")
 SCORING_S = 0.3

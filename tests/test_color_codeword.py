@@ -26,29 +26,31 @@ from taketurns import (
     AssistantMessage,
     EnvConfig,
     Episode,
-    EpisodeInfo,
-    ImagePart,
     Limits,
     Message,
-    ModelClient,
     ModelEndpointError,
-    ModelRequest,
-    ModelResponse,
-    OpenAIClient,
     SystemMessage,
     Task,
-    TextPart,
     Trace,
     UserMessage,
-    env_registry,
-    messages_to_wire,
-    run_episode,
-    text_of,
 )
 from taketurns._cli.main import main
 from taketurns._output.records import dumps_episode, loads_episode
 from taketurns.envs import color_codeword_rules as rules
 from taketurns.envs.color_codeword import ColorCodeword, ColorCodewordConfig
+from taketurns.harness import (
+    EpisodeInfo,
+    ImagePart,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    env_registry,
+    messages_to_wire,
+    text_of,
+)
+from taketurns.http import OpenAIClient
+from taketurns.testing import run_episode
 
 PREFIX = "data:image/png;base64,"
 

@@ -33,16 +33,10 @@ from agentprocs import leftovers
 from agentseats import scratch_root, server  # noqa: F401 - fixtures
 from procs import marked as any_marked
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    InterceptionServer,
-    Task,
-    Timeouts,
-    read_episodes,
-)
+from taketurns import Agent, AgentConfig, Task, Timeouts, read_episodes
 from taketurns._cli.main import main
 from taketurns.harnesses.program import ProgramHarness
+from taketurns.http import InterceptionServer
 
 PROBE = Path(__file__).with_name("probe.py")
 LIMIT = 60
@@ -417,8 +411,9 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
 ) -> None:
     from scripted import ScriptedModel
 
-    from taketurns import ToolMessage, text_of
+    from taketurns import ToolMessage
     from taketurns._exchange.agent import make_harness
+    from taketurns.harness import text_of
 
     mark = uuid.uuid4().hex
     other = scratch_root / "taketurns-opponent"  # another rollout's scratch, with a card
@@ -480,8 +475,9 @@ async def test_an_agent_clis_own_mcp_server_runs_in_its_sandbox_and_dies_with_it
 ) -> None:
     from scripted import ScriptedModel, tool_call
 
-    from taketurns import McpServer, ToolMessage, open_mcp_servers, text_of
+    from taketurns import ToolMessage
     from taketurns._exchange.agent import make_harness
+    from taketurns.harness import McpServer, open_mcp_servers, text_of
 
     mark = uuid.uuid4().hex
     counter = McpServer(
@@ -572,8 +568,10 @@ async def test_kuhn_codex_against_claude_code_probing_through_their_shells(
     written its session): check, bet, fold. A host process holds a secret in its
     environment. No probe reads the opponent's card or the secret, writes outside,
     connects, or leaves a process; no scratch is left."""
-    from taketurns import Episode, ToolMessage, run_episode, text_of
+    from taketurns import Episode, ToolMessage
     from taketurns.envs.kuhn import KuhnConfig, KuhnPoker
+    from taketurns.harness import text_of
+    from taketurns.testing import run_episode
 
     mark = uuid.uuid4().hex
     canary = f"tt-host-canary-{mark}"

@@ -38,19 +38,16 @@ from taketurns import (
     Env,
     EnvConfig,
     Episode,
-    EpisodeInfo,
     ModelEndpointError,
-    ModelRequest,
-    ModelResponse,
     Rubric,
     SessionClosed,
     SessionOver,
-    SessionState,
     Task,
     Trace,
     reward,
-    run_episode,
 )
+from taketurns.harness import EpisodeInfo, ModelRequest, ModelResponse, SessionState
+from taketurns.testing import run_episode
 
 EXAMPLES = 1000
 DEADLOCK = 100_000.0  # virtual seconds: far beyond any program's own sleeps

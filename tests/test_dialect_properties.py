@@ -10,10 +10,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from taketurns import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
+from taketurns import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 from taketurns._http.anthropic import parse_messages_body
 from taketurns._http.dialect import words
 from taketurns._http.responses import parse_responses_body
+from taketurns.harness import ToolCall
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
 names = st.sampled_from(["lookup", "weather", "exec_command"])

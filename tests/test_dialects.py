@@ -23,22 +23,18 @@ from taketurns import (
     Agent,
     AgentConfig,
     AssistantMessage,
-    BuiltinModel,
     ChatSession,
-    Endpoint,
-    ImagePart,
-    InterceptionServer,
     Limits,
     ModelEndpointError,
     SystemMessage,
     Task,
-    TextPart,
-    ToolCall,
     ToolMessage,
     UserMessage,
-    open_interception_server,
 )
 from taketurns._http.server import serve
+from taketurns.harness import Endpoint, ImagePart, TextPart, ToolCall
+from taketurns.http import InterceptionServer, open_interception_server
+from taketurns.testing import BuiltinModel
 
 T = TypeVar("T")
 C = TypeVar("C")

@@ -10,7 +10,7 @@ import hypothesis.strategies as st
 from hypothesis import given
 from rich.console import Console
 
-from taketurns import AssistantMessage, Task, Trace, UserMessage, trace_samples
+from taketurns import AssistantMessage, Task, Trace, UserMessage
 from taketurns._exchange.divergence import (
     RUN,
     TokenSequence,
@@ -19,6 +19,7 @@ from taketurns._exchange.divergence import (
 )
 from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Turn
 from taketurns._output.summary import Summarizer, digest, render
+from taketurns.train import trace_samples
 
 ids = st.lists(st.integers(0, 50), max_size=12)
 

@@ -28,19 +28,17 @@ from taketurns import (
     Env,
     EnvConfig,
     Episode,
-    EpisodeInfo,
-    ModelClient,
-    OpenAIClient,
     Task,
     Timeouts,
     Trace,
-    open_interception_server,
     read_episodes,
-    run_episode,
 )
 from taketurns._cli.main import main
 from taketurns.envs.kuhn import KuhnConfig, KuhnPoker
+from taketurns.harness import EpisodeInfo, ModelClient
 from taketurns.harnesses.program import ProgramHarness
+from taketurns.http import OpenAIClient, open_interception_server
+from taketurns.testing import run_episode
 
 PROMPTED = Task(0, "prompted", prompt="What is two plus two?")
 

@@ -12,22 +12,10 @@ import pytest
 import trio
 import trio.testing
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    Agents,
-    AgentStamp,
-    EnvConfig,
-    Episode,
-    EpisodeInfo,
-    ErrorInfo,
-    SessionState,
-    Task,
-    Trace,
-    reward,
-    run_episode,
-)
+from taketurns import Agent, AgentConfig, Agents, EnvConfig, Episode, Task, Trace, reward
 from taketurns import Env as BaseEnv
+from taketurns.harness import AgentStamp, EpisodeInfo, ErrorInfo, SessionState
+from taketurns.testing import run_episode
 
 Script = Callable[[Task, Agents], Awaitable[None]]
 

@@ -1,6 +1,8 @@
-"""The public surface: ``taketurns.__all__`` is sorted, complete and resolvable; every
-module's own ``__all__`` resolves; implementation modules are private (STYLE.md
-item 2), and the only public submodules are the deliberate ones."""
+"""The public surface, in tiers (issue 28): each public module's ``__all__`` is pinned
+here, complete and resolvable, and each name has one home (the everyday errors are
+also in the whole tree, ``taketurns.errors``); every module's own ``__all__``
+resolves; implementation modules are private (STYLE.md item 2), and the only public
+submodules are the deliberate ones."""
 
 from __future__ import annotations
 
@@ -8,44 +10,155 @@ import importlib
 import inspect
 import pkgutil
 import re
+import subprocess
+import sys
 
 import pytest
 
 import taketurns
 
-PUBLIC_SUBMODULES = {"taketurns.testing", "taketurns.envs", "taketurns.harnesses"}
+PUBLIC_SUBMODULES = {
+    "taketurns.envs",
+    "taketurns.errors",
+    "taketurns.harness",
+    "taketurns.harnesses",
+    "taketurns.http",
+    "taketurns.report",
+    "taketurns.testing",
+    "taketurns.train",
+}
+
+# Every public module's ``__all__``, pinned: a name joins or leaves a tier on purpose.
+TIERS: dict[str, list[str]] = {
+    # what an env author and an eval user write with
+    "taketurns": [
+        *("Agent", "AgentConfig", "Agents", "AssistantMessage", "ChatSession", "ConfigError"),
+        *("Env", "EnvConfig", "Episode", "EvalConfig", "EvalRun", "HarnessError"),
+        *("Interrupted", "Judge", "JudgeConfig", "Limits", "Message", "ModelEndpointError"),
+        *("OptionError", "Reply", "Resources", "Rubric", "RunDir", "Sampling"),
+        *("SessionClosed", "SessionOver", "SystemMessage", "TaketurnsError", "Task"),
+        *("Taskset", "TasksetConfig", "TasksetEnv", "Timeouts", "Tool", "ToolMessage"),
+        *("Trace", "TurnError", "UserMessage", "is_failure", "load_eval_config", "metric"),
+        *("open_rollouts", "read_episodes", "register_env", "register_taskset", "reward"),
+        *("run_eval", "stop"),
+    ],
+    "taketurns.errors": [
+        *("AsyncioCancelled", "BadRequest", "ConfigError", "HarnessError", "Interrupted"),
+        *("ModelEndpointError", "ModelServerError", "OptionError", "OutputError"),
+        *(
+            "ReplayDiverged",
+            "RolloutStopped",
+            "ScoringError",
+            "SessionClosed",
+            "SessionError",
+            "SessionOver",
+        ),
+        *("TaketurnsError", "ToolArgumentError", "TurnError", "WorkerDied", "WorkerError"),
+        "WorkerLost",
+    ],
+    "taketurns.harness": [
+        *("AgentStamp", "Captured", "Endpoint", "EpisodeInfo", "ErrorInfo", "Harness"),
+        *("ImagePart", "JudgeCall", "McpConnection", "McpServer", "McpTool", "ModelClient"),
+        *("ModelRequest", "ModelResponse", "NullHarness", "OwnedProcess", "Prompt"),
+        *("Rollout", "Sandbox", "ServedHarness", "SessionState", "TextPart", "ToolCall"),
+        *("Turn", "TurnReward", "Usage", "as_tools", "at_least", "can_chat", "env_registry"),
+        *("from_wire", "harness_registry", "int_between", "messages_from_wire"),
+        *("messages_to_wire", "one_of", "open_mcp_servers", "open_taskset", "parse_verdict"),
+        *("roles_of", "run_asyncio", "run_owned", "start_owned", "taskset_registry"),
+        *("text_of", "to_wire", "tool_schema"),
+    ],
+    "taketurns.http": [
+        *("AnthropicMessages", "ChatCompletions", "Dialect", "EndpointState", "Failure"),
+        *("InterceptionServer", "OpenAIClient", "Parsed", "Responses"),
+        *("open_interception_server", "serve"),
+    ],
+    "taketurns.train": [
+        *("Group", "GroupStream", "RolloutSource", "Sample", "TraceAdvantage", "TurnTokens"),
+        *("episode_samples", "export_samples", "group_advantages", "make_group"),
+        *("trace_samples", "turn_tokens"),
+    ],
+    "taketurns.report": [
+        *("Figure", "Section", "Series", "bar_chart", "details", "esc", "histogram", "num"),
+        "table",
+    ],
+    "taketurns.testing": [
+        *("USAGE", "BuiltinModel", "ReplayDivergence", "ReplayResult", "ScriptedModel"),
+        *("Sleep", "replay_episode", "run_episode"),
+    ],
+}
+FACES = sorted(TIERS)
+# the built-in plugins' packages export nothing themselves: their modules do
+PLUGIN_PACKAGES = ("taketurns.envs", "taketurns.harnesses")
 
 
-def test_all_is_sorted_without_duplicates() -> None:
+@pytest.mark.parametrize("face", FACES)
+def test_each_public_modules_all_is_pinned(face: str) -> None:
+    assert importlib.import_module(face).__all__ == TIERS[face]
+    assert len(set(TIERS[face])) == len(TIERS[face])
+
+
+def test_the_top_level_is_a_list_a_reader_can_hold() -> None:
+    assert len(taketurns.__all__) <= 48
     assert taketurns.__all__ == sorted(taketurns.__all__)
-    assert len(set(taketurns.__all__)) == len(taketurns.__all__)
+    for package in PLUGIN_PACKAGES:
+        assert not hasattr(importlib.import_module(package), "__all__"), package
 
 
-def test_the_programmatic_eval_and_the_core_nouns_are_exported() -> None:
-    wanted = {"Agent", "Env", "Task", "reward", "run_eval", "load_eval_config", "RunDir"}
-    assert wanted <= set(taketurns.__all__)
-    assert {"read_episodes", "EvalRun", "Interrupted", "NullHarness"} <= set(taketurns.__all__)
+def test_each_name_has_one_home_but_the_everyday_errors() -> None:
+    homes: dict[str, list[str]] = {}
+    for face, names in TIERS.items():
+        for name in names:
+            homes.setdefault(name, []).append(face)
+    twice = {name: faces for name, faces in homes.items() if len(faces) > 1}
+    # the errors taketurns itself exports are also in the whole tree, and only they
+    assert twice == {
+        name: ["taketurns", "taketurns.errors"]
+        for name in TIERS["taketurns"]
+        if name in TIERS["taketurns.errors"]
+    }
 
 
-@pytest.mark.parametrize("name", taketurns.__all__)
-def test_every_exported_name_resolves(name: str) -> None:
-    value = getattr(taketurns, name)  # lazily imported names resolve too
+@pytest.mark.parametrize(("face", "name"), [(face, name) for face in FACES for name in TIERS[face]])
+def test_every_exported_name_resolves(face: str, name: str) -> None:
+    value = getattr(importlib.import_module(face), name)  # lazily imported names too
     if inspect.isclass(value) or inspect.isfunction(value):
         assert value.__module__.startswith("taketurns."), f"{name} is from {value.__module__}"
+        assert value.__module__ != face or face == "taketurns.testing", (
+            f"{face}.{name}: define it in a private module, re-export it here"
+        )
 
 
-def test_everything_public_at_the_top_is_exported() -> None:
+@pytest.mark.parametrize("face", FACES)
+def test_everything_public_in_a_public_module_is_exported(face: str) -> None:
+    module = importlib.import_module(face)
     public = {
         name
-        for name, value in vars(taketurns).items()
-        if not name.startswith("_") and not inspect.ismodule(value)
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and not inspect.ismodule(value)
+        # testing defines its doubles itself: what it imports to do so is not exported
+        and (face != "taketurns.testing" or getattr(value, "__module__", None) == face)
     }
-    assert public <= set(taketurns.__all__), sorted(public - set(taketurns.__all__))
+    assert public <= set(module.__all__), sorted(public - set(module.__all__))
 
 
-def test_an_unknown_name_is_an_attribute_error() -> None:
-    with pytest.raises(AttributeError, match="no_such_name"):
-        _ = taketurns.no_such_name
+def test_the_in_process_tiers_do_not_load_the_http_stack_or_the_runner() -> None:
+    probe = (
+        "import sys, taketurns, taketurns.errors, taketurns.harness, taketurns.testing\n"
+        "import taketurns.train\n"
+        "print(sorted(m for m in ('hypercorn', 'quart', 'quart_trio', 'rich', 'pyarrow',"
+        " 'taketurns._runner') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "face", ["taketurns", "taketurns.harness", "taketurns.train", "taketurns.testing"]
+)
+def test_an_unknown_name_is_an_attribute_error(face: str) -> None:
+    with pytest.raises(AttributeError, match=f"module '{face}' has no attribute 'no_such_name'"):
+        _ = importlib.import_module(face).no_such_name
 
 
 def _walk(package: str) -> set[str]:
@@ -121,11 +234,21 @@ def _drawn_tree() -> dict[str, str]:
 
 
 def _exported_errors() -> dict[str, type[BaseException]]:
-    return {
-        name: value
-        for name in taketurns.__all__
-        if inspect.isclass(value := getattr(taketurns, name)) and issubclass(value, BaseException)
-    }
+    """Every exception class a public module exports, by name."""
+    found: dict[str, type[BaseException]] = {}
+    for face in FACES:
+        module = importlib.import_module(face)
+        for name in TIERS[face]:
+            value = getattr(module, name)
+            if inspect.isclass(value) and issubclass(value, BaseException):
+                assert found.setdefault(name, value) is value, name
+    return found
+
+
+def test_the_errors_module_holds_the_whole_tree() -> None:
+    import taketurns.errors
+
+    assert set(_exported_errors()) == set(taketurns.errors.__all__)
 
 
 def test_the_drawn_error_tree_is_the_exported_one() -> None:

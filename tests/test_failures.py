@@ -13,9 +13,10 @@ from pathlib import Path
 
 import orjson
 
-from taketurns import ErrorInfo, read_episodes
+from taketurns import read_episodes
 from taketurns._exchange.tracebacks import MAX_TRACEBACK_CHARS, format_traceback, where
 from taketurns._output.records import loads_episode
+from taketurns.harness import ErrorInfo
 
 BUGGY = Path(__file__).with_name("buggyenv.py")
 

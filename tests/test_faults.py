@@ -30,16 +30,9 @@ from pairenv import Ledger, PairConfig, PairEnv, check_run, summary_of
 from procs import children, marked, scratch_dirs
 
 import taketurns._models.openai
-from taketurns import (
-    AgentConfig,
-    EvalConfig,
-    OpenAIClient,
-    RunDir,
-    Timeouts,
-    read_episodes,
-    run_eval,
-)
+from taketurns import AgentConfig, EvalConfig, RunDir, Timeouts, read_episodes, run_eval
 from taketurns._cli.main import main
+from taketurns.http import OpenAIClient
 
 LIMIT = 60
 

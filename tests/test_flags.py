@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from taketurns import ModelEndpointError, OpenAIClient, read_episodes
+from taketurns import ModelEndpointError, read_episodes
 from taketurns._cli.main import main
 from taketurns._models.messages import UserMessage
 from taketurns._models.model import ModelRequest
+from taketurns.http import OpenAIClient
 
 
 @pytest.fixture

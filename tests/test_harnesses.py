@@ -31,13 +31,8 @@ from taketurns import (
     Agent,
     AgentConfig,
     AssistantMessage,
-    Harness,
-    InterceptionServer,
     Limits,
-    ModelClient,
     ModelEndpointError,
-    ModelRequest,
-    ModelResponse,
     RunDir,
     SessionOver,
     SystemMessage,
@@ -46,20 +41,26 @@ from taketurns import (
     ToolMessage,
     UserMessage,
     load_eval_config,
-    messages_from_wire,
-    open_interception_server,
     read_episodes,
     run_eval,
-    text_of,
 )
 from taketurns._cli.main import main
 from taketurns._eval.plan import Plan, make_env
 from taketurns.envs.kuhn import KuhnConfig
+from taketurns.harness import (
+    Harness,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    messages_from_wire,
+    text_of,
+)
 from taketurns.harnesses.program import ProgramHarness
 from taketurns.harnesses.program_pool import ProgramPool
 from taketurns.harnesses.program_process import ProgramProcess
 from taketurns.harnesses.stateful import StatefulHarness
 from taketurns.harnesses.tools import ToolsHarness
+from taketurns.http import InterceptionServer, open_interception_server
 
 # Generous: each segment starts a Python process.
 LIMIT = 30

@@ -21,22 +21,16 @@ from taketurns import (
     Agent,
     AgentConfig,
     ChatSession,
-    Endpoint,
-    InterceptionServer,
     Limits,
-    ModelClient,
     ModelEndpointError,
-    ModelRequest,
-    ModelResponse,
-    OpenAIClient,
     Rubric,
     Sampling,
     Task,
     Trace,
-    open_interception_server,
     stop,
-    text_of,
 )
+from taketurns.harness import Endpoint, ModelClient, ModelRequest, ModelResponse, text_of
+from taketurns.http import InterceptionServer, OpenAIClient, open_interception_server
 
 HELLO = {"messages": [{"role": "user", "content": "hello"}]}
 RETRY = {"x-stainless-retry-count": "1"}

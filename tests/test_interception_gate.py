@@ -18,16 +18,9 @@ import trio
 from scripted import ScriptedModel, Sleep
 from segments import HoldingHarness, held_segment
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    EndpointState,
-    InterceptionServer,
-    Limits,
-    Task,
-    open_interception_server,
-)
+from taketurns import Agent, AgentConfig, Limits, Task
 from taketurns.harnesses.program import ProgramHarness
+from taketurns.http import EndpointState, InterceptionServer, open_interception_server
 
 LIMIT = 60
 HELLO = {"messages": [{"role": "user", "content": "hello"}]}

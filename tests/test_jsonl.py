@@ -9,21 +9,10 @@ from typing import Any
 
 import pytest
 
-from taketurns import (
-    AgentStamp,
-    AssistantMessage,
-    ConfigError,
-    EpisodeInfo,
-    SystemMessage,
-    Task,
-    TextPart,
-    Trace,
-    UserMessage,
-    open_taskset,
-    taskset_registry,
-)
+from taketurns import AssistantMessage, ConfigError, SystemMessage, Task, Trace, UserMessage
 from taketurns._cli.main import main
 from taketurns.envs.jsonl import JsonlConfig, JsonlTaskset, load_tasks, normalize
+from taketurns.harness import AgentStamp, EpisodeInfo, TextPart, open_taskset, taskset_registry
 
 
 def write(path: Path, *rows: Any) -> Path:

@@ -22,19 +22,15 @@ from taketurns import (
     AssistantMessage,
     ConfigError,
     Judge,
-    ModelClient,
-    ModelRequest,
-    ModelResponse,
     Task,
     Timeouts,
     load_eval_config,
-    open_taskset,
-    parse_verdict,
 )
 from taketurns._cli.main import main
 from taketurns._config.registry import envs
 from taketurns._eval.plan import make_env, preflight
 from taketurns._output.records import loads_episode, read_episodes
+from taketurns.harness import ModelClient, ModelRequest, ModelResponse, open_taskset, parse_verdict
 
 
 @pytest.mark.parametrize(

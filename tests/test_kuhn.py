@@ -17,22 +17,24 @@ from taketurns import (
     AssistantMessage,
     EnvConfig,
     Episode,
-    EpisodeInfo,
     Limits,
-    ModelClient,
     ModelEndpointError,
-    ModelRequest,
-    ModelResponse,
     SystemMessage,
     Task,
     Trace,
     UserMessage,
-    env_registry,
-    run_episode,
-    text_of,
 )
 from taketurns.envs import kuhn_rules as rules
 from taketurns.envs.kuhn import KuhnConfig, KuhnPoker, ask_text
+from taketurns.harness import (
+    EpisodeInfo,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    env_registry,
+    text_of,
+)
+from taketurns.testing import run_episode
 
 PAIRS = list(itertools.permutations(rules.CARDS, 2))
 

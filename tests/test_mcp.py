@@ -17,24 +17,20 @@ import trio
 from httpservers import serve_app
 from procs import marked
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    AssistantMessage,
-    ConfigError,
+from taketurns import Agent, AgentConfig, AssistantMessage, ConfigError, HarnessError
+from taketurns._cli.main import main
+from taketurns._output.records import read_episodes
+from taketurns.envs.mcp_counter import make_server
+from taketurns.harness import (
     EpisodeInfo,
-    HarnessError,
     McpServer,
     ModelRequest,
     ModelResponse,
     ToolCall,
-    open_interception_server,
     open_mcp_servers,
     open_taskset,
 )
-from taketurns._cli.main import main
-from taketurns._output.records import read_episodes
-from taketurns.envs.mcp_counter import make_server
+from taketurns.http import open_interception_server
 from taketurns.testing import ScriptedModel
 
 FAULTY = str(Path(__file__).with_name("mcp_faulty.py"))

@@ -12,18 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from taketurns import (
-    AssistantMessage,
-    ImagePart,
-    Message,
-    SystemMessage,
-    Task,
-    TextPart,
-    ToolCall,
-    ToolMessage,
-    UserMessage,
-    text_of,
-)
+from taketurns import AssistantMessage, Message, SystemMessage, Task, ToolMessage, UserMessage
 from taketurns._models.wire import (
     from_wire,
     messages_from_wire,
@@ -33,6 +22,7 @@ from taketurns._models.wire import (
     to_wire,
     tool_calls_to_wire,
 )
+from taketurns.harness import ImagePart, TextPart, ToolCall, text_of
 
 PICTURE = "data:image/png;base64,iVBORw0KGgo="
 

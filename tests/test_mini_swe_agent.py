@@ -14,17 +14,10 @@ from agentprocs import leftovers
 from agentseats import scratch_root, server  # noqa: F401 - fixtures
 from scripted import ScriptedModel, tool_call
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    HarnessError,
-    InterceptionServer,
-    Limits,
-    Task,
-    ToolMessage,
-    text_of,
-)
+from taketurns import Agent, AgentConfig, HarnessError, Limits, Task, ToolMessage
 from taketurns._exchange.agent import make_harness
+from taketurns.harness import text_of
+from taketurns.http import InterceptionServer
 
 LIMIT = 120  # seconds: importing litellm takes a while on a loaded machine
 

@@ -25,10 +25,10 @@ import pytest
 import trio
 from procs import children, marked
 
-from taketurns import ModelServerError
 from taketurns._cli.main import main
 from taketurns._errors import ConfigError
 from taketurns._models.server import ModelServer, parse_command
+from taketurns.errors import ModelServerError
 
 SERVE = f"{shlex.quote(sys.executable)} -m taketurns serve --host 127.0.0.1 --port {{port}}"
 

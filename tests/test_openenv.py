@@ -32,20 +32,16 @@ from taketurns import (
     AgentConfig,
     ConfigError,
     Episode,
-    EpisodeInfo,
-    ModelClient,
     ModelEndpointError,
     OptionError,
     Trace,
-    env_registry,
-    run_episode,
-    text_of,
 )
 from taketurns._cli.main import main
 from taketurns.envs.openenv import OpenEnv, OpenEnvConfig
 from taketurns.envs.openenv_actions import ActionSchema, InvalidReply, parse_action
 from taketurns.envs.openenv_client import OpenEnvError, ServerProcess
-from taketurns.testing import BuiltinModel, ScriptedModel
+from taketurns.harness import EpisodeInfo, ModelClient, env_registry, text_of
+from taketurns.testing import BuiltinModel, ScriptedModel, run_episode
 
 # a missing dependency fails, naming it (never a skip); openenv-core is only looked
 # up here (importing it takes ~20 s: the server process does that)

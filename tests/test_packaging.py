@@ -222,22 +222,115 @@ def test_the_core_never_imports_the_built_in_envs_or_harnesses() -> None:
         assert not bad, f"{module} imports {sorted(bad)}"
 
 
+# what a plugin may import of taketurns: the public tiers (not the test doubles)
+PLUGIN_API = {
+    "taketurns",
+    "taketurns.errors",
+    "taketurns.harness",
+    "taketurns.http",
+    "taketurns.report",
+    "taketurns.train",
+}
+
+
+def _beyond_the_api(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a built-in env or harness that reach past the public tiers."""
+    plugins = ("taketurns.envs", "taketurns.harnesses")
+    return sorted(
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        if module.startswith(plugins)
+        for dep in deps
+        if dep.startswith("taketurns") and not dep.startswith(plugins) and dep not in PLUGIN_API
+    )
+
+
 def test_built_in_envs_and_harnesses_use_only_the_public_api() -> None:
-    graph = _graph()
-    for module in sorted(graph):
-        if not module.startswith(("taketurns.envs", "taketurns.harnesses")):
-            continue
-        private = {
-            d
-            for d in graph[module]
-            if d.startswith("taketurns._") or d.startswith("taketurns.testing")
-        }
-        assert not private, f"{module} imports private modules {sorted(private)}"
+    toy = {
+        "taketurns.envs.k": {"taketurns", "taketurns.harness", "taketurns.envs.kuhn_rules"},
+        "taketurns.harnesses.h": {"taketurns._exchange.harness", "taketurns.testing"},
+    }
+    assert _beyond_the_api(toy) == [
+        "taketurns.harnesses.h -> taketurns._exchange.harness",
+        "taketurns.harnesses.h -> taketurns.testing",
+    ]
+    assert _beyond_the_api(_graph()) == []
 
 
 def _subpackage(module: str) -> str:
     parts = module.split(".")
     return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+# The floors of the package, top first: a unit (a subpackage, a top-level module, or
+# one of the two plugin folders) imports only from floors below its own, never
+# sideways. The public faces (``taketurns`` and its public modules) re-export the
+# private units below them; the built-in plugins see nothing but those faces.
+FLOORS: tuple[frozenset[str], ...] = tuple(
+    frozenset(floor)
+    for floor in (
+        {"taketurns.envs", "taketurns.harnesses", "taketurns.__main__"},
+        {"taketurns._cli"},
+        {
+            "taketurns",
+            "taketurns.errors",
+            "taketurns.harness",
+            "taketurns.http",
+            "taketurns.report",
+            "taketurns.testing",
+            "taketurns.train",
+        },
+        {"taketurns._runner", "taketurns._view"},
+        {
+            "taketurns._backends",
+            "taketurns._replay",
+            "taketurns._report",
+            "taketurns._rescore",
+            "taketurns._train",
+        },
+        {"taketurns._output"},
+        {"taketurns._eval"},
+        {"taketurns._http"},
+        {"taketurns._exchange"},
+        {"taketurns._config", "taketurns._models"},
+        {"taketurns._errors", "taketurns._gc", "taketurns._procs", "taketurns._startup"},
+    )
+)
+
+
+def _unit(module: str) -> str:
+    if module.startswith(("taketurns.envs", "taketurns.harnesses")):
+        return ".".join(module.split(".")[:2])
+    return _subpackage(module)
+
+
+def _floor_of(unit: str) -> int:
+    found = [i for i, floor in enumerate(FLOORS) if unit in floor]
+    assert found, f"{unit} stands on no floor: add it to FLOORS (tests/test_packaging.py)"
+    return found[0]
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """The imports that go sideways or up a floor, ``module -> dependency``."""
+    return sorted(
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        for dep in deps
+        if _unit(dep) != _unit(module) and _floor_of(_unit(dep)) <= _floor_of(_unit(module))
+    )
+
+
+def test_every_import_goes_down_a_floor() -> None:
+    toy = {
+        "taketurns._train.x": {"taketurns._report.y", "taketurns._train.z", "taketurns._eval.e"},
+        "taketurns._models.a": {"taketurns._exchange.b"},
+        "taketurns.envs.k": {"taketurns", "taketurns._exchange.b"},
+    }
+    assert _upward(toy) == [
+        "taketurns._models.a -> taketurns._exchange.b",
+        "taketurns._train.x -> taketurns._report.y",
+    ]
+    assert _upward(_graph()) == []
 
 
 def test_the_engines_subpackages_depend_downward_only() -> None:
@@ -252,3 +345,63 @@ def test_the_engines_subpackages_depend_downward_only() -> None:
     for layer, deps in layers.items():
         deps.discard(layer)
     assert _cycles(layers) == [], layers
+
+
+# --- seams, not reach-ins ------------------------------------------------------------
+
+# private names of other libraries the core reads, each for a reason
+FOREIGN_PRIVATES = {
+    "_SubParsersAction",  # argparse: the only way to walk a parser's subcommands
+    "_actions",  # argparse: a parser's options, for the catalog of flags
+    "_taketurns_offline",  # a mark the textarena env puts on nltk.download, read back there
+    "_load_scenario",  # BFCL's backends load their scenario only through it
+}
+
+
+def _defined_privates(tree: ast.AST) -> set[str]:
+    """The private names a module defines: functions, classes, attributes set on
+    anything, slots and class-level assignments."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            found.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.add(node.value)  # __slots__ entries, attrs' private fields by name
+    return {name for name in found if name.startswith("_")}
+
+
+def _reach_ins(path: Path, root: Path = REPO) -> list[str]:
+    """``expr._name`` where ``expr`` is not ``self``/``cls`` and no part of this
+    module defines ``_name``: another module's private, read from outside."""
+    tree = ast.parse(path.read_text(), str(path))
+    own = _defined_privates(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if node.attr.startswith("__") or node.attr in own or node.attr in FOREIGN_PRIVATES:
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}:
+            continue
+        target = ast.unparse(node.value)
+        if target.split(".")[0] in {"taketurns", "sys", "os", "trio", "attrs"}:
+            continue  # a private module by its dotted path, or the stdlib's own privates
+        found.append(f"{path.relative_to(root)}:{node.lineno}: {target}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_into_anothers_privates(tmp_path: Path) -> None:
+    files = sorted(p for folder in FOLDERS for p in (REPO / folder).rglob("*.py"))
+    assert [hit for path in files for hit in _reach_ins(path)] == []
+    sample = tmp_path / "engine" / "sample.py"
+    sample.parent.mkdir()
+    sample.write_text(
+        "class A:\n    def __init__(self): self._own = 1\n"
+        "def f(a, rollout): return a._own, rollout._start_segment()\n"
+    )
+    hits = [h.split(": ", 1)[1] for h in _reach_ins(sample, tmp_path)]
+    assert hits == ["rollout._start_segment"]

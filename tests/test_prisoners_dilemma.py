@@ -21,22 +21,14 @@ from taketurns import (
     AgentConfig,
     AssistantMessage,
     Episode,
-    EpisodeInfo,
     EvalConfig,
-    ModelClient,
     ModelEndpointError,
-    ModelRequest,
-    ModelResponse,
     OptionError,
     RunDir,
     Task,
     Trace,
-    env_registry,
-    messages_to_wire,
     read_episodes,
-    run_episode,
     run_eval,
-    text_of,
 )
 from taketurns._output.records import record
 from taketurns.envs.prisoners_dilemma import (
@@ -46,6 +38,16 @@ from taketurns.envs.prisoners_dilemma import (
     PrisonersDilemmaConfig,
     parse_move,
 )
+from taketurns.harness import (
+    EpisodeInfo,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    env_registry,
+    messages_to_wire,
+    text_of,
+)
+from taketurns.testing import run_episode
 
 ROUND = re.compile(r"Round (\d+) of \d+\.")
 REVEAL = re.compile(r"Round (\d+) result: you played (\w+), your opponent played (\w+);")

@@ -26,26 +26,24 @@ from taketurns import (
     Agent,
     AgentConfig,
     Agents,
-    BuiltinModel,
     ChatSession,
     Env,
     EnvConfig,
     Episode,
-    EpisodeInfo,
     Limits,
     ModelEndpointError,
     Reply,
     SessionClosed,
-    SessionError,
     SessionOver,
-    SessionState,
     Task,
     Trace,
     TurnError,
     reward,
-    run_episode,
     stop,
 )
+from taketurns.errors import SessionError
+from taketurns.harness import EpisodeInfo, SessionState
+from taketurns.testing import BuiltinModel, run_episode
 
 SETTINGS = settings(max_examples=60, deadline=None)
 

@@ -13,23 +13,12 @@ from typing import Any
 import attrs
 import pytest
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    ConfigError,
-    Episode,
-    EpisodeInfo,
-    ModelClient,
-    Task,
-    Trace,
-    run_episode,
-    taskset_registry,
-    text_of,
-)
+from taketurns import Agent, AgentConfig, ConfigError, Episode, Task, Trace
 from taketurns._cli.main import main
 from taketurns.envs.reasoning import ReasoningGym, ReasoningGymConfig, extract_answer
 from taketurns.envs.single import SingleAgentConfig, SingleAgentEnv
-from taketurns.testing import ScriptedModel
+from taketurns.harness import EpisodeInfo, ModelClient, taskset_registry, text_of
+from taketurns.testing import ScriptedModel, run_episode
 
 try:
     import reasoning_gym

@@ -7,17 +7,7 @@ from pathlib import Path
 import attrs
 import orjson
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    ImagePart,
-    Task,
-    TextPart,
-    Trace,
-    UserMessage,
-    read_episodes,
-    to_wire,
-)
+from taketurns import Agent, AgentConfig, Task, Trace, UserMessage, read_episodes
 from taketurns._eval.episode import Episode, EpisodeTiming
 from taketurns._exchange.outcome import record_cause
 from taketurns._output.records import (
@@ -28,6 +18,7 @@ from taketurns._output.records import (
     parse_record,
     record,
 )
+from taketurns.harness import ImagePart, TextPart, to_wire
 
 
 async def _episode() -> Episode:

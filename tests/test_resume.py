@@ -90,7 +90,7 @@ def test_resume_refuses_what_changes_the_result_and_a_smaller_n(tmp_path: Path) 
     assert eval_cli(ENV, "-n", "3", "-o", str(out), "--env.crash_task=-1") == 0
     config = (out / "config.toml").read_bytes()
     cases = [
-        (["--model", "builtin/echo"], "model: 'builtin/bracket' in the stored config"),
+        (["--model", "builtin/echo"], "model: unset in the stored config, 'builtin/echo' now"),
         (["--sampling.temperature=0.5"], "sampling.temperature: unset in the stored config"),
         (["--env.crash_task=2"], "env.crash_task: -1 in the stored config, 2 now"),
         (["-n", "2"], "never drop them"),

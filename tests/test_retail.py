@@ -23,25 +23,27 @@ from taketurns import (
     AssistantMessage,
     ConfigError,
     Episode,
-    EpisodeInfo,
     Message,
-    ModelClient,
-    ModelRequest,
-    ModelResponse,
     OptionError,
     Task,
     Tool,
-    ToolCall,
     ToolMessage,
     Trace,
     UserMessage,
-    open_taskset,
-    run_episode,
-    taskset_registry,
-    text_of,
 )
 from taketurns.envs.retail import KINDS, POLICY, RetailConfig, RetailLite, expected_state, task_seed
 from taketurns.envs.retail_store import RetailTools, Store, StoreError, describe
+from taketurns.harness import (
+    EpisodeInfo,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    open_taskset,
+    taskset_registry,
+    text_of,
+)
+from taketurns.testing import run_episode
 
 SEEDS = (0, 1, 2, 7)
 HAS_SINGLE = importlib.util.find_spec("taketurns.envs.single") is not None

@@ -11,17 +11,8 @@ import trio.lowlevel
 import trio.testing
 from scripted import Counter, make_agent
 
-from taketurns import (
-    AgentStamp,
-    AssistantMessage,
-    EpisodeInfo,
-    Rubric,
-    Task,
-    Trace,
-    metric,
-    reward,
-    stop,
-)
+from taketurns import AssistantMessage, Rubric, Task, Trace, metric, reward, stop
+from taketurns.harness import AgentStamp, EpisodeInfo
 
 TASK = Task(0, prompt="2+2?", answer="4")
 

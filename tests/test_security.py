@@ -35,20 +35,12 @@ from hypothesis import strategies as st
 from scripted import ScriptedModel, Sleep
 from segments import HoldingHarness, held_segment
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    ChatSession,
-    Endpoint,
-    EvalConfig,
-    InterceptionServer,
-    Rollout,
-    Task,
-    open_interception_server,
-)
+from taketurns import Agent, AgentConfig, ChatSession, EvalConfig, Task
 from taketurns._cli.main import main
 from taketurns._http.server import serve
 from taketurns._models.builtin import BuiltinModel
+from taketurns.harness import Endpoint, Rollout
+from taketurns.http import InterceptionServer, open_interception_server
 
 FUZZ = settings(
     max_examples=300,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from taketurns import Agent, AgentConfig, Harness, Limits, Prompt, Rollout, Task
+from taketurns import Agent, AgentConfig, Limits, Task
+from taketurns.harness import Harness, Prompt, Rollout
 from taketurns.harnesses.agent_cli import AgentCLIHarness
 from taketurns.harnesses.claude_code import ClaudeCodeHarness
 from taketurns.harnesses.codex import CodexHarness

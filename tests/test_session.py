@@ -20,14 +20,11 @@ from scripted import (
 
 from taketurns import (
     AssistantMessage,
-    BuiltinModel,
     Limits,
     ModelEndpointError,
     Reply,
-    RolloutStopped,
     SessionClosed,
     SessionOver,
-    SessionState,
     SystemMessage,
     Task,
     Timeouts,
@@ -36,8 +33,10 @@ from taketurns import (
     UserMessage,
     reward,
     stop,
-    text_of,
 )
+from taketurns.errors import RolloutStopped
+from taketurns.harness import SessionState, text_of
+from taketurns.testing import BuiltinModel
 
 PROMPTED = Task(0, "prompted", prompt="What is two plus two?")
 OPEN = Task(1, "open")

@@ -22,7 +22,8 @@ PLUGIN = """
 import os, time
 from pathlib import Path
 import attrs
-from taketurns import AgentConfig, Env, EnvConfig, NullHarness, Task
+from taketurns import AgentConfig, Env, EnvConfig, Task
+from taketurns.harness import NullHarness
 
 
 @attrs.define

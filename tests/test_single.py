@@ -17,22 +17,20 @@ from taketurns import (
     AgentConfig,
     ConfigError,
     Episode,
-    EpisodeInfo,
-    ModelClient,
     Resources,
     Task,
     Taskset,
     ToolMessage,
     Trace,
-    env_registry,
     metric,
     register_taskset,
     reward,
-    run_episode,
 )
 from taketurns._cli.main import main
 from taketurns.envs.jsonl import JsonlTaskset
 from taketurns.envs.single import SingleAgentConfig, SingleAgentEnv
+from taketurns.harness import EpisodeInfo, ModelClient, env_registry
+from taketurns.testing import run_episode
 
 
 @register_taskset("test-single-lamps")

@@ -6,6 +6,8 @@ with no flags on the built-in model."""
 from __future__ import annotations
 
 import json
+import tomllib
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +15,16 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_report import APT_INSTALL, Doc, _browse, _chromium, _png_rgb
 
-from taketurns import Agent, AgentConfig, Episode, OptionError, Trace, env_registry, run_episode
+from taketurns import Agent, AgentConfig, Episode, OptionError, Trace, read_episodes
 from taketurns._cli.main import main
+from taketurns._config.settings import load_eval_config
+from taketurns._eval.plan import make_env, resolve_role
 from taketurns.envs.telecom import KINDS, TelecomConfig, TelecomLite, make_world
 from taketurns.envs.telecom_world import BackOffice, Device, World
+from taketurns.harness import env_registry
+from taketurns.testing import run_episode
 
 NUMBER = "555-0101"
 CALLS = st.lists(
@@ -102,7 +109,8 @@ def test_each_kind_needs_both_sides(kind: str) -> None:
 
 def factory(env: TelecomLite, models: dict[str, str]) -> Any:
     def make(role: str, config: AgentConfig, info: Any, on_close: Any) -> Agent:
-        config = attrs.evolve(config, model=models.get(role, config.model), harness="tools")
+        model = models.get(role, config.model or env.default_model(role))
+        config = attrs.evolve(config, model=model, harness="tools")
         return Agent(role, config, episode=info, rubric=env.rubric(role), on_close=on_close)
 
     return make
@@ -160,14 +168,120 @@ def test_registered() -> None:
         TelecomConfig(kinds="suspended,roaming")
 
 
-def test_eval_runs_with_no_flags_and_shows_the_log(
+@pytest.fixture(scope="module")
+def telecom_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("telecom") / "run"
+    assert main(["eval", "telecom-lite", "-n", "20", "-o", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_eval_runs_with_no_flags_and_shows_the_log(telecom_run: Path) -> None:
+    summary = json.loads((telecom_run / "summary.json").read_text())
+    assert summary["ok"] == 20
+    assert summary["agents"]["assistant"]["rewards"]["resolved"] > 0
+    episodes = {e["id"]: e for e in read_episodes(telecom_run / "episodes.jsonl")}
+    doc = Doc((telecom_run / "report.html").read_text())
+    section = doc.by_id("action-log")
+    boxes = doc.select("details", cls="env-box", within=section)
+    assert len(boxes) == 20
+    assert "open" in boxes[0].attrs
+    assert not any("open" in b.attrs for b in boxes[1:])
+    for box in boxes:
+        episode_id = doc.select("summary", within=box)[0].text.split(" · ")[0]
+        log = episodes[episode_id]["traces"][0]["info"]["log"]
+        rows = [
+            [td.text for td in doc.select("td", within=tr)]
+            for tr in doc.select("tr", within=box)[1:]
+        ]
+        # every action of both seats, in the order it ran, attributed to its seat
+        assert rows == [
+            [str(n), e["seat"], e["tool"], json.dumps(e["arguments"], sort_keys=True), e["result"]]
+            for n, e in enumerate(log, 1)
+        ]
+        assert {r[1] for r in rows} == {"assistant", "user"}
+    # the episodes by task: telecom-lite/0/0 first
+    first = doc.select("summary", within=boxes[0])[0].text
+    assert first.startswith("telecom-lite/0/0 · 14 actions (7 by the assistant, 7 by the user)")
+    plot = doc.by_id("plot-telecom-actions")
+    assert doc.by_id("plots") in plot.ancestors
+    tips = [t.text for t in doc.select("title", within=plot)]
+    assert tips == ["assistant · 7: 20", "user · 7: 20"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1400, 800])
+def test_the_action_log_renders_in_headless_chromium(
+    telecom_run: Path, tmp_path: Path, width: int
+) -> None:
+    binary = _chromium()
+    if binary is None:
+        pytest.fail(f"no chromium binary on PATH; install it with: {APT_INSTALL}")
+    url = (telecom_run / "report.html").resolve().as_uri()
+    dumped = _browse(binary, tmp_path / "dom", "--dump-dom", f"--window-size={width},3000", url)
+    assert dumped.returncode == 0, dumped.stderr[-2000:]
+    dom = Doc(dumped.stdout)
+    assert len(dom.select("tr", within=dom.by_id("action-log"))) == 20 + 20 * 14
+    shot = tmp_path / "shot.png"
+    size = f"--window-size={width},4400"
+    taken = _browse(binary, tmp_path / "shot", f"--screenshot={shot}", size, url)
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    w, h, rows = _png_rgb(shot.read_bytes())
+    assert (w, h) == (width, 4400)
+    pixels = Counter(px for row in rows for px in row)
+    # the first episode's log is open: both seats' tags are drawn, in their colours
+    assert pixels[(0xDB, 0xEA, 0xFE)] > 2000  # assistant
+    assert pixels[(0xFD, 0xEC, 0xC8)] > 2000  # user
+    # nothing runs off the right edge: the rightmost column of pixels is page background
+    assert {row[-1] for row in rows} <= {(0xF7, 0xF8, 0xFA)}
+
+
+# --- which model a seat runs: the role's own, else --model, else the env's default ---
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ([], ("builtin/tools", "builtin/tools")),
+        ([("model", "builtin/echo")], ("builtin/echo", "builtin/echo")),
+        (
+            [("model", "builtin/echo"), ("env.user.model", "builtin/tools")],
+            ("builtin/echo", "builtin/tools"),
+        ),
+        ([("env.assistant.model", "builtin/bracket")], ("builtin/bracket", "builtin/tools")),
+    ],
+)
+def test_the_model_a_seat_runs(overrides: list[tuple[str, str]], expected: tuple[str, str]) -> None:
+    config = load_eval_config(
+        TelecomConfig, file_data={"env_id": "telecom-lite"}, overrides=overrides
+    )
+    env = make_env(config)
+    roles = {r: resolve_role(config, env, r, a) for r, a in env.roles.items()}
+    assert (roles["assistant"].model, roles["user"].model) == expected
+    assert {a.harness for a in roles.values()} == {"tools"}
+
+
+def test_model_alone_reaches_both_seats(tmp_path: Path) -> None:
+    """``--model`` with no per-seat flag: both seats run it (an echo assistant fixes
+    nothing: reward 0); the run directory is named after it."""
+    out = tmp_path / "run"
+    argv = ["eval", "telecom-lite", "-n", "3", "--model", "builtin/echo", "--no-progress"]
+    assert main([*argv, "-o", str(out)]) == 0
+    episodes = list(read_episodes(out / "episodes.jsonl"))
+    assert {t["agent"]["model"] for e in episodes for t in e["traces"]} == {"builtin/echo"}
+    assert {t["reward"] for e in episodes for t in e["traces"]} == {0.0}
+
+
+def test_no_flags_run_both_seats_on_the_envs_default(telecom_run: Path) -> None:
+    episodes = list(read_episodes(telecom_run / "episodes.jsonl"))
+    models = {(t["agent"]["name"], t["agent"]["model"]) for e in episodes for t in e["traces"]}
+    assert models == {("assistant", "builtin/tools"), ("user", "builtin/tools")}
+    assert "model" not in tomllib.loads((telecom_run / "config.toml").read_text())
+
+
+def test_the_default_run_directory_is_named_after_the_seats_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert main(["eval", "telecom-lite", "-n", "20", "-o", "run"]) == 0
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["ok"] == 20
-    assert summary["agents"]["assistant"]["rewards"]["resolved"] > 0
-    report = (tmp_path / "run" / "report.html").read_text()
-    assert "toggle_airplane_mode" in report
-    assert "&quot;seat&quot;: &quot;user&quot;" in report or '"seat": "user"' in report
+    assert main(["eval", "telecom-lite", "-n", "1", "--no-progress"]) == 0
+    [run] = (tmp_path / "outputs").iterdir()
+    assert run.name.startswith("telecom-lite--builtin_tools--")

@@ -32,16 +32,14 @@ from taketurns import (
     ConfigError,
     EnvConfig,
     Episode,
-    EpisodeInfo,
     Limits,
     OptionError,
     Trace,
     UserMessage,
-    env_registry,
-    run_episode,
-    text_of,
 )
 from taketurns._cli.main import main
+from taketurns.harness import EpisodeInfo, env_registry, text_of
+from taketurns.testing import run_episode
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_NLTK_DATA = REPO.parent / "shared" / "nltk_data"

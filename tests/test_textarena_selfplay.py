@@ -19,24 +19,12 @@ import attrs
 import pytest
 import trio
 
-from taketurns import (
-    Agent,
-    AgentConfig,
-    Episode,
-    EpisodeInfo,
-    Limits,
-    ModelClient,
-    ModelEndpointError,
-    OptionError,
-    Trace,
-    env_registry,
-    run_episode,
-    text_of,
-)
+from taketurns import Agent, AgentConfig, Episode, Limits, ModelEndpointError, OptionError, Trace
 from taketurns._cli.main import main
 from taketurns.envs import textarena_games as games
 from taketurns.envs.textarena_selfplay import GAMES, TextArenaSelfPlay, TextArenaSelfPlayConfig
-from taketurns.testing import BuiltinModel, ScriptedModel
+from taketurns.harness import EpisodeInfo, ModelClient, env_registry, text_of
+from taketurns.testing import BuiltinModel, ScriptedModel, run_episode
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_NLTK_DATA = REPO.parent / "shared" / "nltk_data"

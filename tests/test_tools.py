@@ -12,17 +12,8 @@ import pytest
 import trio
 from scripted import ScriptedModel, make_agent, tool_call
 
-from taketurns import (
-    AssistantMessage,
-    Limits,
-    Task,
-    Tool,
-    ToolCall,
-    ToolMessage,
-    UserMessage,
-    as_tools,
-    tool_schema,
-)
+from taketurns import AssistantMessage, Limits, Task, Tool, ToolMessage, UserMessage
+from taketurns.harness import ToolCall, as_tools, tool_schema
 from taketurns.harnesses.tools import ToolsHarness
 
 

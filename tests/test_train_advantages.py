@@ -10,8 +10,9 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from taketurns import Episode, Task, Trace, group_advantages, make_group
+from taketurns import Episode, Task, Trace
 from taketurns._exchange.trace import AgentStamp
+from taketurns.train import group_advantages, make_group
 
 REWARDS = st.floats(min_value=-100, max_value=100, allow_nan=False)
 

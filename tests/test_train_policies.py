@@ -13,11 +13,12 @@ import pytest
 import trio
 from hypothesis import given
 
-from taketurns import AgentConfig, Episode, EvalConfig, Task, Trace, group_advantages, open_rollouts
+from taketurns import AgentConfig, Episode, EvalConfig, Task, Trace, open_rollouts
 from taketurns._exchange.trace import AgentStamp
 from taketurns._train.groups import make_groups
 from taketurns.envs.kuhn import KuhnConfig, KuhnPoker
 from taketurns.envs.user_sim import UserAgentConfig, UserSim, UserSimConfig
+from taketurns.train import group_advantages
 
 QA = Path(__file__).resolve().parent.parent / "examples" / "qa.jsonl"
 REWARDS = st.floats(min_value=-100, max_value=100, allow_nan=False)

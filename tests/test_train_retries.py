@@ -15,7 +15,6 @@ from pairenv import Ledger, PairConfig, PairEnv
 from taketurns import (
     Agents,
     EvalConfig,
-    Group,
     ModelEndpointError,
     RunDir,
     Task,
@@ -23,6 +22,7 @@ from taketurns import (
     read_episodes,
 )
 from taketurns.testing import ScriptedModel
+from taketurns.train import Group
 
 SLOW = "builtin/bracket?latency_ms=10"
 

@@ -14,8 +14,10 @@ import trio.testing
 from httpservers import Answer, start_scripted
 from hypothesis import given, settings
 
-from taketurns import ConfigError, EvalConfig, Group, SessionError, open_rollouts
+from taketurns import ConfigError, EvalConfig, open_rollouts
 from taketurns._eval.plan import make_env
+from taketurns.errors import SessionError
+from taketurns.train import Group
 
 SLOW = "builtin/bracket?latency_ms=10"
 

@@ -21,20 +21,13 @@ from taketurns import (
     Agent,
     AgentConfig,
     AssistantMessage,
-    BuiltinModel,
     EvalConfig,
     Message,
-    ModelRequest,
-    OpenAIClient,
     Sampling,
     Task,
     Trace,
     UserMessage,
-    env_registry,
-    episode_samples,
     load_eval_config,
-    open_interception_server,
-    trace_samples,
 )
 from taketurns._eval.episode import Episode, run_episode
 from taketurns._eval.plan import Plan, make_env
@@ -42,6 +35,10 @@ from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Turn
 from taketurns._http.server import serve
 from taketurns._models.tokens import END, ROLE_TOKENS, completion_ids, prompt_ids
 from taketurns.envs.kuhn import KuhnConfig
+from taketurns.harness import ModelRequest, env_registry
+from taketurns.http import OpenAIClient, open_interception_server
+from taketurns.testing import BuiltinModel
+from taketurns.train import episode_samples, trace_samples
 
 ASK = {"logprobs": True}
 

@@ -11,23 +11,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from taketurns import (
-    AssistantMessage,
-    BuiltinModel,
-    Episode,
-    Message,
-    ModelRequest,
-    Task,
-    Trace,
-    TurnReward,
-    UserMessage,
-    trace_samples,
-)
+from taketurns import AssistantMessage, Episode, Message, Task, Trace, UserMessage
 from taketurns._cli.main import main
 from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Turn
 from taketurns._output.records import dumps_episode, loads_episode, parse_record
 from taketurns._train.conversations import turn_reward_rows
 from taketurns._train.export import message_rows, run_groups, sample_rows
+from taketurns.harness import ModelRequest, TurnReward
+from taketurns.testing import BuiltinModel
+from taketurns.train import trace_samples
 
 
 def conversation(n: int, *, tokens: bool = True) -> Trace:

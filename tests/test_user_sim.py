@@ -20,20 +20,15 @@ from taketurns import (
     AgentConfig,
     ConfigError,
     Episode,
-    EpisodeInfo,
     Limits,
     Message,
-    ModelClient,
     ModelEndpointError,
     Resources,
     Task,
     Taskset,
     ToolMessage,
     Trace,
-    env_registry,
     reward,
-    run_episode,
-    text_of,
 )
 from taketurns._cli.main import main
 from taketurns.envs.user_sim import (
@@ -44,6 +39,8 @@ from taketurns.envs.user_sim import (
     UserSimConfig,
     render_persona,
 )
+from taketurns.harness import EpisodeInfo, ModelClient, env_registry, text_of
+from taketurns.testing import run_episode
 
 DONE = "###DONE###"
 SCENARIO = "You want to know the capital of France; you live in {scenario} street, say {done}."

@@ -186,8 +186,10 @@ def test_a_running_runs_page_updates_and_a_transcript_opens(
     _click(driver, "#newest a")
     body = _wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "details.transcript[open] .msg"))
     assert body.is_displayed()
-    # a closed transcript of the list opens on a click
+    # a closed transcript of the list opens on a click; an ended run's figures include
+    # the env's own (Kuhn: payoff by card, drawn by its report hook)
     driver.get(url + "run/finished")
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#figures svg#plot-kuhn-payoff"))
     second = driver.find_element(By.CSS_SELECTOR, "#transcripts details.transcript:nth-of-type(2)")
     assert second.get_attribute("open") is None
     second.find_element(By.TAG_NAME, "summary").click()

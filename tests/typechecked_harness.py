@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from taketurns import Harness
+from taketurns.harness import Harness
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from taketurns import Message, Prompt, Rollout
+    from taketurns import Message
+    from taketurns.harness import Prompt, Rollout
 
 
 class TypeCheckedHarness(Harness):

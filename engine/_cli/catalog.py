@@ -61,8 +61,11 @@ def _shown(value: Any) -> str:
 
 
 def _role_default(owner: Any, role: str, config: AgentConfig) -> str:
-    """``model: the eval's (--model), harness: null`` plus the role's own settings."""
+    """``model: the eval's (--model), harness: null`` plus the role's own settings
+    (``the eval's (--model), else builtin/tools`` for an env with a default model)."""
     model = config.model or "the eval's (--model)"
+    if config.model is None and (fallback := _env_model(owner, role)):
+        model += f", else {fallback}"
     harness = config.harness or _env_harness(owner, role)
     base = {path: default for path, _, default in _leaves(AgentConfig(), "")}
     own = [
@@ -84,9 +87,20 @@ def _leaves(value: Any, prefix: str) -> Iterator[tuple[str, str, str]]:
             yield path, "", _shown(item)
 
 
+def _env_model(owner: Any, role: str) -> str | None:
+    """What ``owner``'s ``default_model`` picks for ``role`` (None: the engine's)."""
+    if owner is None:
+        return None
+    try:  # on a bare instance, as _env_harness
+        found = owner.default_model(owner.__new__(owner), role)
+    except Exception:
+        return None
+    return str(found) if found else None
+
+
 def _env_harness(owner: Any, role: str) -> str:
     """What ``owner``'s ``default_harness`` picks for ``role``; an env that needs its
-    taskset to say (single-agent, user-sim) cannot be asked without one."""
+    taskset to say cannot be asked without one."""
     if owner is None:
         return "null"
     try:  # on a bare instance: only an env that needs its taskset's answer fails
@@ -110,7 +124,7 @@ def _summary(cls: Any) -> str:
     line, without markup (``code`` quotes, a leading ``id``: title)."""
     doc = cls.__dict__.get("__doc__") or inspect.getmodule(cls).__doc__ or ""
     paragraph = inspect.cleandoc(doc).split("\n\n")[0]
-    # a title naming the id ("``kuhn-poker``: two seats...", "The ``null`` harness: ...")
+    # a title naming the id ("``my-env``: two seats...", "The ``null`` harness: ...")
     paragraph = re.sub(r"^(The )?``[^`]+``( and ``[^`]+``)?( harness)?:\s+", "", paragraph)
     paragraph = re.sub(r":\w+:`([^`]*)`", r"\1", paragraph)  # :class:`X`
     text = " ".join(paragraph.replace("``", "").replace("`", "").split())

@@ -6,13 +6,15 @@
 ``taketurns export DIR [--format jsonl|parquet] [-o FILE] [--scale]``;
 ``taketurns compare A B [--json]``;
 ``taketurns rescore DIR [-o NEW] [--overwrite] [--env.<field>=V ...]``;
+``taketurns replay DIR [--episode ID ...] [-o OUT] [--overwrite] [--env.<field>=V ...]``;
 ``taketurns view [DIR ...] [--host H] [--port P]`` (``_view.command``)
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
 failure, ``_exchange.outcome``; everything is written and ``--resume`` reruns them; also
 when too many failed and the run stopped early, ``_eval.brake``) or
-the run directory could not be written (a full disk), 2 bad config or usage (also a
+the run directory could not be written (a full disk) or a replayed episode diverged or
+failed, 2 bad config or usage (also a
 run directory another process is writing), 130 interrupted (finished episodes are on
 disk; ``--resume`` continues). A model server the run started (``llamacpp/`` models,
 ``--model-server``) that cannot start or dies: 1, its log named in the message.
@@ -38,7 +40,7 @@ from rich.markup import escape
 from taketurns._cli.interrupts import quiet_interrupts
 from taketurns._cli.parser import FLAGS, parser, split_overrides, unknown_argument
 from taketurns._cli.resume import OUTPUTS, compare, newest_run, run_dir_name
-from taketurns._cli.rundirs import compare_command, rescore_command
+from taketurns._cli.rundirs import compare_command, replay_command, rescore_command
 from taketurns._cli.served_model import asks_for_model, served_model
 from taketurns._config.options import EvalConfig
 from taketurns._config.reference import absolute, is_reference, reference_name
@@ -132,12 +134,12 @@ def _is_taskset(env_id: str) -> bool:
     return isinstance(obj, type) and issubclass(obj, Taskset)
 
 
-def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str) -> RunDir:
+def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str, model: str) -> RunDir:
     """The run directory, prepared and locked: a fresh one gets config.toml; a resumed
     one must hold the same config but for how the run executes (``_cli.resume``: the
     change is recorded). The stored config never names the directory, so a run
     directory can be moved or copied and resumed where it is."""
-    out = args.output_dir or config.output_dir or _default_dir(name, config.model)
+    out = args.output_dir or config.output_dir or _default_dir(name, model)
     config.output_dir = str(out)
     run_dir = RunDir(out)
     run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
@@ -191,7 +193,9 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
         require_ray(config.env_id)
     tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
     trio.run(partial(preflight, say=lambda text: console.print(text, highlight=False)), config, env)
-    run_dir = _open_run_dir(args, config, name)
+    # the default directory is named after --model, else the first role's model
+    model = config.model or next((r.model for r in plan.roles.values() if r.model), "none")
+    run_dir = _open_run_dir(args, config, name, model)
     console.print(
         f"{'resuming' if args.resume else 'running'} {name}: {config.num_tasks} tasks x "
         f"{config.rollouts} rollouts, {config.concurrency} at once ({config.backend}), "
@@ -326,6 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _eval(args, extra, console)
         if args.command == "rescore":
             return rescore_command(args, extra, console)
+        if args.command == "replay":
+            return replay_command(args, extra, console)
         if extra:
             raise ConfigError([unknown_argument(item, args.command) for item in extra])
         if args.command == "serve":

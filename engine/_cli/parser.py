@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from taketurns._config.options import EvalConfig
+from taketurns._config.options import DEFAULT_MODEL, EvalConfig
 from taketurns._config.suggest import did_you_mean
 from taketurns._errors import ConfigError
 from taketurns._train.cli import add_export_command
@@ -101,6 +101,7 @@ _EVAL_HELP = {
     "max_failures": ("N|P%", "stop admitting episodes once more than N (P%%) failed"),
 }
 _NONE_MEANS = {
+    "model": f"the env's default for each role, else {DEFAULT_MODEL}",
     "base_url": "none: the built-in model",
     "model_server": "none",
     "episode_timeout_s": "none",
@@ -226,6 +227,27 @@ def parser() -> argparse.ArgumentParser:
         "-o", "--output-dir", metavar="NEW", help="new run directory (default: DIR-rescored)"
     )
     res.add_argument("--overwrite", action="store_true", help="replace the run in -o NEW")
+    rpl = sub.add_parser(
+        "replay",
+        help="re-drive a run's recorded episodes with their recorded replies",
+        description="Play each recorded episode's env again on its recorded task, every seat's "
+        "model call answered with the reply recorded for it, in order; a call the record "
+        "does not hold (the env or its rules changed) is a named divergence (episode, seat, "
+        "turn, what differed). Each replayed record is compared with the recorded one and "
+        "written to a new run directory. Exit 1 when any episode diverged or failed.",
+        epilog="Any other option is an override of the env's config: --env.<field>=V.",
+    )
+    rpl.add_argument("dir", help="run directory (holds episodes.jsonl and config.toml)")
+    rpl.add_argument(
+        "--episode",
+        action="append",
+        metavar="ID",
+        help="replay only this episode (repeatable; default: every episode)",
+    )
+    rpl.add_argument(
+        "-o", "--output-dir", metavar="OUT", help="new run directory (default: DIR-replayed)"
+    )
+    rpl.add_argument("--overwrite", action="store_true", help="replace the run in -o OUT")
     add_export_command(sub)
     view = sub.add_parser(
         "view",

@@ -1,7 +1,9 @@
 """The commands over finished run directories: ``taketurns compare A B [--json]``
-(``_output.comparison``) and ``taketurns rescore DIR [-o NEW] [--overwrite]
-[--env.<field>=V ...]`` (``_rescore``). Both raise ``ConfigError`` for bad input (exit
-2); ``rescore`` returns 1 when the new run holds failed episodes, as ``eval`` does."""
+(``_output.comparison``), ``taketurns rescore DIR [-o NEW] [--overwrite]
+[--env.<field>=V ...]`` (``_rescore``) and ``taketurns replay DIR [--episode ID ...]
+[-o OUT] [--overwrite] [--env.<field>=V ...]`` (``_replay``). All raise ``ConfigError``
+for bad input (exit 2), before anything runs; ``rescore`` returns 1 when the new run
+holds failed episodes, as ``eval`` does, ``replay`` when an episode diverged or failed."""
 
 from __future__ import annotations
 
@@ -17,14 +19,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from taketurns._cli.parser import split_overrides
-from taketurns._config.settings import dump_toml, load_eval_config, read_toml
+from taketurns._config.settings import dump_toml, read_toml
 from taketurns._errors import ConfigError
-from taketurns._eval.plan import env_class, make_env
 from taketurns._exchange.outcome import describe_cause
+from taketurns._output.recorded import open_recorded
 from taketurns._output.rundir import RunDir
 from taketurns._output.summary import render
 
-__all__ = ["compare_command", "rescore_command"]
+__all__ = ["compare_command", "replay_command", "rescore_command"]
 
 
 def compare_command(args: argparse.Namespace, console: Console) -> int:
@@ -56,24 +58,8 @@ def rescore_command(args: argparse.Namespace, extra: Sequence[str], console: Con
     from taketurns._report.page import write_report
     from taketurns._rescore import render_change, rescore_run
 
-    source = Path(args.dir).resolve()
-    if not (source / "episodes.jsonl").is_file() or not (source / "config.toml").is_file():
-        raise ConfigError(
-            f"rescore: {args.dir} holds no episodes.jsonl and config.toml; pass the -o "
-            "directory of an eval"
-        )
-    bad = [item for item in extra if not item.startswith("--env.")]
-    if bad:
-        raise ConfigError(
-            [f"{item!r}: rescore takes only --env.<field>=V overrides" for item in bad]
-        )
-    file_data = read_toml(source / "config.toml")
-    file_data.pop("output_dir", None)
-    env_cls = env_class(str(file_data.get("env_id")), field="env")
-    config = load_eval_config(
-        env_cls.config_class, file_data=file_data, overrides=split_overrides(extra, "rescore")
-    )
-    env = make_env(config)
+    recorded = open_recorded(args.dir, _env_overrides(extra, "rescore"), command="rescore")
+    source, config, env = recorded.path, recorded.config, recorded.env
     out = (
         Path(args.output_dir)
         if args.output_dir
@@ -91,7 +77,7 @@ def rescore_command(args: argparse.Namespace, extra: Sequence[str], console: Con
         finally:
             run_dir.close()
         run_dir.write_summary(summary)
-        write_report(run_dir.path)
+        write_report(run_dir.path, env=env)
     finally:
         run_dir.unlock()
     console.print(render(summary))
@@ -108,6 +94,62 @@ def rescore_command(args: argparse.Namespace, extra: Sequence[str], console: Con
         console.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
         return 1
     return 0
+
+
+def replay_command(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
+    """``taketurns replay DIR``: the new run directory, its summary, which episodes
+    diverged or failed, and the report."""
+    from taketurns._replay.run import prepare_replay
+    from taketurns._replay.rundir import render_replay, replay_run
+    from taketurns._report.page import write_report
+
+    overrides = _env_overrides(extra, "replay")
+    replaying = prepare_replay(args.dir, args.episode or (), overrides)
+    source = replaying.recorded.path
+    out = (
+        Path(args.output_dir)
+        if args.output_dir
+        else _free(source.with_name(source.name + "-replayed"))
+    )
+    if out.resolve() == source:
+        raise ConfigError(f"-o {out}: is the run being replayed; name a new directory")
+    run_dir = RunDir(out)
+    run_dir.prepare(resume=False, overwrite=args.overwrite)
+
+    def note(text: str) -> None:
+        console.print(f"[yellow]{escape(text)}", highlight=False, soft_wrap=True)
+
+    try:
+        config = replaying.recorded.config
+        run_dir.write_config(dump_toml(attrs.evolve(config, output_dir=None)))
+        run_dir.open()
+        try:
+            summary = replay_run(replaying, run_dir, notify=note)
+        finally:
+            run_dir.close()
+        run_dir.write_summary(summary)
+        write_report(run_dir.path)
+    finally:
+        run_dir.unlock()
+    console.print(render(summary))
+    lines = render_replay(summary)
+    source_counts = summary["replayed_from"]
+    bad = source_counts["diverged"] + source_counts["failed"]
+    console.print(lines[0], style="red" if bad else "green", highlight=False, soft_wrap=True)
+    for line in lines[1:]:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    console.print(f"[green]wrote {run_dir.path}[/]", highlight=False, soft_wrap=True)
+    return 1 if bad else 0
+
+
+def _env_overrides(extra: Sequence[str], command: str) -> list[tuple[str, str]]:
+    """``command``'s ``--env.<field>=V`` overrides; any other argument is refused."""
+    bad = [item for item in extra if not item.startswith("--env.")]
+    if bad:
+        raise ConfigError(
+            [f"{item!r}: {command} takes only --env.<field>=V overrides" for item in bad]
+        )
+    return split_overrides(extra, command)
 
 
 def _free(path: Path) -> Path:

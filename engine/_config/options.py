@@ -17,6 +17,7 @@ from taketurns._config.suggest import choices_text, did_you_mean
 from taketurns._errors import OptionError
 
 __all__ = [
+    "DEFAULT_MODEL",
     "AgentConfig",
     "EnvConfig",
     "EvalConfig",
@@ -27,6 +28,9 @@ __all__ = [
     "int_between",
     "one_of",
 ]
+
+
+DEFAULT_MODEL = "builtin/bracket"  # what a role runs when nothing names its model
 
 
 class Raw(str):
@@ -257,7 +261,9 @@ class EvalConfig:
     num_tasks: int = attrs.field(default=10, validator=_positive)
     rollouts: int = attrs.field(default=1, validator=_positive)
     concurrency: int = attrs.field(default=32, validator=_positive)
-    model: str = "builtin/bracket"
+    # --model: every role whose own config names no model runs it; None (not given):
+    # each role runs its env's default (Env.default_model), else DEFAULT_MODEL
+    model: str | None = None
     base_url: str | None = None
     api_key_var: str = "OPENAI_API_KEY"
     sampling: Sampling = attrs.field(factory=Sampling)

@@ -65,13 +65,13 @@ class Registry:
         except ImportError as exc:
             raise ConfigError(
                 f"{self.kind} {id!r} could not be imported ({exc}); if it needs an optional "
-                "package, install it (e.g. pip install 'taketurns[textarena]')"
+                "package, install it (the env's README entry names the pip extra)"
             ) from exc
         self._items[id] = obj
         return name_class(obj, id)
 
     def _unknown(self, id: str, field: str | None) -> str:
-        """``unknown env 'kuhn-pokr'; did you mean 'kuhn-poker'? known envs: ...``"""
+        """``unknown env 'my-evn'; did you mean 'my-env'? known envs: ...``"""
         where = f"{field}: " if field else ""
         known = [f"known {_plural(self.kind)}: {', '.join(self.ids())}"]
         candidates = self.ids()

@@ -36,7 +36,7 @@ def close_matches(word: str, candidates: Iterable[str], *, n: int = 3) -> list[s
 
 
 def did_you_mean(word: str, candidates: Iterable[str], *, quote: str = "'") -> str:
-    """``"did you mean 'kuhn-poker'?"`` (or ``"... 'a' or 'b'?"``); "" when nothing
+    """``"did you mean 'my-env'?"`` (or ``"... 'a' or 'b'?"``); "" when nothing
     is close."""
     found = close_matches(word, candidates)
     if not found:

@@ -16,13 +16,18 @@ An env declares its roles as ``AgentConfig`` fields of its attrs config class
 ``run`` may raise: the episode is then recorded as failed, every session it opened is
 closed and scored, and the eval carries on. Rewards come from ``@reward`` /
 ``@metric`` / ``@stop`` methods on the env (see ``rubric``).
+
+Optional hooks: ``default_harness`` (what a role runs when its config names no
+harness), ``setup`` / ``services`` / ``finalize`` (what an eval holds around its
+episodes), ``judges``, and the env's own part of the report (``report_figures``,
+``report_sections``: drawn with ``taketurns.report``).
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import attrs
@@ -33,8 +38,10 @@ from taketurns._exchange.rubric import Rubric
 from taketurns._exchange.task import Task
 
 if TYPE_CHECKING:
+    from taketurns._eval.episode import Episode
     from taketurns._exchange.agent import Agents
     from taketurns._exchange.judge import Judge
+    from taketurns._report.parts import Figure, Section
 
 __all__ = ["Env", "register_env", "roles_of"]
 
@@ -86,6 +93,14 @@ class Env(abc.ABC):
         """The harness ``role`` runs when its config names none."""
         return "null"
 
+    def default_model(self, role: str) -> str | None:
+        """The model ``role`` runs when neither its config (``--env.<role>.model``) nor
+        the eval (``--model``, ``model`` in a config file) names one: an env whose
+        seats need a built-in policy of their own to run with no flags says so here,
+        and an explicit ``--model`` still reaches every seat. None (the default): the
+        engine's default, ``builtin/bracket``."""
+        return None
+
     async def setup(self) -> None:  # noqa: B027 - optional hook
         """Called once per eval before the first episode."""
 
@@ -103,4 +118,21 @@ class Env(abc.ABC):
     def judges(self) -> Sequence[Judge]:
         """The LLM judges among this env's rewards: the eval preflights their
         endpoints with the agents' before the first episode. Default: none."""
+        return ()
+
+    def report_figures(self, episodes: Iterable[Episode]) -> Sequence[Figure]:
+        """Figures of this env's own, drawn in the report's Plots grid after the
+        built-in ones (``taketurns.report``: ``Figure``, ``bar_chart``...).
+        ``episodes``: every episode of the run, read back from ``episodes.jsonl``
+        one at a time (iterate once; keep running sums, not the episodes), failed
+        ones too (``episode.ok`` is False: leave them out of what measures the
+        model). Called on an env built from the run's ``config.toml``; an error
+        leaves the env's part out with a note, never the report. Default: none."""
+        return ()
+
+    def report_sections(self, episodes: Iterable[Episode]) -> Sequence[Section]:
+        """Sections of this env's own, after the plots and before the transcripts
+        (``taketurns.report``: ``Section``, ``table``...): what a reader of this
+        env's runs looks at besides the transcripts. ``episodes`` as for
+        ``report_figures``. Default: none."""
         return ()

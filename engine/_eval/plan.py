@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import trio
 
-from taketurns._config.options import AgentConfig, EvalConfig, Sampling
+from taketurns._config.options import DEFAULT_MODEL, AgentConfig, EvalConfig, Sampling
 from taketurns._config.registry import envs
 from taketurns._errors import ConfigError
 from taketurns._eval.env import Env
@@ -37,8 +37,10 @@ MODEL_SERVER = "model-server"  # Plan.servers key of --model-server
 
 def resolve_role(config: EvalConfig, env: Env, role: str, agent: AgentConfig) -> AgentConfig:
     """The role's config with its unset endpoint fields taken from the eval (and, for
-    a llamacpp/ model, the logprobs its token ids come with)."""
-    model = agent.model or config.model
+    a llamacpp/ model, the logprobs its token ids come with). The model: the role's
+    own, else the eval's (``--model``), else the env's default for the role
+    (``Env.default_model``), else ``DEFAULT_MODEL``."""
+    model = agent.model or config.model or env.default_model(role) or DEFAULT_MODEL
     sampling = agent.sampling.over(config.sampling)
     if is_llamacpp(model):
         defaults = served_sampling()
@@ -141,7 +143,7 @@ async def preflight(
         if agent.base_url is None or key in seen:
             continue  # the built-in model, or served by a server not started yet
         seen.add(key)
-        model = agent.model or config.model
+        model = agent.model or DEFAULT_MODEL
         if say is not None:
             say(f"checking {agent.base_url} (model {model}; up to {limit:g} s)")
         client = _client_for(config, role, agent)

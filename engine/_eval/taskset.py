@@ -2,7 +2,7 @@
 against its task.
 
 A taskset knows nothing of who plays it: the single-agent env runs it one-shot
-(``agent.run``), ``user-sim`` runs it as a conversation with a modeled user. Per
+(``agent.run``), a conversational env may run it against a modeled user. Per
 rollout it may hand out ``Resources``: Python tools for the agent and a live ``state``
 (kept on ``trace.state``, never written to disk) that its rubric reads at scoring.
 Every taskset also takes ``mcp_servers`` (``[[env.taskset.mcp_servers]]`` tables, or

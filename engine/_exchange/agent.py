@@ -27,6 +27,7 @@ from taketurns._exchange.outcome import is_failure
 from taketurns._exchange.rubric import Rubric
 from taketurns._exchange.session import ChatSession
 from taketurns._exchange.task import Task
+from taketurns._exchange.tools import Tool
 from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Trace
 from taketurns._models.builtin import BuiltinModel, is_builtin
 from taketurns._models.model import ModelClient
@@ -85,7 +86,7 @@ class Agent:
         episode: EpisodeInfo | None = None,
         sampling: Sampling | None = None,
         limiter: trio.CapacityLimiter | None = None,
-        tools: Sequence[Callable[..., Any]] = (),
+        tools: Sequence[Callable[..., Any] | Tool] = (),
         services: Mapping[str, Any] | None = None,
         on_close: Callable[[Trace], None] | None = None,
     ) -> None:
@@ -156,7 +157,7 @@ class Agent:
         task: Task,
         *,
         mask_prompt: bool = False,
-        tools: Sequence[Callable[..., Any]] | None = None,
+        tools: Sequence[Callable[..., Any] | Tool] | None = None,
         state: Mapping[str, Any] | None = None,
     ) -> ChatSession:
         """Open a session on ``task``; use as ``async with agent.chat(task) as s``.
@@ -180,7 +181,7 @@ class Agent:
         task: Task,
         *,
         mask_prompt: bool,
-        tools: Sequence[Callable[..., Any]] | None,
+        tools: Sequence[Callable[..., Any] | Tool] | None,
         state: Mapping[str, Any] | None,
     ) -> ChatSession:
         episode = self.episode or EpisodeInfo("", "", task.idx)
@@ -225,7 +226,7 @@ class Agent:
         self,
         task: Task,
         *,
-        tools: Sequence[Callable[..., Any]] | None = None,
+        tools: Sequence[Callable[..., Any] | Tool] | None = None,
         state: Mapping[str, Any] | None = None,
     ) -> Trace:
         """One shot: open, one segment on the prompt, close with ``agent_completed``.

@@ -58,12 +58,13 @@ class _Wait:
 class ModelBoundary:
     """Per-rollout. ``complete`` is a checkpoint; it raises ``RolloutStopped`` when a
     limit or hook refuses the call and ``ModelEndpointError`` when the endpoint fails
-    (that failure is recorded as a turn with an error first)."""
+    (that failure is recorded as a turn with an error first). ``unlimited``: no limit
+    and no stop hook can refuse a call, so ``refusal()`` would return None (a caller
+    on the hot path may skip it)."""
 
     __slots__ = (
         "_ended",
         "_open",
-        "_unlimited",
         "client",
         "limiter",
         "limits",
@@ -72,6 +73,7 @@ class ModelBoundary:
         "sampling",
         "segment_start",
         "trace",
+        "unlimited",
     )
 
     def __init__(
@@ -93,7 +95,7 @@ class ModelBoundary:
         self.rubric = rubric
         self.limiter = limiter
         self.segment_start = 0  # the trace's turn count when the current segment began
-        self._unlimited = (  # nothing to check before a call
+        self.unlimited = (  # nothing to check before a call: refusal() would be None
             not rubric.stops
             and limits.max_turns is None
             and limits.max_segment_turns is None
@@ -151,7 +153,7 @@ class ModelBoundary:
         return "model_error"
 
     def _limit_hit(self) -> str | None:
-        if self._unlimited:
+        if self.unlimited:
             return None
         limits, used, turns = self.limits, self.trace.usage, len(self.trace.turns)
         if limits.max_turns is not None and turns >= limits.max_turns:
@@ -197,7 +199,7 @@ class ModelBoundary:
         tools: Sequence[Mapping[str, Any]] = (),
         sampling: Mapping[str, Any] | None = None,
     ) -> ModelResponse:
-        if not self._unlimited:
+        if not self.unlimited:
             condition = await self.refusal()
             if condition is not None:
                 raise RolloutStopped(condition)

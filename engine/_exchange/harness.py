@@ -32,6 +32,7 @@ import trio
 
 from taketurns._exchange.boundary import ModelBoundary
 from taketurns._exchange.task import Task
+from taketurns._exchange.tools import Tool
 from taketurns._exchange.trace import Trace
 from taketurns._models.messages import Message, SystemMessage
 from taketurns._models.model import ModelResponse
@@ -84,7 +85,7 @@ class Rollout:
         boundary: ModelBoundary,
         *,
         task: Task,
-        tools: Sequence[Callable[..., Any]] = (),
+        tools: Sequence[Callable[..., Any] | Tool] = (),
         services: Mapping[str, Any] | None = None,
         sandbox: Sandbox | None = None,
     ) -> None:
@@ -137,13 +138,19 @@ class Rollout:
             self._scratch = Path(tempfile.mkdtemp(prefix="taketurns-"))
         return self._scratch
 
-    def _start_segment(self) -> None:
+    # the session's side of the handle: it opens each segment, reads back what the
+    # segment emitted, and removes the scratch directory when it closes
+
+    def start_segment(self) -> None:
+        """A new segment begins: ``segment_messages`` starts empty (the session's call)."""
         self._segment = []
 
-    def _segment_messages(self) -> tuple[Message, ...]:
+    def segment_messages(self) -> tuple[Message, ...]:
+        """The messages ``emit`` added since the segment began, in order."""
         return tuple(self._segment)
 
-    def _remove_scratch(self) -> None:
+    def remove_scratch(self) -> None:
+        """Remove the scratch directory, if one was made (the session's call, at close)."""
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
@@ -167,6 +174,9 @@ class Harness(abc.ABC):
     # what the harness can do (see the module docstring); checked at class definition
     takes_text: ClassVar[bool] = False
     resumes: ClassVar[bool] = False
+    # why a recorded rollout of this harness cannot be replayed (``taketurns replay``
+    # refuses its seats before any episode, saying this); empty: it can
+    replay_refusal: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -209,7 +219,7 @@ def _check_declarations(cls: type[Harness]) -> None:
         if not isinstance(getattr(cls, attr), bool):
             raise TypeError(
                 f"harness {name}: {attr} = {getattr(cls, attr)!r}; declare it True or False "
-                "(see taketurns.Harness)"
+                "(see taketurns.harness.Harness)"
             )
     if cls.resumes and cls.resume is Harness.resume:
         raise TypeError(

@@ -282,7 +282,7 @@ class ChatSession:
             return await self._run_segment(first, new)
         except BaseException:  # cancelled (segment errors are caught inside): roll back
             del self._trace.messages[before:]
-            rollout._start_segment()
+            rollout.start_segment()
             if first:
                 self._state = SessionState.FRESH
                 rollout.synthesized_system = False
@@ -335,7 +335,7 @@ class ChatSession:
         rollout, trace = self.rollout, self._trace
         boundary = rollout.boundary
         boundary.segment_start = len(trace.turns)
-        condition = None if boundary._unlimited else await boundary.refusal()
+        condition = None if boundary.unlimited else await boundary.refusal()
         if condition is None and self._closing:
             condition = self._close_reason  # close() came in while a stop hook ran
         start = trio.current_time()
@@ -344,7 +344,7 @@ class ChatSession:
             condition = which
         if condition is not None:
             return self._end(condition, ())  # the lock's acquire was the checkpoint
-        rollout._start_segment()
+        rollout.start_segment()
         cleanup: Exception | None = None  # raised by the harness while being cut off
         try:
             with trio.CancelScope(deadline=deadline) as scope:
@@ -375,8 +375,8 @@ class ChatSession:
         if condition is None and trace.stop_condition is not None:
             condition = trace.stop_condition  # a refusal the harness swallowed
         if condition is not None:
-            return self._end(condition, rollout._segment_messages())
-        messages = rollout._segment_messages()
+            return self._end(condition, rollout.segment_messages())
+        messages = rollout.segment_messages()
         return Reply(last_text(messages), messages)
 
     async def _launch_or_resume(self, first: bool, new: list[Message]) -> None:
@@ -469,7 +469,7 @@ class ChatSession:
         """The last step of close, whatever happened: bookkeeping, the trace joins
         its owner, and waiting ``close()`` calls are released."""
         try:
-            self.rollout._remove_scratch()
+            self.rollout.remove_scratch()
             trace = self._trace
             trace.timing.scoring_s = trio.current_time() - start
             trace.timing.ended_at = _wall()

@@ -27,6 +27,7 @@ from taketurns._models.wire import from_wire, register_messages, to_wire
 __all__ = [
     "FORMAT",
     "dumps_episode",
+    "episode_from",
     "expand_turns",
     "loads_episode",
     "parse_record",
@@ -298,6 +299,12 @@ def loads_episode(line: str | bytes) -> Episode:
     raw = parse_record(line.encode() if isinstance(line, str) else line)
     if raw is None:
         raise ValueError("not an episode record (damaged line)")
+    return episode_from(raw)
+
+
+def episode_from(raw: dict[str, Any]) -> Episode:
+    """An ``Episode`` from a record ``parse_record`` (or ``read_episodes``) gave;
+    cattrs' errors pass through for a record that does not structure."""
     episode = record.structure(raw, Episode)
     if "cause" not in raw:  # format 1: ``ok`` meant something else; the rule decides
         episode.cause = record_cause(raw)

@@ -14,15 +14,17 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from taketurns._errors import ConfigError, OutputError
 from taketurns._exchange.outcome import describe_cause
-from taketurns._output.records import read_episodes
 from taketurns._report.charts import Series, bar_chart, histogram
+from taketurns._report.env_parts import EnvParts, env_parts
 from taketurns._report.markup import (
     Json,
     as_dict,
@@ -34,11 +36,13 @@ from taketurns._report.markup import (
 from taketurns._report.scan import Scan
 from taketurns._report.transcript import render_transcripts
 
+if TYPE_CHECKING:
+    from taketurns._eval.env import Env
+
 __all__ = ["REPORT_CSS", "sections", "write_report"]
 
 REPORT = "report.html"
 MAX_TRANSCRIPTS = 500
-KUHN_CARDS = ("J", "Q", "K")
 
 
 def write_report(
@@ -46,12 +50,16 @@ def write_report(
     *,
     max_transcripts: int = MAX_TRANSCRIPTS,
     notify: Callable[[str], None] | None = None,
+    env: Env | None = None,
 ) -> Path:
     """Write ``run_dir/report.html`` from the run's ``episodes.jsonl``, ``summary.json``
     (recomputed if missing) and ``config.toml``; returns the report's path. Every
     failed episode gets a transcript, and up to ``max_transcripts`` others (every
-    episode counts in the plots, failed ones apart). Damaged lines of
-    ``episodes.jsonl`` are skipped: the page and ``notify`` get a one-line note.
+    episode counts in the plots, failed ones apart). The env's own figures and
+    sections (``Env.report_figures``, ``Env.report_sections``) come from ``env``, or
+    from the env ``config.toml`` names, built here. Damaged lines of
+    ``episodes.jsonl`` are skipped, and an env part that cannot be drawn is left
+    out: the page and ``notify`` get a one-line note for each.
     Raises ``OutputError`` when the page cannot be written (no temp file is left)."""
     run_dir = Path(run_dir)
     episodes_path = run_dir / "episodes.jsonl"
@@ -67,16 +75,18 @@ def write_report(
     damaged: list[int] = []
     rollouts = config.get("rollouts")
     scan = Scan(max_transcripts, rollouts=rollouts if isinstance(rollouts, int) else None)
-    scan.add_all(read_episodes(episodes_path, damaged=damaged))
+    # one pass: the scan sees every record while the env's first hook reads them
+    own = env_parts(episodes_path, config, env, each=scan.add, damaged=damaged)
     note = _damaged_note(damaged)
-    if note and notify is not None:
-        notify(note)
+    for line in ([note] if note else []) + own.notes:
+        if notify is not None:
+            notify(line)
     summary = _summary(run_dir / "summary.json", notify)
     if summary is None:
         if scan.summary.rollouts is None:
             scan.summary.rollouts = 1 + scan.max_rollout
         summary = scan.summary.result()
-    page = _page(run_dir, scan, summary, config, config_text, note)
+    page = _page(run_dir, scan, summary, config, config_text, note, own)
     out = run_dir / REPORT
     tmp = out.with_suffix(".tmp")
     try:
@@ -135,12 +145,13 @@ def _damaged_note(lines: list[int]) -> str:
     )
 
 
-def sections(scan: Scan, summary: Json, config: Json) -> tuple[str, str]:
-    """The report's summary tables and its figures (HTML, escaped), as ``report.html``
-    shows them: for other pages over a run (``taketurns view``). Style them with
-    ``REPORT_CSS``."""
-    env_id = str(config.get("env_id") or scan.env or "?")
-    return _tables(scan, summary), _plots(env_id, scan, summary)
+def sections(scan: Scan, summary: Json, own: EnvParts | None = None) -> tuple[str, str]:
+    """The report's summary tables, and its figures with the env's own figures and
+    sections (``own``: ``env_parts``, when drawn), as HTML (escaped) the way
+    ``report.html`` shows them: for other pages over a run (``taketurns view``). Style
+    them with ``REPORT_CSS``."""
+    own = own or EnvParts()
+    return _tables(scan, summary), _plots(scan, summary, own) + _sections(own)
 
 
 # --- small helpers -----------------------------------------------------------------
@@ -154,8 +165,15 @@ def _hash(text: str) -> str:
 
 
 def _page(
-    run_dir: Path, scan: Scan, summary: Json, config: Json, config_text: str, note: str = ""
+    run_dir: Path,
+    scan: Scan,
+    summary: Json,
+    config: Json,
+    config_text: str,
+    note: str = "",
+    own: EnvParts | None = None,
 ) -> str:
+    own = own or EnvParts()
     env_id = str(config.get("env_id") or scan.env or "?")
     csp = (
         f"default-src 'none'; img-src data:; style-src '{_hash(_CSS)}'; "
@@ -165,9 +183,11 @@ def _page(
         [
             _header(run_dir, env_id, scan, summary, config),
             f'<p class="warn" id="damaged">{esc(note)}</p>' if note else "",
+            "".join(f'<p class="warn env-note">{esc(n)}</p>' for n in own.notes),
             _rescored(summary),
             _tables(scan, summary),
-            _plots(env_id, scan, summary),
+            _plots(scan, summary, own),
+            _sections(own),
             render_transcripts(scan.failed, scan.shown, scan.others),
             '<section id="config"><details><summary><h2>config.toml</h2></summary>'
             f"<pre>{esc(config_text or '(no config.toml in the run directory)')}</pre>"
@@ -389,7 +409,7 @@ def _figure(title: str, svg: str, note: str = "") -> str:
     return f"<figure><figcaption>{esc(title)}</figcaption>{svg}{note_html}</figure>"
 
 
-def _plots(env_id: str, scan: Scan, summary: Json) -> str:
+def _plots(scan: Scan, summary: Json, own: EnvParts) -> str:
     rewards, turns = scan.rewards, scan.turns  # failed episodes left out
     scored = scan.scored  # agents with rewards (a modeled user has none)
     order = sorted(rewards)
@@ -428,39 +448,12 @@ def _plots(env_id: str, scan: Scan, summary: Json) -> str:
             ),
         )
     )
-    if env_id == "kuhn-poker":
-        figures.append(_kuhn_payoff(scan))
     if scan.turn_rewards:
         figures.append(_turn_rewards(scan))
+    figures += [_figure(f.title, f.svg, f.note) for f in own.figures]
     return (
         f'<section id="plots"><h2>Plots</h2><div class="plots">{"".join(figures)}</div></section>'
     )
-
-
-def _kuhn_payoff(scan: Scan) -> str:
-    """Mean payoff by the card held, one bar per seat (from trace.info card/seat)."""
-    payoffs, seat_names = scan.payoffs, scan.seat_names
-    cards = [c for c in KUHN_CARDS if any(k[1] == c for k in payoffs)]
-    cards += sorted({k[1] for k in payoffs} - set(KUHN_CARDS))
-    series = []
-    for seat in sorted(seat_names):
-        values, tips = [], []
-        for card in cards:
-            total, hands = payoffs.get((seat, card), (0.0, 0))
-            values.append(total / hands if hands else math.nan)
-            tips.append(
-                f"seat {seat} · {card}: mean payoff {num(values[-1])} over {hands:.0f} hands"
-            )
-        series.append(Series(f"seat {seat} ({seat_names[seat]})", tuple(values), tuple(tips)))
-    svg = bar_chart(
-        "plot-kuhn-payoff",
-        cards,
-        series,
-        x_label="card held",
-        y_label="mean payoff (chips)",
-        values_on_bars=True,
-    )
-    return _figure("Kuhn poker: mean payoff by card and seat", svg)
 
 
 def _turn_rewards(scan: Scan) -> str:
@@ -488,6 +481,23 @@ def _turn_rewards(scan: Scan) -> str:
         values_on_bars=len(ordinals) * len(series) <= 24,
     )
     return _figure("Per-turn rewards: mean by turn and agent", svg)
+
+
+def _sections(own: EnvParts) -> str:
+    """The env's own sections, each under its heading and anchor."""
+    out, taken = [], set()
+    for section in own.sections:
+        anchor = section.id or "env-" + (
+            re.sub(r"[^a-z0-9]+", "-", section.title.lower()).strip("-") or "section"
+        )
+        while anchor in taken:
+            anchor += "-2"
+        taken.add(anchor)
+        out.append(
+            f'<section class="env-section" id="{esc(anchor)}"><h2>{esc(section.title)}</h2>'
+            f"{section.html}</section>"
+        )
+    return "\n".join(out)
 
 
 # --- transcripts -------------------------------------------------------------------
@@ -547,6 +557,21 @@ table.turns{font-size:12px;margin-top:6px}
 .errors{background:#fef3f2;border:1px solid #fecdca;border-radius:6px;padding:6px 10px;
 margin:6px 0}.errors ul{margin:4px 0 0;padding-left:18px}td.error{color:#b42318;text-align:left}
 .elided{color:var(--muted);font-style:italic}
+.env-section h2{margin-top:28px}
+details.env-box{background:var(--card);border:1px solid var(--line);border-radius:8px;
+margin:0 0 6px}details.env-box>summary{padding:6px 12px;cursor:pointer}
+details.env-box>.table-wrap{padding:0 12px 10px}
+.table-wrap{overflow-x:auto;max-width:100%}
+table.env-table{font-size:12.5px;width:100%}
+table.env-table td{text-align:left;vertical-align:top;overflow-wrap:break-word}
+table.env-table td.mono{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+table.env-table th{white-space:nowrap}
+.tag{border-radius:10px;padding:0 8px;font-size:12px;font-weight:600;white-space:nowrap}
+.tag.t0{background:#dbeafe;color:#0b4f8a}.tag.t1{background:#fdecc8;color:#8a5300}
+.tag.t2{background:#d3f5e6;color:#05603a}.tag.t3{background:#fbe3f1;color:#8c2b63}
+.tag.t4{background:#e0f2fe;color:#075985}.tag.t5{background:#fde2d3;color:#9a3412}
+.tag.t6{background:#eceef2;color:#475467}
+@media (max-width:900px){.plots{grid-template-columns:1fr}main{padding:14px 12px 40px}}
 #config pre{background:var(--card);border:1px solid var(--line);padding:10px}
 #config summary h2{display:inline}#config summary{cursor:pointer}
 """

@@ -1,8 +1,8 @@
 """One streaming pass over ``episodes.jsonl`` gathering everything the report draws.
 
 Memory is bounded by what the page shows, not by the number of episodes: counts per
-agent and value for the histograms, running sums for the Kuhn payoffs, the summary's
-running statistics, every failed episode (all are listed) and the ``cap`` first
+agent and value for the histograms, running sums of the per-turn rewards, the
+summary's running statistics, every failed episode (all are listed) and the ``cap`` first
 others by task and rollout (a sorted list never longer than ``cap``).
 """
 
@@ -35,8 +35,6 @@ class Scan:
         self.rewards: dict[str, Counter[float]] = defaultdict(Counter)
         self.turns: dict[str, Counter[float]] = defaultdict(Counter)
         self.scored: set[str] = set()  # agents with rewards (a modeled user has none)
-        self.payoffs: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-        self.seat_names: dict[int, str] = {}
         # per-turn rewards: (agent, name) -> k-th rewarded turn of a trace -> [sum, count]
         self.turn_rewards: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(
             lambda: defaultdict(lambda: [0.0, 0.0])
@@ -70,26 +68,12 @@ class Scan:
             if not failed:  # a failed episode's rewards are not the model's: left out
                 self.rewards[agent][as_float(t.get("reward")) or 0.0] += 1
                 self.turns[agent][float(len(as_list(t.get("turns"))))] += 1
-                self._payoff(t)
                 self._turn_rewards(agent, t)
         if failed:
             self.failed.append(e)
         else:
             self.others += 1
             self._keep(e)
-
-    def _payoff(self, t: Json) -> None:
-        info = as_dict(t.get("info"))
-        payoff = as_float(as_dict(t.get("rewards")).get("payoff"))
-        if payoff is None:
-            payoff = as_float(info.get("payoff"))
-        seat, card = info.get("seat"), info.get("card")
-        if payoff is None or not isinstance(seat, int) or card is None:
-            return
-        total = self.payoffs[(seat, str(card))]
-        total[0] += payoff
-        total[1] += 1
-        self.seat_names.setdefault(seat, agent_of(t))
 
     def _turn_rewards(self, agent: str, t: Json) -> None:
         """Running sums of ``trace.turn_rewards`` by agent, name and ordinal (the

@@ -60,7 +60,7 @@ class Sample:
     sample starting at the trace's first turn, else why the previous sample ended;
     ``divergence`` says where, when the reason is a prompt that does not extend the
     sequence before it. ``reward`` is the trace's; ``advantage`` is filled in by
-    ``taketurns.group_advantages``."""
+    ``taketurns.train.group_advantages``."""
 
     episode_id: str
     agent: str

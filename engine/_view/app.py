@@ -142,7 +142,9 @@ def create_app(library: Library, *, allowed_hosts: Collection[str] | None = None
     @app.get("/run/<run_id>/figures")
     async def figures(run_id: str) -> Any:
         run = find(run_id)
-        return _html(pages.figures(run, await run.summary()))
+        summary = await run.summary()
+        ended = run.state != RUNNING and run.caught_up
+        return _html(pages.figures(run, summary, await run.env_parts() if ended else None))
 
     @app.get("/run/<run_id>/episode/<int:line>")
     async def episode(run_id: str, line: int) -> Any:

@@ -166,7 +166,11 @@ JS = r"""
       pending = true; lastFigures = now;
       fetch(base + "/figures").then(function (r) { return r.ok ? r.text() : null; })
         .then(function (html) { if (html !== null) figures.innerHTML = html; })
-        .finally(function () { pending = false; });
+        .finally(function () {
+          pending = false;
+          // not final yet (still read, or the env's own figures still drawn): again soon
+          if (!isFinal()) setTimeout(function () { refreshFigures(false); }, 5000);
+        });
     }
     if (!isFinal()) refreshFigures(true);
     var source = new EventSource(api + "/events");

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from taketurns._exchange.outcome import CAUSES, describe_cause
+from taketurns._report.env_parts import EnvParts
 from taketurns._report.markup import Json, as_dict, as_float, esc
 from taketurns._report.page import sections
 from taketurns._report.transcript import render_episode
@@ -254,21 +255,25 @@ def newest(run: RunView) -> str:
     return f'<ol class="newest">{"".join(items)}</ol>'
 
 
-def figures(run: RunView, summary: Json) -> str:
-    """The report's summary tables and figures over the episodes read so far."""
-    final = run.state != RUNNING and run.caught_up
+def figures(run: RunView, summary: Json, own: EnvParts | None = None) -> str:
+    """The report's summary tables and figures over the episodes read so far; the
+    env's own figures and sections (``own``) once the run ended. Final (no more
+    refreshes) when the run ended, every line is read and ``own`` is drawn."""
+    final = run.state != RUNNING and run.caught_up and own is not None
     if not run.scanned and len(run.index):
         return (
             '<div data-final="0"><h2>Summary</h2><p class="muted">reading episodes.jsonl '
             f"({len(run.index):,} lines)…</p></div>"
         )
-    tables, plots = sections(run.scan, summary, run.config)
+    tables, plots = sections(run.scan, summary, own)
     note = ""
     if run.scanned < len(run.index):
         note = (
             f'<p class="muted">over the first {run.scanned:,} of {len(run.index):,} episodes '
             "read so far; updates as reading goes on</p>"
         )
+    if run.state == RUNNING:
+        note += '<p class="muted">the env\'s own figures, if it has any, come when the run ends</p>'
     return f'<div data-final="{int(final)}">{note}{tables}{plots}</div>'
 
 
@@ -365,8 +370,9 @@ def transcripts(run: RunView, flt: EpisodeFilter, page: Page) -> str:
 def _figures_box(run: RunView, summary: Json) -> str:
     """The figures inline when final (a finished run read to its end), else a box the
     script fills from ``/run/<id>/figures`` (and refreshes while the run goes on)."""
-    if run.state != RUNNING and summary and run.caught_up:
-        return f'<div id="figures">{figures(run, summary)}</div>'
+    own = run.drawn
+    if run.state != RUNNING and summary and run.caught_up and own is not None:
+        return f'<div id="figures">{figures(run, summary, own)}</div>'
     return (
         '<div id="figures"><div data-final="0"><h2>Summary</h2>'
         '<p class="muted">loading the tables and figures…</p></div></div>'

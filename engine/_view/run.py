@@ -23,6 +23,7 @@ from typing import Any
 import trio
 
 from taketurns._output.records import parse_record
+from taketurns._report.env_parts import EnvParts, env_parts
 from taketurns._report.markup import Json, as_dict
 from taketurns._report.scan import Scan
 from taketurns._view.lines import LineIndex
@@ -71,6 +72,8 @@ class RunView:
         self._summary_due = 0.0
         self._first: tuple[int, Json] | None = None
         self.reading = trio.Lock()  # held while parsing or summarizing: one at a time
+        self._drawing = trio.Lock()
+        self._own: tuple[tuple[int, int], EnvParts] | None = None
 
     # -- files -------------------------------------------------------------------------
 
@@ -300,6 +303,33 @@ class RunView:
             "read": self.scanned,
             **self.counts(),
         }
+
+    @property
+    def drawn(self) -> EnvParts | None:
+        """The env's own figures and sections if drawn for the file as it is now."""
+        own = self._own
+        return own[1] if own is not None and own[0] == self._file_key() else None
+
+    def _file_key(self) -> tuple[int, int]:
+        return (self.index.generation, self.index.end)
+
+    async def env_parts(self) -> EnvParts:
+        """The env's own figures and sections (``_report.env_parts``: its report hooks,
+        the env built from ``config.toml``), drawn in a thread by a pass of the env's
+        own over ``episodes.jsonl``, once per state of the file. For a run that ended:
+        a running one would be drawn again at every episode."""
+        async with self._drawing:
+            key = self._file_key()
+            if self._own is None or self._own[0] != key:
+                path = self.file(EPISODES)
+                config = dict(self.config)
+                parts = (
+                    EnvParts()
+                    if path is None
+                    else await trio.to_thread.run_sync(lambda: env_parts(path, config))
+                )
+                self._own = (key, parts)
+            return self._own[1]
 
     async def summary(self) -> Json:
         """``summary.json`` of a finished run; otherwise the summary of the episodes

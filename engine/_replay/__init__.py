@@ -1,0 +1,1 @@
+"""``taketurns replay``: recorded episodes re-driven with their recorded replies."""
