@@ -16,8 +16,10 @@ Measured on a fresh ``taketurns view DIR --port 0`` process:
   line index is extended to there: the file is read once, not parsed) and again (the
   index: only the page's own lines are read); a filtered search page (bounded: at
   most 20,000 lines per request);
+- the figures page once every line is read, which draws the env's own figures (the
+  env's report hook reads ``episodes.jsonl`` once more, in a thread);
 - RSS: the server's peak (``VmHWM``) once it has read every line of the run (for
-  the figures) and served the pages above.
+  the figures), drawn the env's figures and served the pages above.
 
 Run: ``python benchmarks/bench_view.py [--size 500000] [--keep DIR]`` (a few minutes).
 Results: ``benchmarks/results/view.md``.
@@ -133,7 +135,8 @@ def measure(folder: Path, run_id: str, size: int) -> list[str]:
             f"| {search_s:.3f} s |",
             f"| RSS once the run page is open | {rss_open:.0f} MiB |",
             f"| every line read for the figures (background) | {read_s:.0f} s after opening |",
-            f"| figures page once read | {figures_s:.3f} s |",
+            f"| figures page once read, with the env's own figures (its report hook "
+            f"reads the file once more, in a thread) | {figures_s:.1f} s |",
             f"| **peak RSS (VmHWM) over the whole session** | **{peak:.0f} MiB** |",
         ]
     finally:

@@ -143,8 +143,10 @@ def create_app(library: Library, *, allowed_hosts: Collection[str] | None = None
     async def figures(run_id: str) -> Any:
         run = find(run_id)
         summary = await run.summary()
-        ended = run.state != RUNNING and run.caught_up
-        return _html(pages.figures(run, summary, await run.env_parts() if ended else None))
+        own = run.drawn
+        if own is None and run.state != RUNNING and run.caught_up:
+            library.ask_drawing(run)  # the env's own figures: drawn in the background
+        return _html(pages.figures(run, summary, own))
 
     @app.get("/run/<run_id>/episode/<int:line>")
     async def episode(run_id: str, line: int) -> Any:

@@ -14,6 +14,7 @@ state and reads what its ``episodes.jsonl`` grew by, then wakes whoever waits on
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -39,6 +40,8 @@ class Library:
         self.runs: dict[str, RunView] = {}
         self.version = 0
         self._changed = trio.Event()
+        self._drawing: set[str] = set()  # runs whose env parts are queued or drawn now
+        self._draw_send, self._draw_receive = trio.open_memory_channel[RunView](math.inf)
 
     # -- finding runs -----------------------------------------------------------------
 
@@ -97,8 +100,32 @@ class Library:
         """Set at the next change: take it before reading what to send, then wait."""
         return self._changed
 
+    def ask_drawing(self, run: RunView) -> None:
+        """Have ``run``'s env parts drawn (``RunView.env_parts``) in the background, once:
+        the env's report hooks read the whole file again, which may take minutes."""
+        if run.id not in self._drawing:
+            self._drawing.add(run.id)
+            self._draw_send.send_nowait(run)
+
+    async def _draw(self) -> None:
+        async for run in self._draw_receive:  # one at a time: each is a pass of its own
+            try:
+                await run.env_parts()
+            finally:
+                self._drawing.discard(run.id)
+                run.version += 1
+
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Keep the library current until cancelled (see the module docstring)."""
+        """Keep the library current until cancelled (see the module docstring); env
+        parts asked for (``ask_drawing``) are drawn meanwhile."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._draw)
+            await nursery.start(self._watch)
+            task_status.started()
+
+    async def _watch(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         self.discover()
         self.refresh()
         task_status.started()

@@ -274,6 +274,8 @@ def figures(run: RunView, summary: Json, own: EnvParts | None = None) -> str:
         )
     if run.state == RUNNING:
         note += '<p class="muted">the env\'s own figures, if it has any, come when the run ends</p>'
+    elif own is None:
+        note += '<p class="muted">drawing the env\'s own figures, if it has any…</p>'
     return f'<div data-final="{int(final)}">{note}{tables}{plots}</div>'
 
 
