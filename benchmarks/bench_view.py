@@ -16,8 +16,9 @@ Measured on a fresh ``taketurns view DIR --port 0`` process:
   line index is extended to there: the file is read once, not parsed) and again (the
   index: only the page's own lines are read); a filtered search page (bounded: at
   most 20,000 lines per request);
-- the figures page once every line is read, which draws the env's own figures (the
-  env's report hook reads ``episodes.jsonl`` once more, in a thread);
+- the figures page once every line is read, and how long the env's own figures take
+  to be drawn after that (the env's report hook reads ``episodes.jsonl`` once more,
+  in the background);
 - RSS: the server's peak (``VmHWM``) once it has read every line of the run (for
   the figures), drawn the env's figures and served the pages above.
 
@@ -122,6 +123,10 @@ def measure(folder: Path, run_id: str, size: int) -> list[str]:
                 time.sleep(1.0)
             read_s = time.perf_counter() - reading
             figures_s, _ = timed(http, f"/run/{run_id}/figures")
+            drawing = time.perf_counter()
+            while 'data-final="1"' not in http.get(f"/run/{run_id}/figures").text:
+                time.sleep(2.0)  # the env's own figures, drawn in the background
+            drawn_s = time.perf_counter() - drawing
             peak = status(proc.pid, "VmHWM")
         rows += [
             f"| listening (process start to URL) | {listening:.2f} s |",
@@ -135,8 +140,9 @@ def measure(folder: Path, run_id: str, size: int) -> list[str]:
             f"| {search_s:.3f} s |",
             f"| RSS once the run page is open | {rss_open:.0f} MiB |",
             f"| every line read for the figures (background) | {read_s:.0f} s after opening |",
-            f"| figures page once read, with the env's own figures (its report hook "
-            f"reads the file once more, in a thread) | {figures_s:.1f} s |",
+            f"| figures page once read | {figures_s:.3f} s |",
+            f"| the env's own figures drawn (its report hook reads the file once more, in "
+            f"the background) | {drawn_s:.0f} s later |",
             f"| **peak RSS (VmHWM) over the whole session** | **{peak:.0f} MiB** |",
         ]
     finally:
