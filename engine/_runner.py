@@ -48,7 +48,7 @@ from taketurns._errors import Interrupted, OutputError, TaketurnsError, sole_err
 from taketurns._eval.brake import Brake
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
-from taketurns._eval.plan import Plan, make_env
+from taketurns._eval.plan import Plan, make_env, seeded
 from taketurns._eval.play import play_pairs
 from taketurns._eval.servers import open_model_servers
 from taketurns._exchange.task import Task
@@ -113,7 +113,7 @@ async def run_eval(
     ``Interrupted`` after a signal (with every finished and cancelled episode
     written); ``OutputError`` when the directory cannot be written (the run stops;
     what was written is kept)."""
-    env = env if env is not None else make_env(config)
+    env = seeded(env, config) if env is not None else make_env(config)
     plan = plan if plan is not None else Plan(config, env)
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
     writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
@@ -167,7 +167,14 @@ async def run_eval(
                 wall_s = time.monotonic() - start
                 bar.phase("writing summary and report" if report else "writing summary")
                 summary = _finish(
-                    run_dir, writer.finished, wall_s, interrupted, writer.failure, writer.brake
+                    run_dir,
+                    writer.finished,
+                    wall_s,
+                    interrupted,
+                    writer.failure,
+                    writer.brake,
+                    seed=config.seed,
+                    notes=plan.notes(),
                 )
                 if report and not writer.failure:
                     _write_report(run_dir, env, writer.failure)
@@ -288,13 +295,21 @@ def _finish(
     interrupted: bool,
     failure: list[OutputError],
     brake: Brake,
+    *,
+    seed: int,
+    notes: list[str],
 ) -> dict[str, Any]:
     """Sum up what was written (also when the run is cancelled from outside) and
-    write the summary (``stopped``: why the brake stopped the run, if it did). A
+    write the summary (``stopped``: why the brake stopped the run, if it did;
+    ``seed``: the run's seed; ``notes``: what the model clients noted, e.g. an
+    endpoint that refuses ``seed``). A
     write failure is added to ``failure`` (the run's first error is the one that
     counts), never raised over another error."""
     summary = finished.result(wall_s=wall_s)
     summary["interrupted"] = interrupted
+    summary["seed"] = seed
+    if notes:
+        summary["notes"] = notes
     if brake.reason is not None:
         summary["stopped"] = brake.reason
     try:

@@ -6,6 +6,11 @@ taketurns ...``, read from ``sys.orig_argv``), and only while Python's own SIGIN
 handler is in place: a library import changes nothing. ``main`` puts Python's handler
 back as it starts (``taketurns._cli.interrupts``), and from there a signal is the
 command's to handle.
+
+Before this module runs no code of the package has: a Ctrl-C while Python itself starts
+(its ``site`` import, which runs the environment's ``.pth`` files, an editable
+install's finder among them: tens of milliseconds, more on a loaded machine) is
+Python's own, a fatal-error traceback and exit code 1.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ class AlphabetSortConfig(EnvConfig):
     """Each task has ``min_turns``..``max_turns`` user turns (seeded), each adding
     ``min_names_per_turn``..``max_names_per_turn`` names. ``sort_by``: 'first', 'last'
     or 'random' (a seeded choice per task). ``power`` sharpens each turn's similarity.
-    ``seed`` varies the tasks."""
+    ``seed`` varies the tasks (unset: the run's ``--seed``)."""
 
     player: AgentConfig = attrs.field(factory=AgentConfig)
     min_turns: int = attrs.field(default=1, validator=int_between(1, _MAX_TURNS))
@@ -55,7 +55,11 @@ class AlphabetSortConfig(EnvConfig):
     max_names_per_turn: int = attrs.field(default=5, validator=int_between(1))
     power: float = attrs.field(default=4.0, validator=_positive_number)
     sort_by: str = attrs.field(default="random", validator=_sort_by)
-    seed: int = attrs.field(default=0, validator=int_between(0))
+    seed: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(int_between(0)),
+        metadata={"unset": "the run's --seed"},
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.min_turns > self.max_turns:
@@ -87,7 +91,7 @@ class AlphabetSort(Env):
     def task(self, idx: int) -> Task:
         """Task ``idx``: the same every run for the same config."""
         c = self.config
-        seed = rules.task_seed(c.seed, idx)
+        seed = rules.task_seed(self.seed_of(c.seed), idx)
         rng = random.Random(seed)
         num_turns = rng.randint(c.min_turns, c.max_turns)
         sort_by = rng.choice(rules.SORT_KEYS) if c.sort_by == "random" else c.sort_by

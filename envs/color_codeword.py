@@ -33,7 +33,7 @@ _MAX_SIZE = 512
 class ColorCodewordConfig(EnvConfig):
     """Each task has ``min_turns``..``max_turns`` user turns (seeded), each showing
     ``min_squares``..``max_squares`` new squares of ``square_size`` pixels. ``seed``
-    varies the tasks."""
+    varies the tasks (unset: the run's ``--seed``)."""
 
     player: AgentConfig = attrs.field(factory=AgentConfig)
     min_turns: int = attrs.field(default=2, validator=int_between(1, _MAX_TURNS))
@@ -41,7 +41,11 @@ class ColorCodewordConfig(EnvConfig):
     min_squares: int = attrs.field(default=1, validator=int_between(1, _MAX_SQUARES))
     max_squares: int = attrs.field(default=2, validator=int_between(1, _MAX_SQUARES))
     square_size: int = attrs.field(default=32, validator=int_between(1, _MAX_SIZE))
-    seed: int = attrs.field(default=0, validator=int_between(0))
+    seed: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(int_between(0)),
+        metadata={"unset": "the run's --seed"},
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.min_turns > self.max_turns:
@@ -64,7 +68,7 @@ class ColorCodeword(Env):
         """Task ``idx``: the same every run for the same config. Its prompt is the
         first turn's message (text + images); ``info["squares"]`` the letters by turn."""
         c = self.config
-        seed = rules.task_seed(c.seed, idx)
+        seed = rules.task_seed(self.seed_of(c.seed), idx)
         rng = random.Random(seed)
         num_turns = rng.randint(c.min_turns, c.max_turns)
         squares = rules.generate_squares(rng, num_turns, c.min_squares, c.max_squares)

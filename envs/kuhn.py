@@ -29,11 +29,11 @@ from taketurns import (
     Episode,
     Task,
     Trace,
-    is_failure,
     metric,
     reward,
 )
 from taketurns.envs import kuhn_rules as rules
+from taketurns.envs import reprompts
 from taketurns.harness import int_between
 from taketurns.report import Figure, Series, bar_chart, num
 
@@ -43,12 +43,17 @@ __all__ = ["KuhnConfig", "KuhnPoker", "ask_text", "payoff_by_card", "rules_promp
 @attrs.define
 class KuhnConfig(EnvConfig):
     """``player0`` acts first. ``invalid_retries``: how many times a seat is re-prompted
-    after a reply that does not count before it forfeits. ``seed`` varies the deals."""
+    after a reply that does not count before it forfeits. ``seed`` varies the deals
+    (unset: the run's ``--seed``)."""
 
     player0: AgentConfig = attrs.field(factory=AgentConfig)
     player1: AgentConfig = attrs.field(factory=AgentConfig)
     invalid_retries: int = attrs.field(default=1, validator=int_between(0))
-    seed: int = attrs.field(default=0, validator=int_between(0))
+    seed: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(int_between(0)),
+        metadata={"unset": "the run's --seed"},
+    )
 
 
 def rules_prompt(seat: int, card: str, invalid_retries: int, hand: int = 0) -> str:
@@ -64,13 +69,9 @@ def rules_prompt(seat: int, card: str, invalid_retries: int, hand: int = 0) -> s
         "When it is your turn you are shown the betting so far and your legal actions; "
         "answer with exactly one of them in square brackets, for example [call]. "
         "An answer that does not name exactly one legal action is refused: you get "
-        f"{_retries_text(invalid_retries)} per turn, then a refused answer forfeits the "
-        "hand (you lose 1 chip)."
+        f"{reprompts.retries_text(invalid_retries)} per turn, then a refused answer "
+        "forfeits the hand (you lose 1 chip)."
     )
-
-
-def _retries_text(n: int) -> str:
-    return "1 retry" if n == 1 else f"{n} retries"
 
 
 def _ask_text(history: Sequence[str]) -> str:
@@ -91,26 +92,19 @@ def ask_text(history: Sequence[str]) -> str:
     return text if text is not None else _ask_text(history)
 
 
-def _feedback(problem: str, history: Sequence[str], left: int) -> str:
-    tries = "1 try left" if left == 1 else f"{left} tries left"
-    return f"That answer does not count: {problem} ({tries}). {ask_text(history)}"
-
-
-_FAILED = "<failed>"  # _ask's answer for a seat the infrastructure failed
-
-
 class KuhnPoker(Env):
     id = "kuhn-poker"
     config_class = KuhnConfig
     config: KuhnConfig
 
     def tasks(self, num_tasks: int) -> list[Task]:
+        base = self.seed_of(self.config.seed)
         return [
             Task(
                 idx=i,
                 name=f"kuhn-{i}",
                 prompt=None,
-                info={"seed": rules.task_seed(self.config.seed, i)},
+                info={"seed": rules.task_seed(base, i)},
             )
             for i in range(num_tasks)
         ]
@@ -140,13 +134,13 @@ class KuhnPoker(Env):
             forfeiter = None
             while not rules.is_over(history):
                 seat = rules.to_act(history)
-                action = await self._ask(seats[seat], history)
-                if action is _FAILED:
+                answer = await self._ask(seats[seat], history)
+                if answer.failed:
                     return  # no game result: the episode failed (taketurns.is_failure)
-                if action is None:
+                if answer.value is None:
                     forfeiter = seat
                     break
-                history.append(action)
+                history.append(answer.value)
                 for session in seats:
                     session.trace.info["history"] = list(history)
             if forfeiter is None:
@@ -156,24 +150,16 @@ class KuhnPoker(Env):
             for seat, session in enumerate(seats):
                 session.trace.info.update(forfeited=seat == forfeiter, payoff=payoff[seat])
 
-    async def _ask(self, session: ChatSession, history: Sequence[str]) -> str | None:
-        """The seat's action; None when it forfeits (it stopped, or used up its
-        re-prompts); ``_FAILED`` when its run was ended by the infrastructure (the
-        model endpoint or the harness failing): that is no move of the model's."""
+    async def _ask(self, session: ChatSession, history: Sequence[str]) -> reprompts.Answer[str]:
+        """The seat's action, re-prompted while it does not count
+        (``taketurns.envs.reprompts``: it may forfeit, or fail)."""
         legal = rules.legal_actions(history)
-        left = self.config.invalid_retries
-        message = ask_text(history)
-        while True:
-            reply = await session.turn(message)
-            if reply.stopped:
-                return _FAILED if is_failure(reply.stop_condition) else None
-            try:
-                return rules.parse_action(reply.text, legal)
-            except rules.InvalidAnswer as exc:
-                if left == 0:
-                    return None
-                message = _feedback(str(exc), history, left)
-                left -= 1
+        return await reprompts.ask(
+            session,
+            ask_text(history),
+            lambda text: rules.parse_action(text, legal),
+            retries=self.config.invalid_retries,
+        )
 
     @reward(weight=1.0)
     def payoff(self, task: Task, trace: Trace) -> float:

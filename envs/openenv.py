@@ -90,7 +90,11 @@ class OpenEnvConfig(EnvConfig):
     url: str | None = attrs.field(default=None, validator=_url)
     app: str = attrs.field(default=DEFAULT_APP, validator=_app)
     resets: list[Any] = attrs.field(factory=list, validator=_resets)
-    seed: int = attrs.field(default=0, validator=int_between(0))
+    seed: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(int_between(0)),
+        metadata={"unset": "the run's --seed"},
+    )
     max_steps: int = attrs.field(default=50, validator=int_between(1))
     invalid_retries: int = attrs.field(default=2, validator=int_between(0))
     start_timeout_s: float = attrs.field(default=120.0, validator=at_least(0, exclusive=True))
@@ -151,9 +155,10 @@ class OpenEnv(Env):
 
     def tasks(self, num_tasks: int) -> list[Task]:
         resets = self.config.resets
+        base = self.seed_of(self.config.seed)
         tasks = []
         for i in range(num_tasks):
-            args = dict(resets[i % len(resets)]) if resets else {"seed": self.config.seed + i}
+            args = dict(resets[i % len(resets)]) if resets else {"seed": base + i}
             tasks.append(Task(idx=i, name=f"openenv-{i}", info={"reset": args}))
         return tasks
 

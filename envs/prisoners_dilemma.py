@@ -32,10 +32,10 @@ from taketurns import (
     EnvConfig,
     Task,
     Trace,
-    is_failure,
     metric,
     reward,
 )
+from taketurns.envs import reprompts
 from taketurns.harness import int_between
 
 __all__ = ["MOVES", "PAYOFFS", "PrisonersDilemma", "PrisonersDilemmaConfig", "round_text"]
@@ -50,7 +50,6 @@ PAYOFFS = {
     ("defect", "defect"): PUNISHMENT,
 }
 _BRACKETED = re.compile(r"\[([^\[\]\n]{1,40})\]")
-_FAILED = "<failed>"  # a seat the infrastructure failed: no move of the model's
 
 
 @attrs.define
@@ -74,9 +73,9 @@ def rules_prompt(seat: int, rounds: int, retries: int, game: int) -> str:
         f"cooperate {REWARD:g} each; both defect {PUNISHMENT:g} each; a defector "
         f"against a cooperator gets {TEMPTATION:g} and the cooperator {SUCKER:g}. "
         "Answer with exactly one of [cooperate] or [defect]. An answer that does not "
-        f"name exactly one move is refused: you get {retries} "
-        f"{'retry' if retries == 1 else 'retries'} per round, then a refused answer "
-        f"forfeits the game ({FORFEIT:g} point for the round)."
+        f"name exactly one move is refused: you get {reprompts.retries_text(retries)} "
+        f"per round, then a refused answer forfeits the game ({FORFEIT:g} point for the "
+        "round)."
     )
 
 
@@ -103,15 +102,6 @@ def parse_move(text: str) -> str:
     return moves[0]
 
 
-@attrs.frozen
-class _Move:
-    """A seat's answer in one round: ``move`` is a move, None (a forfeit) or
-    ``_FAILED``; ``turn`` the index of the model call that made it (None: no call)."""
-
-    move: str | None
-    turn: int | None
-
-
 class PrisonersDilemma(Env):
     id = "prisoners-dilemma"
     config_class = PrisonersDilemmaConfig
@@ -136,12 +126,12 @@ class PrisonersDilemma(Env):
             last: tuple[str, str] | None = None
             for number in range(1, cfg.rounds + 1):
                 answers = await self._round(seats, number, last)
-                if any(a.move == _FAILED for a in answers):
+                if any(a.failed for a in answers):
                     return  # no result: the episode failed (taketurns.is_failure)
-                if any(a.move is None for a in answers):
+                if any(a.forfeited for a in answers):
                     _pay_forfeit(seats, answers)
                     return
-                moves = (str(answers[0].move), str(answers[1].move))
+                moves = (str(answers[0].value), str(answers[1].value))
                 for seat, session in enumerate(seats):
                     mine = (moves[seat], moves[1 - seat])
                     session.trace.info["moves"].append(mine[0])
@@ -150,39 +140,24 @@ class PrisonersDilemma(Env):
 
     async def _round(
         self, seats: tuple[ChatSession, ChatSession], number: int, last: tuple[str, str] | None
-    ) -> list[_Move]:
+    ) -> list[reprompts.Answer[str]]:
         """Both seats asked at once; the round ends when both have answered."""
-        answers = [_Move(_FAILED, None), _Move(_FAILED, None)]
+        unanswered: reprompts.Answer[str] = reprompts.Answer(None, failed=True)
+        answers = [unanswered, unanswered]
 
         async def ask(seat: int) -> None:
             trace = seats[seat].trace
             mine = None if last is None else (last[seat], last[1 - seat])
             points = trace.turn_reward_total("round")
             text = round_text(number, self.config.rounds, mine, points)
-            answers[seat] = await self._ask(seats[seat], text)
+            answers[seat] = await reprompts.ask(
+                seats[seat], text, parse_move, retries=self.config.invalid_retries
+            )
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ask, 0)
             nursery.start_soon(ask, 1)
         return answers
-
-    async def _ask(self, session: ChatSession, message: str) -> _Move:
-        """The seat's move (``Kuhn``'s rule): None when it forfeits (it stopped, or
-        used up its re-prompts); ``_FAILED`` when the infrastructure ended its run."""
-        left, asked = self.config.invalid_retries, message
-        while True:
-            reply = await session.turn(message)
-            turn = session.trace.turns[-1].index if session.trace.turns else None
-            if reply.stopped:
-                return _Move(_FAILED if is_failure(reply.stop_condition) else None, turn)
-            try:
-                return _Move(parse_move(reply.text), turn)
-            except ValueError as exc:
-                if left == 0:
-                    return _Move(None, turn)
-                tries = "1 try left" if left == 1 else f"{left} tries left"
-                message = f"That answer does not count: {exc} ({tries}). {asked}"
-                left -= 1
 
     @reward(weight=1.0)
     def payoff(self, task: Task, trace: Trace) -> float:
@@ -206,8 +181,10 @@ def _pay(trace: Trace, turn: int | None, value: float) -> None:
         trace.record_turn_reward(turn, value, name="round")
 
 
-def _pay_forfeit(seats: tuple[ChatSession, ChatSession], answers: list[_Move]) -> None:
+def _pay_forfeit(
+    seats: tuple[ChatSession, ChatSession], answers: list[reprompts.Answer[str]]
+) -> None:
     for seat, session in enumerate(seats):
-        forfeited = answers[seat].move is None
+        forfeited = answers[seat].forfeited
         session.trace.info["forfeited"] = forfeited
         _pay(session.trace, answers[seat].turn, FORFEIT if forfeited else TEMPTATION)

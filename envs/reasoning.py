@@ -104,7 +104,11 @@ class ReasoningGymConfig(TasksetConfig):
         default=None, validator=_a_dataset, metadata={"choices": _datasets_listing}
     )
     options: dict[str, Any] = attrs.field(factory=dict)
-    seed: int = attrs.field(default=0, validator=int_between(0, 2**31))
+    seed: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(int_between(0, 2**31)),
+        metadata={"unset": "the run's --seed"},
+    )
     attempts: int = attrs.field(default=1, validator=int_between(1, 100))
     system_prompt: str = "default"
 
@@ -176,7 +180,7 @@ class ReasoningGym(Taskset):
         self._system_prompt = SYSTEM_PROMPTS.get(
             self.config.system_prompt, self.config.system_prompt
         )
-        self._item(self.config.seed)  # bad options fail here, before any episode
+        self._item(self.seed_of(self.config.seed))  # bad options fail here, before any episode
 
     def _item(self, seed: int) -> tuple[Any, dict[str, Any]]:
         """The dataset generating one item with ``seed``, and that item (made once:
@@ -196,9 +200,10 @@ class ReasoningGym(Taskset):
             ) from None
 
     def tasks(self, num_tasks: int) -> Sequence[Task]:
+        base = self.seed_of(self.config.seed)
         tasks = []
         for i in range(num_tasks):
-            seed = self.config.seed + i
+            seed = base + i
             _, item = self._item(seed)
             answer = item.get("answer")
             tasks.append(

@@ -120,11 +120,16 @@ MCP_NAME = "retail"  # the per-rollout server's name in state["mcp"]
 
 @attrs.define
 class RetailConfig(TasksetConfig):
-    """``seed`` varies every store and goal; ``kinds`` (comma-separated) are the goal
-    kinds, dealt to tasks in turn (task ``i`` gets kind ``i % len(kinds)``); ``tools``:
-    ``python`` (in process) or ``mcp`` (the store behind a per-rollout MCP server)."""
+    """``seed`` varies every store and goal (unset: the run's ``--seed``); ``kinds``
+    (comma-separated) are the goal kinds, dealt to tasks in turn (task ``i`` gets kind
+    ``i % len(kinds)``); ``tools``: ``python`` (in process) or ``mcp`` (the store behind
+    a per-rollout MCP server)."""
 
-    seed: int = attrs.field(default=0, validator=_an_int)
+    seed: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(_an_int),
+        metadata={"unset": "the run's --seed"},
+    )
     kinds: str = attrs.field(default=",".join(KINDS), validator=_kinds)
     tools: str = attrs.field(default="python", validator=_tools)
 
@@ -220,7 +225,7 @@ class RetailLite(Taskset):
         """Task ``idx``: its store and goal come from ``task_seed(config.seed, idx)``."""
         kinds = self.config.kind_list
         kind = kinds[idx % len(kinds)]
-        seed = task_seed(self.config.seed, idx)
+        seed = task_seed(self.seed_of(self.config.seed), idx)
         store = Store.generate(seed)
         goal = make_goal(store, kind, random.Random(f"{seed}/goal"))
         info = {

@@ -108,7 +108,8 @@ class TelecomUser(AgentConfig):
 
 @attrs.define
 class TelecomConfig(EnvConfig):
-    """``kinds``: the task kinds, dealt in turn; ``seed``: varies the phone numbers;
+    """``kinds``: the task kinds, dealt in turn; ``seed``: varies the phone numbers
+    (unset: the run's ``--seed``);
     ``exchanges``: at most this many user messages reach the assistant;
     ``done_marker``: what the user says when the phone works again; ``user_tools``:
     the user's device tools ``python`` (in process) or ``mcp`` (over MCP, served by
@@ -117,7 +118,11 @@ class TelecomConfig(EnvConfig):
     assistant: AgentConfig = attrs.field(factory=AgentConfig)
     user: TelecomUser = attrs.field(factory=TelecomUser)
     kinds: str = attrs.field(default=",".join(KINDS), validator=_kinds)
-    seed: int = attrs.field(default=0, validator=int_between(0))
+    seed: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(int_between(0)),
+        metadata={"unset": "the run's --seed"},
+    )
     exchanges: int = attrs.field(default=6, validator=int_between(1, 100))
     done_marker: str = "###DONE###"
     user_tools: str = attrs.field(default="python", validator=_user_tools)
@@ -163,7 +168,7 @@ class TelecomLite(Env):
 
     def tasks(self, num_tasks: int) -> list[Task]:
         kinds = [k.strip() for k in self.config.kinds.split(",")]
-        rng = random.Random(f"telecom-lite/{self.config.seed}")
+        rng = random.Random(f"telecom-lite/{self.seed_of(self.config.seed)}")
         out = []
         for i in range(num_tasks):
             kind, number = kinds[i % len(kinds)], f"555-{rng.randrange(10**4):04d}"

@@ -103,7 +103,7 @@ class TextArena(GameScores, Env):
             info = session.trace.info
             info.update(game=self.game, seed=seed, moves=0, finished=False)
             info.update(reason=None, invalid_move=False, game_reward=0.0)
-            game = await games.Game.open(self.game, seed)
+            game = await games.Game.open(self.game, seed, agents.rng)
             self._check_board(task, seed, game.deal)
             reply = await session.turn()
             while not reply.stopped:

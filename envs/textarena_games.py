@@ -8,8 +8,10 @@ Why it is wrapped this way:
   process-wide ``threading.Lock`` for the whole call (seed and draws in one hold, and
   each step): concurrent episodes neither block the event loop nor interleave their
   draws. The global RNG state is saved and restored around each call, so the reseeding
-  does not leak into the rest of the process. Whatever a game prints (WordSearch prints
-  debug lines) is swallowed.
+  does not leak into the rest of the process; each game keeps its own state between
+  calls (``_OwnRandom``): dealt by the task's seed, then drawing from a state the
+  episode's RNG (``agents.rng``) seeds, so a run replays whatever else runs. Whatever
+  a game prints (WordSearch prints debug lines) is swallowed.
 - ``ta.make`` costs 1-2 s for Wordle and WordLadder (POS-tagging the word list, loading
   spelling dictionaries). Each game id is built once per process as a pristine
   *template* that is never reset or stepped; every deal plays a shallow copy of it: a
@@ -157,10 +159,6 @@ def _locked(fn: Callable[..., T], /, *args: Any) -> T:
             random.setstate(saved)
 
 
-async def _off_loop(fn: Callable[..., T], /, *args: Any) -> T:
-    return await trio.to_thread.run_sync(_locked, fn, *args)
-
-
 def _template(ta: Any, game_id: str) -> Any:
     if game_id not in _templates:
         try:
@@ -211,22 +209,53 @@ def deal(game_id: str, seed: int) -> Deal:
     return _locked(_new_env, game_id, seed)[1]
 
 
-class Game:
-    """One episode's engine: a fresh TextArena env dealt for ``(game_id, seed)``.
-    ``open`` and ``step`` run off the event loop under the process-wide lock."""
+class _OwnRandom:
+    """A game's own state of Python's global RNG: each call sets it, runs under the
+    process-wide lock, and keeps what the game left, restoring the process's state
+    after (so a game draws the same whatever else runs)."""
 
-    def __init__(self, env: Any, dealt: Deal) -> None:
+    def __init__(self, state: Any = None) -> None:
+        self.state = state  # None: the call starts from whatever reset() seeds
+
+    def call(self, fn: Callable[..., T], /, *args: Any) -> T:
+        with _LOCK:
+            saved = random.getstate()
+            if self.state is not None:
+                random.setstate(self.state)
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    return fn(*args)
+            finally:
+                self.state = random.getstate()
+                random.setstate(saved)
+
+    def reseed(self, rng: random.Random | None) -> None:
+        """Continue from a state drawn from ``rng`` (the episode's RNG, ``agents.rng``):
+        the deal is the seed's, the draws while playing the episode's."""
+        if rng is not None:
+            self.state = random.Random(rng.getrandbits(64)).getstate()
+
+
+class Game:
+    """One episode's engine: a fresh TextArena env dealt for ``(game_id, seed)``, its
+    draws while playing from ``rng`` (the episode's RNG; None: the seed's own
+    stream). ``open`` and ``step`` run off the event loop under the process-wide lock."""
+
+    def __init__(self, env: Any, dealt: Deal, rng: _OwnRandom) -> None:
         self._env = env
         self.deal = dealt
+        self._rng = rng
 
     @classmethod
-    async def open(cls, game_id: str, seed: int) -> Game:
-        env, dealt = await _off_loop(_new_env, game_id, seed)
-        return cls(env, dealt)
+    async def open(cls, game_id: str, seed: int, rng: random.Random | None = None) -> Game:
+        own = _OwnRandom()
+        env, dealt = await trio.to_thread.run_sync(own.call, _new_env, game_id, seed)
+        own.reseed(rng)
+        return cls(env, dealt, own)
 
     async def step(self, action: str) -> Step:
         """Play ``action``; the engine's feedback, and its outcome when the game ends."""
-        return await _off_loop(_step, self._env, action)
+        return await trio.to_thread.run_sync(self._rng.call, _step, self._env, action)
 
 
 # --- two-player games (the ``textarena-selfplay`` env) --------------------------------
@@ -320,35 +349,30 @@ def _forfeit(env: Any, seat: int, reason: str) -> Position:
 
 class Match:
     """One episode's two-player engine, dealt for ``(game_id, seed)`` on a fresh copy
-    of the game. Every call runs off the event loop under the process-wide lock, with
-    the match's own RNG state (so a seed plays the same game whatever else runs)."""
+    of the game, its draws while playing from ``rng`` (the episode's RNG; None: the
+    seed's own stream). Every call runs off the event loop under the process-wide
+    lock, with the match's own RNG state (so a seed plays the same game whatever else
+    runs)."""
 
-    def __init__(self, rng: Any) -> None:
+    def __init__(self) -> None:
         self._env: Any = None
-        self._rng = rng
-
-    def _call(self, fn: Callable[..., T], /, *args: Any) -> T:
-        with _LOCK:
-            saved = random.getstate()
-            if self._rng is not None:
-                random.setstate(self._rng)
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    return fn(*args)
-            finally:
-                self._rng = random.getstate()
-                random.setstate(saved)
+        self._own = _OwnRandom()
+        self._call = self._own.call
 
     @classmethod
-    async def open(cls, game_id: str, seed: int) -> tuple[Match, Position]:
+    async def open(
+        cls, game_id: str, seed: int, rng: random.Random | None = None
+    ) -> tuple[Match, Position]:
         """A new match and its first position (the seat to move and what it sees)."""
-        match = cls(None)
+        match = cls()
 
         def start() -> Position:
             match._env = _new_match(game_id, seed)  # reset seeds the global RNG
             return _position(match._env)
 
-        return match, await trio.to_thread.run_sync(match._call, start)
+        position = await trio.to_thread.run_sync(match._call, start)
+        match._own.reseed(rng)
+        return match, position
 
     async def move(self, action: str) -> Position:
         """The seat to move plays ``action`` (the engine rules on it: an invalid move

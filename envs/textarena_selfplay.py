@@ -70,7 +70,11 @@ class TextArenaSelfPlayConfig(EnvConfig):
     game: str = attrs.field(
         default="TicTacToe-v0", validator=_a_game, metadata={"choices": ", ".join(GAMES)}
     )
-    seed: int = attrs.field(default=0, validator=int_between(0, 2**31))
+    seed: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(int_between(0, 2**31)),
+        metadata={"unset": "the run's --seed"},
+    )
 
 
 class TextArenaSelfPlay(GameScores, Env):
@@ -84,17 +88,18 @@ class TextArenaSelfPlay(GameScores, Env):
 
     def tasks(self, num_tasks: int) -> list[Task]:
         game = self.config.game
+        base = self.seed_of(self.config.seed)
         return [
             Task(
                 idx=i,
-                name=f"{game}-{self.config.seed + i}",
-                info={"game": game, "seed": self.config.seed + i},
+                name=f"{game}-{base + i}",
+                info={"game": game, "seed": base + i},
             )
             for i in range(num_tasks)
         ]
 
     async def run(self, task: Task, agents: Agents) -> None:
-        seed = int(task.info.get("seed", self.config.seed + task.idx))
+        seed = int(task.info.get("seed", self.seed_of(self.config.seed) + task.idx))
         async with agents.player0.chat(task) as s0, agents.player1.chat(task) as s1:
             seats = (s0, s1)
             for seat, session in enumerate(seats):
@@ -104,7 +109,7 @@ class TextArenaSelfPlay(GameScores, Env):
                 session.trace.info.update(
                     reason=None, invalid_move=False, forfeited=False, game_reward=0.0
                 )
-            match, position = await games.Match.open(self.config.game, seed)
+            match, position = await games.Match.open(self.config.game, seed, agents.rng)
             verdict = await self._play(match, position, seats)
             for seat, session in enumerate(seats):
                 session.trace.info.update(

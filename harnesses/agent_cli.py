@@ -192,8 +192,8 @@ class AgentCLIHarness(ServedHarness):
             raise HarnessError(
                 f"harness {self.id!r} runs the agent's own tools; it cannot hand the "
                 f"taskset's MCP servers ({', '.join(servers)}) to its agent: use codex, "
-                "claude-code or opencode (their own MCP configuration takes them), or "
-                "the tools or program harness"
+                "claude-code, opencode or gemini-cli (their own MCP configuration takes them), "
+                "or the tools or program harness"
             )
         raise HarnessError(
             f"harness {self.id!r} runs the agent's own tools; it cannot call the "

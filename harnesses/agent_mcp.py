@@ -2,7 +2,7 @@
 
 The taskset's MCP servers reach a harness as the ``McpTool`` members of
 ``rollout.tools`` (each knows its server: ``tool.connection.server``). An agent CLI
-that speaks MCP itself (``codex``, ``claude-code``, ``opencode``) is given those
+that speaks MCP itself (``codex``, ``claude-code``, ``opencode``, ``gemini-cli``) is given those
 servers' definitions, so the agent starts each stdio server as its own subprocess
 (per rollout: a fresh process for every rollout's agent, inside its sandbox, gone
 when the agent's process tree is killed at the end of each segment) or connects to the HTTP URL,
@@ -30,7 +30,13 @@ from taketurns.harness import McpServer, McpTool, Rollout
 
 BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
-__all__ = ["claude_mcp_config", "codex_mcp_args", "opencode_mcp_config", "rollout_servers"]
+__all__ = [
+    "claude_mcp_config",
+    "codex_mcp_args",
+    "gemini_mcp_config",
+    "opencode_mcp_config",
+    "rollout_servers",
+]
 
 
 def rollout_servers(rollout: Rollout, harness: str) -> list[McpServer]:
@@ -166,4 +172,24 @@ def opencode_mcp_config(servers: list[McpServer]) -> dict[str, Any]:
                 "enabled": True,
                 "timeout": timeout,
             }
+    return entries
+
+
+def gemini_mcp_config(servers: list[McpServer]) -> dict[str, Any]:
+    """gemini-cli's ``mcpServers`` settings: ``{name: {"command", "args", "env", "cwd"}}``
+    or ``{"httpUrl": ...}`` (streamable HTTP), each with its ``timeout`` (milliseconds,
+    a tool call's) and ``trust`` (the taskset chose these tools, and a headless run has
+    nobody to confirm them)."""
+    entries: dict[str, Any] = {}
+    for server in servers:
+        entry: dict[str, Any]
+        if server.url is not None:
+            entry = {"httpUrl": server.url}
+        else:
+            command = command_of(server, native_cwd=True)
+            entry = {"command": command[0], "args": command[1:], "env": dict(server.env)}
+            if server.cwd is not None:
+                entry["cwd"] = server.cwd
+        entry.update(timeout=int(server.call_timeout_s * 1000), trust=True)
+        entries[server.name] = entry
     return entries

@@ -36,7 +36,7 @@ def cmdlines() -> dict[int, bytes]:
     return found
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code", "opencode"])
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "opencode", "gemini-cli"])
 async def test_no_card_prompt_or_key_on_any_command_line(
     harness: str, server: InterceptionServer, tmp_path: Path
 ) -> None:
@@ -54,6 +54,8 @@ async def test_no_card_prompt_or_key_on_any_command_line(
             await model.arrived.wait()  # the CLI runs, waiting on its model call
             secret = session.rollout.state["endpoint"].secret
             seen = cmdlines()
+            settings = session.rollout.scratch_dir() / "home" / ".gemini" / "settings.json"
+            gemini_settings = settings.read_text() if harness == "gemini-cli" else ""
             nursery.cancel_scope.cancel()
     (run,) = shim.runs()
     assert run["pid"] in seen  # the CLI itself was running (the shim exec'd it)
@@ -62,6 +64,8 @@ async def test_no_card_prompt_or_key_on_any_command_line(
         assert "features.multi_agent=false" in run["argv"]
     elif harness == "claude-code":
         assert run["argv"][run["argv"].index("--disallowedTools") + 1] == "Agent"
+    elif harness == "gemini-cli":
+        assert "invoke_agent" in json.loads(gemini_settings)["tools"]["exclude"]
     else:
         config = json.loads(run["env"]["OPENCODE_CONFIG_CONTENT"])
         assert config["permission"] == {"task": "deny"}
@@ -121,6 +125,7 @@ def offered_tools(trace: Any) -> set[str]:
         ("codex", {}, {"multi_agent_v1__spawn_agent", "multi_agent_v1__wait_agent"}),
         ("claude-code", {}, {"Agent", "Task", "ListAgents", "Workflow"}),
         ("opencode", {}, {"task"}),
+        ("gemini-cli", {}, {"invoke_agent"}),
         ("acp", {"agent": "codex"}, {"multi_agent_v1__spawn_agent"}),
         ("acp", {"agent": "claude"}, {"Agent", "Task"}),
     ],
@@ -148,5 +153,5 @@ async def test_sub_agents_are_off_unless_asked_for(
     assert traces[True].errors == []
     assert off, "the model was offered no tools at all"
     assert not off & sub_agent_tools, off
-    if harness in ("codex", "claude-code", "opencode"):
+    if harness in ("codex", "claude-code", "opencode", "gemini-cli"):
         assert on & sub_agent_tools, on  # the option really turns them back on

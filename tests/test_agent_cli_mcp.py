@@ -1,5 +1,6 @@
 """A taskset's MCP servers handed to the real agent CLIs' own MCP configuration
-(``codex``: ``-c mcp_servers.<name>=...``; ``claude-code``: ``--mcp-config``), run
+(``codex``: ``-c mcp_servers.<name>=...``; ``claude-code``: ``--mcp-config``;
+``opencode``: its config's ``mcp``; ``gemini-cli``: its settings' ``mcpServers``), run
 offline against the interception server on a scripted model that asks the agent to
 call the counter tool of ``python -m taketurns.envs.mcp_counter``: the tool's answer
 comes back in the next recorded request, from a server process the agent itself
@@ -25,7 +26,7 @@ from taketurns import Agent, AgentConfig, AssistantMessage, Task, ToolMessage
 from taketurns._exchange.agent import make_harness
 from taketurns.envs.mcp_counter import make_server
 from taketurns.harness import McpServer, ModelResponse, open_mcp_servers, text_of
-from taketurns.harnesses.agent_mcp import claude_mcp_config, codex_mcp_args
+from taketurns.harnesses.agent_mcp import claude_mcp_config, codex_mcp_args, gemini_mcp_config
 from taketurns.http import InterceptionServer
 
 # the name each agent gives the model for server "counter"'s tool "bump"
@@ -33,6 +34,7 @@ TOOL_NAME = {
     "codex": "mcp__counter__bump",
     "claude-code": "mcp__counter__bump",
     "opencode": "counter_bump",
+    "gemini-cli": "mcp_counter_bump",
 }
 PID_FILE = "server-pids"
 
@@ -69,7 +71,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code", "opencode"])
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "opencode", "gemini-cli"])
 async def test_the_agent_calls_the_rollouts_mcp_server_itself(
     harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
 ) -> None:
@@ -105,7 +107,7 @@ async def test_the_agent_calls_the_rollouts_mcp_server_itself(
     assert leftovers(scratch_root) == []
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "gemini-cli"])
 async def test_a_resumed_segment_has_the_servers_again_each_segment_its_own_process(
     harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
 ) -> None:
@@ -136,7 +138,7 @@ async def test_a_resumed_segment_has_the_servers_again_each_segment_its_own_proc
     assert leftovers(scratch_root) == []
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code", "opencode"])
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "opencode", "gemini-cli"])
 async def test_the_agent_calls_a_shared_http_server_at_its_url(
     harness: str, server: InterceptionServer, tmp_path: Path, nursery: trio.Nursery
 ) -> None:
@@ -160,7 +162,7 @@ async def test_the_agent_calls_a_shared_http_server_at_its_url(
     assert any("count=3" in text_of(m.content) for m in results), results
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code", "opencode"])
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "opencode", "gemini-cli"])
 async def test_a_server_the_agent_cannot_start_never_hangs_the_rollout(
     harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
 ) -> None:
@@ -182,7 +184,8 @@ async def test_a_server_the_agent_cannot_start_never_hangs_the_rollout(
         assert reply.text == "Went on without it."
         (result,) = [m for m in s.trace.turns[1].request if isinstance(m, ToolMessage)]
         assert name in text_of(result.content)
-        assert "unavailable" in text_of(result.content) or "No such tool" in text_of(result.content)
+        said = text_of(result.content)
+        assert "unavailable" in said or "No such tool" in said or "not found" in said
     assert leftovers(scratch_root) == []
 
 
@@ -252,6 +255,17 @@ def test_the_cli_configurations_name_every_field(tmp_path: Path) -> None:
         '"default_tools_approval_mode"="approve","startup_timeout_sec"=60.0,'
         '"tool_timeout_sec"=60.0}',
     ]
+    assert gemini_mcp_config([stdio, http]) == {
+        "counter": {
+            "command": sys.executable,
+            "args": ["-m", "taketurns.envs.mcp_counter"],
+            "env": {"A": "b"},
+            "cwd": str(tmp_path),
+            "timeout": 7000,
+            "trust": True,
+        },
+        "web": {"httpUrl": "http://127.0.0.1:9/mcp", "timeout": 60000, "trust": True},
+    }
     config = claude_mcp_config([stdio, http])["mcpServers"]
     assert config["web"] == {"type": "http", "url": "http://127.0.0.1:9/mcp"}
     assert config["counter"]["args"][-3:] == [sys.executable, "-m", "taketurns.envs.mcp_counter"]

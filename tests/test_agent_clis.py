@@ -1,6 +1,7 @@
-"""The real agent CLIs as seats: ``codex`` (``@openai/codex``) and ``claude-code``
-(``@anthropic-ai/claude-code``), installed from npm (``.ci/run``), run offline
-against the interception server on the built-in or a scripted model.
+"""The real agent CLIs as seats: ``codex`` (``@openai/codex``), ``claude-code``
+(``@anthropic-ai/claude-code``), ``gemini-cli`` (``@google/gemini-cli``) and
+``opencode``, installed from npm (``.ci/run``), run offline against the interception
+server on the built-in or a scripted model.
 
 Every agent runs through a shim (``binary = <shim>``) that records its argv, pid and
 environment before exec'ing the real program, so the tests can see native resume,
@@ -43,7 +44,9 @@ from taketurns._exchange.agent import make_harness
 from taketurns.harness import text_of
 from taketurns.http import InterceptionServer
 
-AGENTS = {"codex": "codex", "claude-code": "claude", "opencode": "opencode"}
+AGENTS = {"codex": "codex", "claude-code": "claude", "opencode": "opencode", "gemini-cli": "gemini"}
+# the CLIs the shared behaviour tests run (opencode, slow to start, has tests of its own)
+CLIS = ["codex", "claude-code", "gemini-cli"]
 LIMIT = 60  # seconds: each segment starts a native agent binary
 SHIM = """#!{python}
 import json, os, sys
@@ -62,7 +65,8 @@ def real(program: str) -> str:
     path = shutil.which(program)
     assert path is not None, (
         f"{program!r} is not installed: run `npm install -g @openai/codex@0.171.0 "
-        "@anthropic-ai/claude-code@2.1.332 opencode-ai@1.18.33` (as .ci/run does)"
+        "@anthropic-ai/claude-code@2.1.332 opencode-ai@1.18.33 @google/gemini-cli@0.61.0` "
+        "(as .ci/run does)"
     )
     return path
 
@@ -97,6 +101,8 @@ def agent(
 ) -> Agent:
     if harness == "claude-code" and "allowed_tools" not in options:
         options["allowed_tools"] = ["Bash"]
+    if harness == "gemini-cli" and "approval_mode" not in options:
+        options["approval_mode"] = "yolo"  # headless, its shell tool needs approval
     return Agent(
         "agent",
         AgentConfig(
@@ -116,6 +122,9 @@ def run_tool(harness: str) -> Any:
     """The model's call of the agent's own shell tool, running ``echo``."""
     if harness == "codex":
         return tool_call("call_echo1", "exec_command", json.dumps({"cmd": "echo tt-marker-42"}))
+    if harness == "gemini-cli":
+        arguments = {"command": "echo tt-marker-42", "description": "Print a marker"}
+        return tool_call("call_echo1", "run_shell_command", json.dumps(arguments))
     arguments = {"command": "echo tt-marker-42", "description": "Print a marker"}
     return tool_call("toolu_echo1", "Bash", json.dumps(arguments))
 
@@ -152,10 +161,38 @@ def test_kuhn_with_codex_against_claude_code(tmp_path: Path, scratch_root: Path)
     assert "TAKETURNS_API_KEY=" not in (out / "episodes.jsonl").read_text()
 
 
+def test_kuhn_with_gemini_cli_against_codex(tmp_path: Path, scratch_root: Path) -> None:
+    """The issue's own command: ``taketurns eval kuhn-poker -n 4
+    --env.player0.harness=gemini-cli --env.player1.harness=codex``, offline on the
+    built-in model, both seats sandboxed."""
+    real("gemini"), real("codex")
+    out = tmp_path / "run"
+    argv = ["eval", "kuhn-poker", "-n", "4", "--env.player0.harness=gemini-cli"]
+    argv += ["--env.player1.harness=codex", "-o", str(out), "--no-progress"]
+    assert main(argv) == 0
+    episodes = list(read_episodes(out / "episodes.jsonl"))
+    assert len(episodes) == 4
+    for episode in episodes:
+        assert episode["ok"], episode["errors"]
+        assert sum(t["rewards"]["payoff"] for t in episode["traces"]) == 0
+        assert [t["agent"]["harness"] for t in episode["traces"]] == ["gemini-cli", "codex"]
+        for trace in episode["traces"]:
+            assert trace["errors"] == []
+            assert trace["turns"]
+            assert trace["metrics"]["forfeit"] == 0.0
+            assert trace["info"]["sandbox"].startswith("bwrap")
+        gemini = episode["traces"][0]
+        # one request per segment: no hidden calls (loop detection, routing, titles)
+        users = [m for m in gemini["messages"] if m["role"] == "user"]
+        assert len(gemini["turns"]) == len(users)
+    assert leftovers(scratch_root) == []
+    assert "GEMINI_API_KEY=" not in (out / "episodes.jsonl").read_text()
+
+
 # -- user-sim: >= 3 user turns, resumed natively ---------------------------------------
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+@pytest.mark.parametrize("harness", CLIS)
 def test_user_sim_resumes_the_agent_natively(
     harness: str, tmp_path: Path, scratch_root: Path
 ) -> None:
@@ -192,6 +229,11 @@ def test_user_sim_resumes_the_agent_natively(
     runs = shim.runs()
     assert len(runs) == len(turns)
     resume = "resume" if harness == "codex" else "--resume"
+    if harness == "gemini-cli":  # a fresh session of a uuid of its own, then that session
+        assert (
+            runs[0]["argv"][runs[0]["argv"].index("--session-id") + 1]
+            == (runs[1]["argv"][runs[1]["argv"].index("--resume") + 1])
+        )
     assert resume not in runs[0]["argv"]
     assert all(resume in r["argv"] for r in runs[1:])
     assert leftovers(scratch_root) == []
@@ -200,7 +242,7 @@ def test_user_sim_resumes_the_agent_natively(
 # -- the agent's own tool, limits, cancellation, environment ---------------------------
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+@pytest.mark.parametrize("harness", CLIS)
 async def test_a_tool_round_trip_through_the_agents_own_tool(
     harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
 ) -> None:
@@ -220,7 +262,7 @@ async def test_a_tool_round_trip_through_the_agents_own_tool(
     assert leftovers(scratch_root) == []
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+@pytest.mark.parametrize("harness", CLIS)
 async def test_a_limit_refusal_ends_the_segment_as_that_stop(
     harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
 ) -> None:
@@ -238,7 +280,7 @@ async def test_a_limit_refusal_ends_the_segment_as_that_stop(
     assert leftovers(scratch_root) == []
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+@pytest.mark.parametrize("harness", CLIS)
 async def test_cancellation_kills_the_agents_processes(
     harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
 ) -> None:
@@ -256,7 +298,7 @@ async def test_cancellation_kills_the_agents_processes(
     assert leftovers(scratch_root) == []
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+@pytest.mark.parametrize("harness", CLIS)
 async def test_a_segment_timeout_kills_the_agent_waiting_on_its_model_a_model_failure(
     harness: str, server: InterceptionServer, tmp_path: Path, scratch_root: Path
 ) -> None:
@@ -277,7 +319,7 @@ async def test_a_segment_timeout_kills_the_agent_waiting_on_its_model_a_model_fa
     assert leftovers(scratch_root) == []
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+@pytest.mark.parametrize("harness", CLIS)
 async def test_the_agent_gets_a_scrubbed_environment_and_the_system_prompt(
     harness: str,
     server: InterceptionServer,
@@ -308,6 +350,7 @@ async def test_the_agent_gets_a_scrubbed_environment_and_the_system_prompt(
         ("codex", "@openai/codex"),
         ("claude-code", "@anthropic-ai/claude-code"),
         ("opencode", "opencode-ai"),
+        ("gemini-cli", "@google/gemini-cli"),
     ],
 )
 def test_a_missing_agent_binary_is_one_config_error_naming_the_install(
@@ -378,12 +421,31 @@ async def test_opencode_never_resends_a_failed_call(
     assert len(session.trace.turns) == 1  # opencode's own retries never reached the model
 
 
+async def test_gemini_cli_never_resends_a_failed_call(
+    server: InterceptionServer, tmp_path: Path, scratch_root: Path
+) -> None:
+    """Its own retries are off (``general.maxAttempts: 1``): a 502 from the
+    interception server (the upstream failure, already retried by the model client)
+    is one recorded turn and a model failure, never a second request."""
+    shim = Shim(tmp_path, "gemini-cli")
+    model = ScriptedModel(ModelEndpointError("upstream 503 down", status=503, retryable=True))
+    with trio.fail_after(LIMIT):
+        async with agent("gemini-cli", server, shim, model).chat(Task(0, prompt="hi")) as session:
+            reply = await session.turn()
+    assert reply.stop_condition == "model_error"
+    assert len(session.trace.turns) == 1
+    assert len(model.requests) == 1
+    assert leftovers(scratch_root) == []
+
+
 @pytest.mark.parametrize(
     ("harness", "options", "words"),
     [
         ("codex", {"sandbox": "bogus"}, "sandbox must be one of read-only, workspace-write"),
         ("claude-code", {"allowed_tools": "Bash"}, "allowed_tools must be a list of strings"),
         ("opencode", {"auto": "yes"}, "auto must be true or false"),
+        ("gemini-cli", {"approval_mode": "always"}, "approval_mode must be one of default"),
+        ("gemini-cli", {"sub_agents": "no"}, "sub_agents must be true or false"),
         ("codex", {"env": {"A": 1}}, "env must be a table of strings"),
         ("acp", {"agent": "codex", "permissions": "maybe"}, "permissions must be allow or reject"),
         ("mini-swe-agent", {"step_limit": 0}, "step_limit must be a positive integer"),

@@ -87,11 +87,13 @@ async def test_a_failed_call_is_recorded_as_a_turn_with_its_error(autojump_clock
 async def test_the_request_carries_model_tools_and_sampling() -> None:
     model = ScriptedModel()
     agent = make_agent(model, sampling=Sampling(temperature=0.5))
-    await agent.run(PROMPTED)
+    trace = await agent.run(PROMPTED)
     [request] = model.requests
     assert request.model == "scripted"
     assert request.tools[0]["function"]["name"] == "lookup"
-    assert dict(request.sampling) == {"temperature": 0.5}
+    # with the call's seed (tests/test_seeds.py), recorded on its turn
+    assert dict(request.sampling) == {"temperature": 0.5, "seed": trace.turns[0].seed}
+    assert isinstance(trace.turns[0].seed, int)
 
 
 # Limits: before every model call --------------------------------------------------------

@@ -398,10 +398,12 @@ def shell_call(harness: str, command: str, n: int = 1) -> Any:
     if harness == "codex":
         return tool_call(f"call_probe{n}", "exec_command", json.dumps({"cmd": command}))
     arguments = {"command": command, "description": "Probe"}
+    if harness == "gemini-cli":
+        return tool_call(f"call_probe{n}", "run_shell_command", json.dumps(arguments))
     return tool_call(f"toolu_probe{n}", "Bash", json.dumps(arguments))
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "gemini-cli"])
 async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
     harness: str,
     server: InterceptionServer,
@@ -425,10 +427,16 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
         "TT_PROBE_MARK": mark,
     }
     command = f"{sys.executable} {PROBE} --report"
+    if harness == "gemini-cli":
+        # its shell tool (no pty here) returns when the command's output pipes close,
+        # which the children the probe leaves would hold: they get a file instead
+        command = f"{command} > probe.out 2>&1; cat probe.out"
     model = ScriptedModel(shell_call(harness, command), "probed")
     options: dict[str, Any] = {"env": env}
     if harness == "claude-code":
         options["allowed_tools"] = ["Bash"]
+    if harness == "gemini-cli":
+        options["approval_mode"] = "yolo"  # headless, its shell tool needs approval
     agent = Agent(
         "agent",
         AgentConfig(model="builtin/echo"),
@@ -446,8 +454,9 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
         for m in turn.request
         if isinstance(m, ToolMessage)
     ]
-    [line] = [ln for r in results for ln in r.splitlines() if ln.startswith("PROBE ")]
-    report = json.loads(line.removeprefix("PROBE "))
+    # the report's line (gemini-cli's shell prefixes its output with ``Output: ``)
+    [line] = [ln for r in results for ln in r.splitlines() if "PROBE {" in ln]
+    report = json.loads(line[line.index("PROBE {") :].removeprefix("PROBE "))
     assert report["foreign"] == []
     assert report["homes"] == []
     assert report["environ"] == []
@@ -469,7 +478,7 @@ def test_probe_is_standalone() -> None:
     assert "taketurns" not in textwrap.dedent(source).split('"""', 2)[2]
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "gemini-cli"])
 async def test_an_agent_clis_own_mcp_server_runs_in_its_sandbox_and_dies_with_it(
     harness: str, server: InterceptionServer, scratch_root: Path
 ) -> None:
@@ -485,10 +494,9 @@ async def test_an_agent_clis_own_mcp_server_runs_in_its_sandbox_and_dies_with_it
         command=["python", "-m", "taketurns.envs.mcp_counter"],
         env={"TT_PROBE_MARK": mark},
     )
-    bump = tool_call("call_bump1", "mcp__counter__bump", json.dumps({"by": 5}))
-    options: dict[str, Any] = (
-        {"allowed_tools": ["mcp__counter__bump"]} if harness != "codex" else {}
-    )
+    name = "mcp_counter_bump" if harness == "gemini-cli" else "mcp__counter__bump"
+    bump = tool_call("call_bump1", name, json.dumps({"by": 5}))
+    options: dict[str, Any] = {"allowed_tools": [name]} if harness == "claude-code" else {}
     agent = Agent(
         "agent",
         AgentConfig(model="builtin/echo"),

@@ -1,6 +1,6 @@
-"""Properties of the Responses and Anthropic Messages translations: any conversation
-written in a dialect's wire shape parses back to the same wire-neutral messages, and
-streamed text deltas join back to the text exactly."""
+"""Properties of the Responses, Anthropic Messages and Gemini translations: any
+conversation written in a dialect's wire shape parses back to the same wire-neutral
+messages, and streamed text deltas join back to the text exactly."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from taketurns import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 from taketurns._http.anthropic import parse_messages_body
 from taketurns._http.dialect import words
+from taketurns._http.gemini import parse_gemini_body, response_json, stream_chunks
 from taketurns._http.responses import parse_responses_body
-from taketurns.harness import ToolCall
+from taketurns.harness import ModelResponse, ToolCall
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
 names = st.sampled_from(["lookup", "weather", "exec_command"])
@@ -131,3 +132,56 @@ def test_messages_body_parses_back_to_the_conversation(messages: list[Message]) 
 @given(st.text(st.sampled_from(" a\nb\t")))
 def test_streamed_deltas_join_back_to_the_text(value: str) -> None:
     assert "".join(words(value)) == value
+
+
+def as_gemini_body(messages: list[Message]) -> dict[str, Any]:
+    """A ``generateContent`` body, as gemini-cli writes it: a thought part before the
+    model's text, function responses (by id) in a user content of their own."""
+    system, *rest = messages
+    contents: list[dict[str, Any]] = []
+    for m in rest:
+        if isinstance(m, UserMessage):
+            contents.append({"role": "user", "parts": [{"text": m.content}]})
+        elif isinstance(m, AssistantMessage):
+            parts: list[dict[str, Any]] = [{"text": "...", "thought": True}]
+            if m.content is not None:
+                parts.append({"text": m.content})
+            parts += [
+                {"functionCall": {"id": c.id, "name": c.name, "args": json.loads(c.arguments)}}
+                for c in m.tool_calls
+            ]
+            contents.append({"role": "model", "parts": parts})
+        elif isinstance(m, ToolMessage):
+            part = {"functionResponse": {"id": m.tool_call_id, "name": m.name}}
+            part["functionResponse"]["response"] = {"output": m.content}
+            last = contents[-1]
+            if last["role"] == "user" and "functionResponse" in last["parts"][-1]:
+                last["parts"].append(part)
+            else:
+                contents.append({"role": "user", "parts": [part]})
+    return {"systemInstruction": {"parts": [{"text": system.content}]}, "contents": contents}
+
+
+@given(conversations())
+def test_gemini_body_parses_back_to_the_conversation(messages: list[Message]) -> None:
+    parsed = parse_gemini_body(json.dumps(as_gemini_body(messages)), "m")
+    expected = [reencoded(m) if isinstance(m, AssistantMessage) else m for m in messages]
+    assert list(parsed.request.messages) == expected
+
+
+@given(conversations())
+def test_gemini_answers_parse_back_as_the_model_turn(messages: list[Message]) -> None:
+    """Each assistant message, answered as JSON and as stream chunks and sent back in
+    the next request's contents, reads as the same message."""
+    for message in (m for m in messages if isinstance(m, AssistantMessage)):
+        response = ModelResponse(reencoded(message))
+        streamed = list(stream_chunks(response, "m", "id"))
+        joined = [p for chunk in streamed for p in chunk["candidates"][0]["content"]["parts"]]
+        texts = [p["text"] for p in joined if "text" in p]
+        calls = [p for p in joined if "functionCall" in p]
+        content = response_json(response, "m", "id")["candidates"][0]["content"]
+        merged = {"role": "model", "parts": [{"text": "".join(texts)}, *calls]}
+        for model_content in (content, merged):
+            body = {"contents": [{"role": "user", "parts": [{"text": "q"}]}, model_content]}
+            parsed = parse_gemini_body(json.dumps(body), "m").request.messages[-1]
+            assert parsed == response.message

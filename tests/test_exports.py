@@ -69,8 +69,8 @@ TIERS: dict[str, list[str]] = {
     ],
     "taketurns.http": [
         *("AnthropicMessages", "ChatCompletions", "Dialect", "EndpointState", "Failure"),
-        *("InterceptionServer", "OpenAIClient", "Parsed", "Responses"),
-        *("open_interception_server", "serve"),
+        *("Gemini", "InterceptionServer", "OpenAIClient", "Parsed", "Responses"),
+        *("dialect_registry", "open_interception_server", "serve"),
     ],
     "taketurns.train": [
         *("Group", "GroupStream", "RolloutSource", "Sample", "TraceAdvantage", "TurnTokens"),

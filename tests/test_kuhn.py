@@ -448,7 +448,7 @@ def test_config_fields_and_defaults() -> None:
         "seed",
     ]
     assert config.player0 == config.player1 == AgentConfig()
-    assert (config.invalid_retries, config.seed) == (1, 0)
+    assert (config.invalid_retries, config.seed) == (1, None)  # None: the run's --seed
     assert list(KuhnPoker(config).roles) == ["player0", "player1"]
     with pytest.raises(ValueError, match="invalid_retries"):
         attrs.evolve(config, invalid_retries=-2)

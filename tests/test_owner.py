@@ -1,7 +1,8 @@
 """The process owner with real processes, when the supervisor itself does not finish:
 SIGKILLed by someone else, or stopped so that ``aclose`` has to hard-kill it. On both
-paths ``aclose`` leaves no process of the program's group alive. Processes are
-counted by a marker in their environment (``/proc/*/environ``)."""
+paths ``aclose`` leaves no process of the program's group alive. And the grace a
+server gets: SIGTERM, time to exit, SIGKILL past it, none after ``kill``. Processes
+are counted by a marker in their environment (``/proc/*/environ``)."""
 
 from __future__ import annotations
 
@@ -135,3 +136,83 @@ def test_the_package_is_readable_when_it_lies_beside_the_scratch(
     )
     run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert run.stdout.split() == ["the", "package", "hidden"], run.stderr
+
+
+async def start_shell(tmp_path: Path, mark: str, script: str, grace_s: float) -> owner.OwnedProcess:
+    """``sh -c script`` owned with ``grace_s``, without a sandbox; returns once it has
+    written ``ready`` to ``tmp_path / "log"``."""
+    env = {"PATH": os.environ["PATH"], "TT_OWNER_MARK": mark}
+    log = tmp_path / "log"
+    program = ["sh", "-c", f"{script.replace('LOG', str(log))}"]
+    owned = await owner.start(
+        program, cwd=tmp_path, env=env, sandbox=Sandbox(kind="none"), scratch=tmp_path,
+        grace_s=grace_s,
+    )  # fmt: skip
+    while not log.exists() or "ready" not in log.read_text():  # noqa: ASYNC110 - a file
+        await trio.sleep(0.02)
+    return owned
+
+
+# stops cleanly on SIGTERM: writes that it did, then exits 0 (its sleep gets it too)
+CLEAN = 'trap "echo stopped cleanly >> LOG; exit 0" TERM; echo ready >> LOG; sleep 300 & wait'
+# ignores SIGTERM (an ignored signal stays ignored across exec)
+DEAF = 'trap "" TERM; echo ready >> LOG; exec sleep 300'
+
+
+async def test_a_grace_lets_the_program_exit_on_sigterm(tmp_path: Path, mark: str) -> None:
+    with trio.fail_after(LIMIT):
+        owned = await start_shell(tmp_path, mark, CLEAN, grace_s=LIMIT)
+        await owned.aclose()
+        assert await owned.wait() == 0
+        assert (tmp_path / "log").read_text().split("\n")[1] == "stopped cleanly"
+        assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
+
+
+async def test_a_program_deaf_to_sigterm_is_killed_after_the_grace(
+    tmp_path: Path, mark: str
+) -> None:
+    with trio.fail_after(LIMIT):
+        owned = await start_shell(tmp_path, mark, DEAF, grace_s=1.0)
+        start = trio.current_time()
+        await owned.aclose()
+        assert trio.current_time() - start >= 1.0
+        assert await owned.wait() == 128 + signal.SIGKILL
+        assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
+
+
+async def test_kill_skips_the_grace(tmp_path: Path, mark: str) -> None:
+    with trio.fail_after(LIMIT):
+        owned = await start_shell(tmp_path, mark, DEAF, grace_s=2 * LIMIT)
+        owned.kill()
+        await owned.aclose()
+        assert await owned.wait() == 128 + signal.SIGKILL
+        assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
+
+
+async def test_a_grace_also_holds_when_the_engine_dies(tmp_path: Path, mark: str) -> None:
+    """The lifeline cut by the engine's exit (here: closed by hand, as the kernel
+    does for a SIGKILLed engine) stops the program as ``aclose`` does: SIGTERM first."""
+    with trio.fail_after(LIMIT):
+        owned = await start_shell(tmp_path, mark, CLEAN, grace_s=LIMIT)
+        owned.cut()
+        assert await owned.wait() == 0
+        assert "stopped cleanly" in (tmp_path / "log").read_text()
+        await owned.aclose()
+        assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
+
+
+async def test_run_starts_as_start_does_and_captures_the_output(tmp_path: Path) -> None:
+    """``run`` takes ``start``'s options (here: the directory, the exact environment
+    and a grace) and returns the program's status and what it wrote."""
+    script = 'echo "$TT_VALUE in $(pwd)"; echo oops >&2; exit 3'
+    env = {"PATH": os.environ["PATH"], "TT_VALUE": "given"}
+    with trio.fail_after(LIMIT):
+        done = await owner.run(
+            ["sh", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            sandbox=Sandbox(kind="none"),
+            scratch=tmp_path,
+            grace_s=1.0,
+        )
+    assert done == owner.Captured(3, f"given in {tmp_path}\n".encode(), b"oops\n")

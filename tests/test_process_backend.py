@@ -1,7 +1,9 @@
 """``--backend processes``: the same records as the local backend from worker processes,
 a dead worker's pairs redone exactly once, a worker's own error raised in the driver,
 ``--resume`` across backends, and stopping (cancellation, SIGINT, a killed driver)
-leaving no process, zombie or descriptor behind. Real subprocesses throughout."""
+leaving no process, zombie, descriptor or temp directory behind (each test runs with a
+temp directory of its own, checked empty of ``taketurns-*`` after it). Real
+subprocesses throughout."""
 
 from __future__ import annotations
 
@@ -11,15 +13,17 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 from crashenv import CrashConfig, CrashOnce
-from procs import children, marked, open_fds
+from procs import children, marked, open_fds, scratch_dirs
 from rundirs import eval_cli, flat, pairs, records, steady
 
 from taketurns import (
@@ -36,6 +40,18 @@ from taketurns._backends.shards import MAX_LOST, Ledger, Shard, deal
 from taketurns._errors import WorkerDied, WorkerError, WorkerLost
 
 LIMIT = 60  # seconds any one subprocess step may take on a loaded machine
+
+
+@pytest.fixture(autouse=True)
+def temp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """This test's temp directory (``TMPDIR`` of the drivers it starts, too): the
+    workers' temp directories are made there, and none is left after the test."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    monkeypatch.setenv("TMPDIR", str(root))
+    yield root
+    assert scratch_dirs(root) == []
 
 
 # --- sharding and the ledger (no processes) ----------------------------------------------

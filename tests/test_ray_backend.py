@@ -17,6 +17,7 @@ import pytest
 import trio
 from crashenv import CrashConfig, CrashOnce
 from rundirs import eval_cli, flat, pairs, records, steady
+from sameruns import assert_same_runs
 
 from taketurns import ConfigError, Env, EvalConfig, RunDir, read_episodes, run_eval
 from taketurns._backends.ray import _guest_run, require_ray
@@ -142,6 +143,15 @@ def test_ray_writes_the_same_records_as_local(ray_cluster: Any, tmp_path: Path) 
     # the same numbers, summed in another order
     assert flat(sb["agents"]) == pytest.approx(flat(sa["agents"]))
     assert (remote / "report.html").is_file()
+
+
+def test_ray_replays_a_seeded_run_at_any_concurrency(ray_cluster: Any, tmp_path: Path) -> None:
+    # issue 26: one seed, -c 1 here and -c 64 on Ray: the same records but ids and timing
+    base = ["kuhn-poker", "-n", "40", "-r", "2", "--seed", "7"]
+    local, remote = tmp_path / "local", tmp_path / "ray"
+    assert eval_cli(*base, "-c", "1", "-o", str(local)) == 0
+    assert eval_cli(*base, "-c", "64", "--backend", "ray", "-o", str(remote)) == 0
+    assert_same_runs(local, remote, 80)
 
 
 def _crash_run(tmp_path: Path, **options: Any) -> tuple[EvalConfig, Env, RunDir]:

@@ -11,8 +11,11 @@ suite runs on 2 shared cores.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -256,4 +259,36 @@ def test_model_server_runs_the_llamacpp_command(tmp_path: Path, monkeypatch) -> 
     (episode,) = _episodes(out)
     assert episode["ok"] or episode["cause"] in ("model", "harness")
     assert _model_turns([episode]), "the seats reached the model"
-    assert "Uvicorn running" in (out / "model-server.log").read_text()
+    log = (out / "model-server.log").read_text()
+    assert "Uvicorn running" in log
+    assert "Finished server process" in log  # stopped with SIGTERM: it shut down cleanly
+
+
+def test_a_sigkilled_eval_leaves_no_llamacpp_server(tmp_path: Path) -> None:
+    """The managed server outlives no eval: killed without any cleanup, the eval's
+    process drops the server's lifeline, and its supervisor stops it (SIGTERM first)."""
+    marker = f"TAKETURNS_REAL_MODEL_{uuid.uuid4().hex}"
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "taketurns", "eval", "kuhn-poker", "-n", "50", "--model", MODEL]
+    env = {**os.environ, marker: "1"}
+    try:
+        with subprocess.Popen(
+            [*argv, "-o", str(out), *SHORT], stderr=subprocess.DEVNULL, env=env
+        ) as proc:
+            log = out / "model-server.log"
+            deadline = time.monotonic() + 120
+            while not log.exists() or "Uvicorn running" not in log.read_text():
+                assert proc.poll() is None, "the eval ended before its server was ready"
+                assert time.monotonic() < deadline, "llama.cpp's server did not start"
+                time.sleep(0.1)
+            assert len(marked(marker)) == 3  # the eval, the server's supervisor, the server
+            proc.kill()
+        deadline = time.monotonic() + 60
+        while marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marked(marker) == []
+        assert "Finished server process" in log.read_text()
+    finally:
+        for pid in marked(marker):  # a failed test's server, killed all the same
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)

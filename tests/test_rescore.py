@@ -179,11 +179,15 @@ def test_a_judge_added_later_scores_through_its_endpoint(tmp_path: Path, judge_u
     judge = ["--env.taskset.judge.model=judge", f"--env.taskset.judge.base_url={judge_url}"]
     assert main(["rescore", str(run), "-o", str(out), *judge]) == 0
     old = {e["id"]: e for e in _records(run)}
+    right = []  # the built-in judge's verdict: the answer is in the reply
     for e in _records(out):
         [t] = e["traces"]
         [call] = t["judge_calls"]
         assert (call["model"], call["error"]) == ("judge", None)
         assert t["rewards"] == {"judge": call["score"]}
         assert t["turns"] == old[e["id"]]["traces"][0]["turns"]  # no new model turn
+        reply = t["messages"][-1]["content"].casefold()
+        right.append(float(e["task"]["answer"].casefold() in reply))
+        assert call["score"] == right[-1]
     agents = _summary(out)["rescored_from"]["agents"]
-    assert agents["agent"]["reward_mean_after"] == pytest.approx(2 / 3)
+    assert agents["agent"]["reward_mean_after"] == pytest.approx(sum(right) / 3)

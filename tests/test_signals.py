@@ -158,3 +158,21 @@ def test_main_takes_signals_back_and_a_library_import_changes_nothing() -> None:
         "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler"
     )
     assert library.returncode == 0, library.stderr
+
+
+def test_sigint_the_moment_main_takes_signals_back_is_one_line() -> None:
+    """The start-up handler gives way to Python's as ``main`` starts; a SIGINT
+    arriving right then (here: sent as ``started`` returns) is answered like any later
+    one, not with a traceback."""
+    code = AS_THE_COMMAND.split("os.kill(")[0].format(after="") + (
+        "from taketurns._cli import interrupts\n"
+        "from taketurns._cli.main import main\n"
+        "def started():\n"
+        "    from taketurns._startup import started as real\n"
+        "    real()\n"
+        "    os.kill(os.getpid(), signal.SIGINT)  # delivered as this returns\n"
+        "interrupts.started = started\n"
+        "sys.exit(main(['eval', 'kuhn-poker', '-n', '1']))\n"
+    )
+    proc = _python(code)
+    assert (proc.returncode, proc.stderr.strip()) == (130, INTERRUPTED)

@@ -285,3 +285,15 @@ def test_the_default_run_directory_is_named_after_the_seats_model(
     assert main(["eval", "telecom-lite", "-n", "1", "--no-progress"]) == 0
     [run] = (tmp_path / "outputs").iterdir()
     assert run.name.startswith("telecom-lite--builtin_tools--")
+
+
+def test_the_runs_seed_deals_the_numbers_unless_the_env_pins_its_own() -> None:
+    def numbers(env: TelecomLite) -> list[object]:
+        return [task.info for task in env.tasks(6)]
+
+    default, other = TelecomLite(), TelecomLite()
+    other.seed = 7  # what the eval sets from --seed 7
+    assert numbers(default) != numbers(other)
+    pinned = TelecomLite(TelecomConfig(seed=0))
+    pinned.seed = 7
+    assert numbers(pinned) == numbers(default)

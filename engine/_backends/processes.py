@@ -32,7 +32,8 @@ W = min(``--workers``, ``-c``, pairs). Contracts:
   driver keeps receiving for ``STOP_S`` (shielded), then kills the worker's process
   group. A driver that dies abruptly closes the stdins too: workers stop on their own.
   Each worker gets a temp directory of its own (``TMPDIR``: its rollouts' scratch
-  lives there), removed by the driver once the worker is reaped, also after a kill.
+  lives there), removed by the worker as it exits and by the driver once the worker
+  is reaped (a killed worker removes nothing), so a killed driver leaves none either.
   Workers run in their own process group, so a terminal's Ctrl-C reaches the driver
   only, which decides.
 - Workers import the env class by reference (module and name) on the driver's
@@ -72,7 +73,7 @@ from taketurns._errors import (
 )
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
-from taketurns._eval.plan import Plan
+from taketurns._eval.plan import Plan, seeded
 from taketurns._eval.play import play_pairs
 from taketurns._gc import tuned_gc
 from taketurns._output.records import episode_line
@@ -141,13 +142,15 @@ class _Driver:
         raises what the worker's own code raised."""
         job = self._job(shard)
         read_fd, write_fd = os.pipe()
-        # the worker's own temp directory (its rollouts' scratch): removed once it is
-        # reaped, also when it died without removing them
+        # the worker's own temp directory (its rollouts' scratch): the worker removes
+        # it as it exits (also when this driver was killed), this driver once it is
+        # reaped (also when it was killed and removed nothing)
         temp = tempfile.mkdtemp(prefix="taketurns-worker-")
         try:
             with contextlib.suppress(OSError):  # a smaller pipe works too
                 fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
-            command = [sys.executable, "-m", "taketurns._backends.processes", str(write_fd)]
+            module = "taketurns._backends.processes"
+            command = [sys.executable, "-m", module, str(write_fd), temp]
             proc = await trio.lowlevel.open_process(
                 command,
                 stdin=subprocess.PIPE,
@@ -280,9 +283,11 @@ def _failure(report: dict[str, Any]) -> TaketurnsError:
 
 
 def worker_main(argv: Sequence[str]) -> int:
-    """``python -m taketurns._backends.processes FD``: read the job from stdin, run it, send
-    each finished episode on file descriptor ``FD``; report a failure there too."""
-    out = int(argv[0])
+    """``python -m taketurns._backends.processes FD TEMP``: read the job from stdin, run
+    it, send each finished episode on file descriptor ``FD``; report a failure there
+    too. ``TEMP`` (this worker's temp directory, made by the driver) is removed on
+    exit: a driver that was killed cannot remove it."""
+    out, temp = int(argv[0]), argv[1]
     os.set_inheritable(out, False)  # programs this worker starts must not hold the pipe
     try:
         config, env_cls, pairs = _read_job(0)
@@ -290,6 +295,8 @@ def worker_main(argv: Sequence[str]) -> int:
     except Exception as exc:
         _report(out, exc)
         return 1
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     return 0
 
 
@@ -312,7 +319,7 @@ def _read_exactly(fd: int, size: int) -> bytes:
 
 
 async def _work(config: EvalConfig, env_cls: type[Env], pairs: list[Pair], out: int) -> None:
-    env = name_class(env_cls, config.env_id)(config.env)
+    env = seeded(name_class(env_cls, config.env_id)(config.env), config)
     plan = Plan(config, env)
     stop = trio.CancelScope()
     try:

@@ -46,7 +46,7 @@ from taketurns._config.registry import name_class
 from taketurns._errors import ConfigError, TaketurnsError
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
-from taketurns._eval.plan import Plan
+from taketurns._eval.plan import Plan, seeded
 from taketurns._eval.play import play_pairs
 from taketurns._gc import tuned_gc
 from taketurns._output.records import episode_line
@@ -88,7 +88,7 @@ class _Job:
 
 def _shard(job: _Job) -> Iterator[Batch]:
     """A Ray generator task: run ``job.pairs`` and yield finished episodes as they come."""
-    env = name_class(job.env_cls, job.config.env_id)(job.config.env)
+    env = seeded(name_class(job.env_cls, job.config.env_id)(job.config.env), job.config)
     plan = Plan(job.config, env)
     out: Batch = []
 

@@ -37,7 +37,8 @@ _LONG = 60  # a default longer than this is shown cut, with its length
 def options_of(
     cls: type, prefix: str, *, expand_roles: bool = False, owner: Any = None
 ) -> Iterator[tuple[str, str, str]]:
-    """(dotted path, type, default) for every leaf option of an attrs config class;
+    """(dotted path, type, default) for every leaf option of an attrs config class (an
+    unset field whose metadata has ``unset`` shows what None stands for);
     roles (``AgentConfig`` fields) as one row unless ``expand_roles``, their default
     the model and harness they run with (``owner``: the env class, whose
     ``default_harness`` decides) and what the env sets differently."""
@@ -49,6 +50,8 @@ def options_of(
             yield path, "role", _role_default(owner, field.name, value)
         elif attrs.has(type(value)):
             yield from options_of(type(value), path)
+        elif value is None and "unset" in field.metadata:  # what None stands for
+            yield path, _type_name(field.type), field.metadata["unset"]
         else:
             yield path, _type_name(field.type), _shown(value)
 

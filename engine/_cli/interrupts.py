@@ -35,8 +35,10 @@ def quiet_interrupts(main: Callable[..., int]) -> Callable[..., int]:
 
     @functools.wraps(main)
     def guarded(*args: object, **kwargs: object) -> int:
-        started()  # Python's SIGINT handler again (taketurns._startup)
         try:
+            # Python's SIGINT handler again (taketurns._startup), inside the guard: a
+            # signal the moment it is back is an interrupt like any later one
+            started()
             return main(*args, **kwargs)
         except BaseException as exc:
             if not is_interrupt(exc):

@@ -25,6 +25,7 @@ FLAGS = {
     "num_tasks": "num_tasks",
     "rollouts": "rollouts",
     "concurrency": "concurrency",
+    "seed": "seed",
     "model": "model",
     "base_url": "base_url",
     "api_key_var": "api_key_var",
@@ -73,6 +74,11 @@ _EVAL_HELP = {
     "num_tasks": ("N", "tasks to run"),
     "rollouts": ("R", "rollouts of each task"),
     "concurrency": ("C", "episodes at once"),
+    "seed": (
+        "S",
+        "the run's seed: the tasks, each episode's RNG, the built-in model's choices and "
+        "the seed sent with every model call derive from it",
+    ),
     "model": (
         "M",
         "model name; builtin/<policy> runs in process, no endpoint; llamacpp/FILE.gguf or "
@@ -118,6 +124,7 @@ _TYPED: dict[str, Callable[[str], Any]] = {
     "num_tasks": int,
     "rollouts": int,
     "concurrency": int,
+    "seed": int,
     "max_concurrent_calls": int,
     "episode_timeout": float,
     "model_server_timeout": float,

@@ -261,6 +261,10 @@ class EvalConfig:
     num_tasks: int = attrs.field(default=10, validator=_positive)
     rollouts: int = attrs.field(default=1, validator=_positive)
     concurrency: int = attrs.field(default=32, validator=_positive)
+    # the run's one seed (``_exchange.seeds``): the env's tasks, each episode's RNG
+    # (``agents.rng``), the built-in model's choices and the ``seed`` sent with every
+    # model call all derive from it; the default, 0, makes every run reproducible
+    seed: int = attrs.field(default=0, validator=int_between(0))
     # --model: every role whose own config names no model runs it; None (not given):
     # each role runs its env's default (Env.default_model), else DEFAULT_MODEL
     model: str | None = None

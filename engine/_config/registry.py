@@ -1,9 +1,10 @@
-"""Explicit registration by id: envs, tasksets and harnesses.
+"""Explicit registration by id: envs, tasksets, harnesses and wire dialects.
 
 Built-in and third-party components alike register through entry-point groups
-(``taketurns.envs``, ``taketurns.tasksets``, ``taketurns.harnesses``) or the
-``register`` decorator. An entry point is imported only when its id is asked for; an
-unknown id raises ``ConfigError`` listing the ids that exist. No silent fallback.
+(``taketurns.envs``, ``taketurns.tasksets``, ``taketurns.harnesses``,
+``taketurns.dialects``) or the ``register`` decorator. An entry point is imported
+only when its id is asked for; an unknown id raises ``ConfigError`` listing the ids
+that exist. No silent fallback.
 
 An id of the shape ``./path/file.py:Class`` or ``package.module:Class`` is not looked
 up but imported (``taketurns._config.reference``): a component runs without packaging.
@@ -19,7 +20,7 @@ from taketurns._config.reference import is_reference, load_reference, reference_
 from taketurns._config.suggest import did_you_mean
 from taketurns._errors import ConfigError
 
-__all__ = ["Registry", "envs", "harnesses", "name_class", "tasksets"]
+__all__ = ["Registry", "dialects", "envs", "harnesses", "name_class", "tasksets"]
 
 T = TypeVar("T")
 
@@ -44,6 +45,10 @@ class Registry:
             return obj
 
         return add
+
+    def unregister(self, id: str) -> None:
+        """Forget what ``register(id)`` added (an entry point of that id stays)."""
+        self._items.pop(id, None)
 
     def _entry_points(self) -> dict[str, Any]:
         return {ep.name: ep for ep in entry_points(group=self.group)}
@@ -116,3 +121,4 @@ def _plural(kind: str) -> str:
 tasksets = Registry("taskset", "taketurns.tasksets")
 envs = Registry("env", "taketurns.envs", also=tasksets)
 harnesses = Registry("harness", "taketurns.harnesses")
+dialects = Registry("dialect", "taketurns.dialects")

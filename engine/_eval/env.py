@@ -35,6 +35,7 @@ import attrs
 from taketurns._config.options import AgentConfig, EnvConfig
 from taketurns._config.registry import envs
 from taketurns._exchange.rubric import Rubric
+from taketurns._exchange.seeds import DEFAULT_SEED
 from taketurns._exchange.task import Task
 
 if TYPE_CHECKING:
@@ -63,13 +64,25 @@ def roles_of(config: Any) -> dict[str, AgentConfig]:
 
 
 class Env(abc.ABC):
-    """Subclass, set ``config_class``, implement ``tasks`` and ``run``."""
+    """Subclass, set ``config_class``, implement ``tasks`` and ``run``.
+
+    Randomness: ``seed`` is the run's seed (``--seed``; the eval sets it before
+    ``tasks``): derive the tasks' random choices from it (an env config's own ``seed``
+    option, when set, may stand in for it). In ``run``, draw from ``agents.rng``, the
+    episode's RNG. Never use the global ``random``: a run must replay the same
+    whatever the concurrency and the backend."""
 
     id: ClassVar[str] = ""
     config_class: ClassVar[type] = EnvConfig
+    seed: int = DEFAULT_SEED  # the run's seed, set per instance by the eval
 
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.config_class()
+
+    def seed_of(self, own: int | None) -> int:
+        """The seed the tasks derive from: the env config's own ``seed`` option when it
+        is set (``own``), else the run's (``self.seed``)."""
+        return self.seed if own is None else own
 
     @property
     def roles(self) -> dict[str, AgentConfig]:

@@ -52,7 +52,10 @@ class Episode:
     ``scoring``, ``cancelled``; None when ok). The rule is ``_exchange.outcome``'s and
     is applied once, when the episode ends (``settle``). ``attempts`` counts the times
     the episode was played (episode retries rerun a failed one; earlier attempts are
-    summarised in ``info["retried"]``, never scored into this record)."""
+    summarised in ``info["retried"]``, never scored into this record). ``seed`` is
+    the episode's seed (``_exchange.seeds.episode_seed`` of the run's seed, the task
+    and the rollout): the env's RNG (``agents.rng``) and its agents' model-call seeds
+    derive from it."""
 
     id: str
     env: str
@@ -66,10 +69,11 @@ class Episode:
     traces: list[Trace] = attrs.field(factory=list)
     timing: EpisodeTiming = attrs.field(factory=EpisodeTiming)
     info: dict[str, Any] = attrs.field(factory=dict)
+    seed: int = 0
 
     @property
     def info_stamp(self) -> EpisodeInfo:
-        return EpisodeInfo(self.id, self.env, self.task.idx, self.rollout)
+        return EpisodeInfo(self.id, self.env, self.task.idx, self.rollout, self.seed)
 
     def settle(self) -> None:
         """Set ``ok`` and ``cause`` from how the episode and its traces ended."""
@@ -98,7 +102,8 @@ async def run_episode(
         {
             role: make_agent(role, config, stamp, episode.traces.append)
             for role, config in env.roles.items()
-        }
+        },
+        seed=episode.seed,
     )
     episode.timing.started_at = time.time()
     start = trio.current_time()

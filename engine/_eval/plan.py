@@ -30,7 +30,15 @@ from taketurns._models.model import ModelClient
 from taketurns._models.server import ModelServer, ServedModel, parse_command
 from taketurns._procs.sandbox import bwrap_path, missing_bwrap
 
-__all__ = ["Plan", "env_class", "make_env", "preflight", "resolve_role", "server_key"]
+__all__ = [
+    "Plan",
+    "env_class",
+    "make_env",
+    "preflight",
+    "resolve_role",
+    "seeded",
+    "server_key",
+]
 
 MODEL_SERVER = "model-server"  # Plan.servers key of --model-server
 
@@ -220,11 +228,13 @@ class Plan:
     def make_agent(
         self, role: str, _config: AgentConfig, info: EpisodeInfo, on_close: Callable[[Trace], None]
     ) -> Agent:
-        prototype = self.agents[role]
-        # rollouts of the (deterministic) built-in model differ by seed = rollout index
-        seeded = isinstance(prototype.client, BuiltinModel) and info.rollout > 0
-        sampling = Sampling(seed=info.rollout) if seeded else None
-        return prototype.bind(info, on_close=on_close, sampling=sampling)
+        # rollouts differ by their episode's seed (info.seed), from which every model
+        # call's seed derives (the built-in model's choices too)
+        return self.agents[role].bind(info, on_close=on_close)
+
+    def notes(self) -> list[str]:
+        """What the model clients noted during the run (each once), in client order."""
+        return [note for client in self.clients.values() for note in client.notes()]
 
     @property
     def needs_interception(self) -> bool:
@@ -289,5 +299,12 @@ def env_class(env_id: str, *, field: str = "env_id") -> type[Env]:
 
 
 def make_env(config: EvalConfig) -> Env:
-    """The eval's env, built from ``config.env``; ``ConfigError`` as ``env_class``."""
-    return env_class(config.env_id)(config.env)
+    """The eval's env, built from ``config.env`` and given the run's seed
+    (``env.seed``); ``ConfigError`` as ``env_class``."""
+    return seeded(env_class(config.env_id)(config.env), config)
+
+
+def seeded(env: Env, config: EvalConfig) -> Env:
+    """``env`` given the run's seed (``env.seed = config.seed``), returned."""
+    env.seed = config.seed
+    return env

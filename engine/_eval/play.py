@@ -24,6 +24,7 @@ from taketurns._eval.aio import open_asyncio_host
 from taketurns._eval.env import Env
 from taketurns._eval.episode import AgentFactory, Episode, episode_id, run_episode
 from taketurns._eval.plan import Plan
+from taketurns._exchange.seeds import episode_seed
 from taketurns._exchange.task import Task
 
 __all__ = ["play_pairs", "play_with_retries"]
@@ -59,9 +60,10 @@ async def play_pairs(
         """``play_with_retries``' arguments for one pair: the episode task runs it
         directly (one coroutine frame less on every resume of the episode)."""
         id_ = episode_id(env.id, task.idx, rollout)
+        seed = episode_seed(config.seed, task.idx, rollout)
 
         def attempt(n: int) -> Episode:
-            return Episode(id_, env.id, task, rollout, attempts=n)
+            return Episode(id_, env.id, task, rollout, attempts=n, seed=seed)
 
         def done(episode: Episode) -> None:
             try:

@@ -33,6 +33,7 @@ from taketurns._eval.env import Env
 from taketurns._exchange.judge import Judge
 from taketurns._exchange.mcp_servers import McpConnection, McpServer, McpTool, open_mcp_servers
 from taketurns._exchange.rubric import Rubric
+from taketurns._exchange.seeds import DEFAULT_SEED
 from taketurns._exchange.task import Task
 from taketurns._exchange.tools import Tool
 
@@ -77,6 +78,9 @@ class Taskset(abc.ABC):
     # the harness its tasks are meant for when the config names none ("tools" for a
     # taskset whose resources offer tools)
     harness: ClassVar[str] = "null"
+    # the run's seed (``--seed``), set by the env that plays it before ``tasks``: as
+    # for ``Env.seed``, the tasks' random choices derive from it
+    seed: int = DEFAULT_SEED
 
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.config_class()
@@ -85,7 +89,12 @@ class Taskset(abc.ABC):
 
     @abc.abstractmethod
     def tasks(self, num_tasks: int) -> Sequence[Task]:
-        """The first ``num_tasks`` tasks, deterministically."""
+        """The first ``num_tasks`` tasks, deterministically (for one ``seed``)."""
+
+    def seed_of(self, own: int | None) -> int:
+        """The seed the tasks derive from: the config's own ``seed`` option when it is
+        set (``own``), else the run's (``self.seed``)."""
+        return self.seed if own is None else own
 
     def rubric(self) -> Rubric:
         """Every ``@reward`` / ``@metric`` / ``@stop`` method of this taskset."""
@@ -202,6 +211,7 @@ class TasksetEnv(Env):
         self.taskset = open_taskset(self.config.taskset, field="env.taskset")
 
     def tasks(self, num_tasks: int) -> Sequence[Task]:
+        self.taskset.seed = self.seed
         return self.taskset.tasks(num_tasks)
 
     def rubric(self, role: str) -> Rubric:

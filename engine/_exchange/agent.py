@@ -9,6 +9,7 @@ test, build one directly: ``Agent("me", AgentConfig(model="builtin/echo"))``.
 from __future__ import annotations
 
 import inspect
+import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence, ValuesView
 from typing import Any
@@ -25,6 +26,7 @@ from taketurns._exchange.harness import Harness, Rollout, can_chat
 from taketurns._exchange.null import NullHarness as NullHarness  # registers "null"
 from taketurns._exchange.outcome import is_failure
 from taketurns._exchange.rubric import Rubric
+from taketurns._exchange.seeds import session_seed
 from taketurns._exchange.session import ChatSession
 from taketurns._exchange.task import Task
 from taketurns._exchange.tools import Tool
@@ -119,6 +121,7 @@ class Agent:
         self._sandbox = Sandbox(config.sandbox or "none", config.sandbox_network)
         self._on_close = on_close
         self._open_sessions: dict[int, ChatSession] = {}
+        self._opened = 0  # sessions opened so far (each gets its own seed)
         # what a cancellation that closes one of this agent's sessions means
         self.cancel_reason: Callable[[ChatSession], str] = _cancelled
 
@@ -137,6 +140,7 @@ class Agent:
         agent.episode = episode
         agent._on_close = on_close
         agent._open_sessions = {}
+        agent._opened = 0
         agent.cancel_reason = _cancelled
         if sampling is not None:
             agent.sampling = self.sampling.over(sampling)
@@ -190,6 +194,11 @@ class Agent:
         if state:
             trace.state.update(state)
         trace.timing.started_at = time.time()
+        # the model calls' seeds derive from the episode's, unless the role pins one
+        seed = None
+        if "seed" not in self._request_fields:
+            seed = session_seed(episode.seed, self.name, self._opened)
+        self._opened += 1
         boundary = ModelBoundary(
             trace,
             self.client,
@@ -198,6 +207,7 @@ class Agent:
             limits=self.limits,
             rubric=self.rubric,
             limiter=self.limiter,
+            seed=seed,
         )
         offered = self.tools if tools is None else tuple(tools)
         rollout = Rollout(
@@ -250,6 +260,9 @@ class Agent:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
+_OWN = ("_agents", "_rng", "seed")  # instance attributes a role cannot shadow
+
+
 def _cancelled(session: ChatSession) -> str:
     return "cancelled"
 
@@ -259,13 +272,29 @@ def _failed(trace: Trace) -> bool:
 
 
 class Agents(Mapping[str, Agent]):
-    """The agents of one episode by role: ``agents["player0"]`` or ``agents.player0``."""
+    """The agents of one episode by role: ``agents["player0"]`` or ``agents.player0``
+    (a role named like an attribute below, ``rng`` say, only as ``agents["rng"]``).
 
-    def __init__(self, agents: Mapping[str, Agent]) -> None:
+    The episode's randomness comes from here, never from the global ``random``:
+    ``agents.seed`` is the episode's seed (``_exchange.seeds.episode_seed``: the run's
+    ``--seed``, the task and the rollout; the same whatever the concurrency, backend or
+    scheduling order) and ``agents.rng`` a ``random.Random`` seeded with it, made on
+    first use, private to the episode."""
+
+    def __init__(self, agents: Mapping[str, Agent], *, seed: int = 0) -> None:
         self._agents = dict(agents)
+        self.seed = seed
+        self._rng: random.Random | None = None
         for role, agent in self._agents.items():
-            if role.isidentifier() and not hasattr(type(self), role) and role != "_agents":
+            if role.isidentifier() and not hasattr(type(self), role) and role not in _OWN:
                 self.__dict__[role] = agent  # plain attribute access, once per episode
+
+    @property
+    def rng(self) -> random.Random:
+        """The episode's RNG (seeded with ``seed``): draw every random choice from it."""
+        if self._rng is None:
+            self._rng = random.Random(self.seed)
+        return self._rng
 
     def __getitem__(self, role: str) -> Agent:
         return self._agents[role]

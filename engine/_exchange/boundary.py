@@ -12,6 +12,11 @@ limiter counts) and which one was at a given moment (``waited_at``): a timeout t
 fires while a request is in flight is not the model's doing, and ``timed_out`` turns
 it into a ``model`` failure (stop condition ``model_error``, an error of kind
 ``model`` naming the timeout) instead of the timeout's own stop condition.
+
+Seeds: a boundary given its session's ``seed`` sends the i-th call it makes with
+``seed = call_seed(seed, i)`` (``_exchange.seeds``) unless the request already has
+one (the role pinned it in its sampling, or an out-of-process program chose its
+own); the turn records the seed sent (None when the client had to leave it out).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import trio
 from taketurns._config.options import Limits
 from taketurns._errors import ModelEndpointError, RolloutStopped
 from taketurns._exchange.rubric import Rubric
+from taketurns._exchange.seeds import CallSeeds
 from taketurns._exchange.trace import ErrorInfo, Trace, Turn, Usage
 from taketurns._models.messages import Message
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
@@ -71,6 +77,7 @@ class ModelBoundary:
         "model",
         "rubric",
         "sampling",
+        "seeds",
         "segment_start",
         "trace",
         "unlimited",
@@ -86,6 +93,7 @@ class ModelBoundary:
         limits: Limits,
         rubric: Rubric,
         limiter: trio.CapacityLimiter | None = None,
+        seed: int | None = None,
     ) -> None:
         self.trace = trace
         self.client = client
@@ -94,6 +102,8 @@ class ModelBoundary:
         self.limits = limits
         self.rubric = rubric
         self.limiter = limiter
+        # the session's seed: call i is sent call_seed(seed, i)
+        self.seeds = CallSeeds(seed) if seed is not None else None
         self.segment_start = 0  # the trace's turn count when the current segment began
         self.unlimited = (  # nothing to check before a call: refusal() would be None
             not rubric.stops
@@ -203,7 +213,13 @@ class ModelBoundary:
             condition = await self.refusal()
             if condition is not None:
                 raise RolloutStopped(condition)
-        request = ModelRequest(self.model, tuple(messages), tuple(tools), self._sampling(sampling))
+        fields = self._sampling(sampling)
+        seeds = self.seeds
+        if seeds is not None:
+            seed = seeds.next()  # counted also when not sent: call i stays call i
+            if "seed" not in fields:
+                fields = {**fields, "seed": seed}
+        request = ModelRequest(self.model, tuple(messages), tuple(tools), fields)
         start = trio.current_time()
         wait = _Wait(request, start, len(self.trace.turns))
         self._open.append(wait)
@@ -247,6 +263,7 @@ class ModelBoundary:
                     latency_s=latency,
                     error=str(error),
                     tools=tool_names,
+                    seed=request.sampling.get("seed"),
                 )
             )
             return
@@ -268,5 +285,6 @@ class ModelBoundary:
                 prompt_token_ids=response.prompt_token_ids,
                 logprobs=response.logprobs,
                 policy_version=response.policy_version,
+                seed=None if "seed" in response.dropped else request.sampling.get("seed"),
             )
         )

@@ -43,6 +43,7 @@ import trio
 from taketurns._config.options import AgentConfig, EvalConfig, Sampling, at_least
 from taketurns._errors import ConfigError, ModelEndpointError, OptionError, ScoringError
 from taketurns._exchange.rubric import Rubric, reward
+from taketurns._exchange.seeds import DEFAULT_SEED, judge_seed
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import JudgeCall, Trace
 from taketurns._models.builtin import BuiltinModel, is_builtin
@@ -193,6 +194,7 @@ class Judge:
         # OpenAIClient's timeout, retries and backoff: its defaults until the eval
         # hands over its own
         self._requests: dict[str, Any] = {}
+        self._run_seed = DEFAULT_SEED
 
     def take_request_options(self, config: EvalConfig) -> None:
         """Time, retry and back off this judge's endpoint requests as the run's agents'
@@ -204,6 +206,7 @@ class Judge:
             "retries": config.request_retries,
             "backoff": config.request_backoff_s,
         }
+        self._run_seed = config.seed
 
     def _endpoint_client(self) -> ModelClient:
         from taketurns._models.openai import OpenAIClient
@@ -283,7 +286,11 @@ class Judge:
     async def _ask(self, messages: tuple[Message, ...]) -> JudgeCall:
         """One judge call; every failure becomes the call's ``error``."""
         client = self._client_now()
-        request = ModelRequest(self.model, messages, sampling=self.config.sampling.request_fields())
+        sampling = self.config.sampling.request_fields()
+        if "seed" not in sampling:  # the run's seed, this judge and what it is asked
+            asked = "\x1e".join(text_of(m.content) for m in messages)
+            sampling["seed"] = judge_seed(self._run_seed, self.name, asked)
+        request = ModelRequest(self.model, messages, sampling=sampling)
         start = time.monotonic()
         call = JudgeCall(self.name, self.model, messages)
         try:

@@ -50,12 +50,15 @@ class AgentStamp:
 
 @attrs.frozen
 class EpisodeInfo:
-    """The episode a trace belongs to, shared by every trace of that episode."""
+    """The episode a trace belongs to, shared by every trace of that episode.
+    ``seed``: the episode's seed (``_exchange.seeds.episode_seed``), from which its
+    agents' model-call seeds derive."""
 
     id: str
     env: str
     task_idx: int
     rollout: int = 0
+    seed: int = 0
 
 
 @attrs.frozen
@@ -88,7 +91,9 @@ class ErrorInfo:
 
 @attrs.frozen
 class Turn:
-    """One model call: exactly what was sent and what came back."""
+    """One model call: exactly what was sent and what came back. ``seed``: the
+    ``seed`` request field the call was sent with (None: none was sent, e.g. the
+    endpoint refuses the field)."""
 
     index: int
     request: tuple[Message, ...]
@@ -103,6 +108,7 @@ class Turn:
     logprobs: list[float] | None = None
     # the model name the server answered with, or the trainer's version tag
     policy_version: str | None = None
+    seed: int | None = None
 
 
 @attrs.frozen

@@ -23,8 +23,8 @@ Out: a ``message`` (text block, then ``tool_use`` blocks; ``stop_reason``
 Claude Code and the Anthropic SDK neither retry it nor fall back (a 400 or 422 makes
 Claude Code re-send the request with fewer beta features).
 
-``count_tokens_json`` answers ``POST /v1/messages/count_tokens`` with a word-count
-estimate; it is never a model call and never recorded.
+``POST /v1/messages/count_tokens`` answers a word-count estimate
+(``estimate_tokens``); it is never a model call and never recorded.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from quart import Response
@@ -42,6 +43,7 @@ from taketurns._http.dialect import (
     Failure,
     Parsed,
     bearer,
+    estimate_tokens,
     load_object,
     sse_event,
     sse_response,
@@ -60,9 +62,10 @@ from taketurns._models.messages import (
 )
 from taketurns._models.model import ModelRequest, ModelResponse
 
-__all__ = ["AnthropicMessages", "count_tokens_json"]
+__all__ = ["AnthropicMessages"]
 
 Json = dict[str, Any]
+_EMPTY: Mapping[str, str] = MappingProxyType({})
 Part = TextPart | ImagePart
 _DROPPED_BLOCKS = frozenset(
     {"thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result"}
@@ -234,14 +237,6 @@ def parse_messages_body(raw: str | bytes, default_model: str) -> Parsed:
     return Parsed(request, bool(body.get("stream")))
 
 
-def count_tokens_json(parsed: Parsed) -> Json:
-    """An estimate (words per message, as the built-in model counts) for
-    ``count_tokens``: this server does not know the model's tokenizer."""
-    request = parsed.request
-    n = sum(len(text_of(m.content).split()) + 2 for m in request.messages)
-    return {"input_tokens": n + 20 * len(request.tools)}
-
-
 # -- answers ----------------------------------------------------------------------------
 
 
@@ -342,13 +337,20 @@ class AnthropicMessages(Dialect):
     name = "anthropic"
     auth_hint = "'x-api-key: <key>' (or 'Authorization: Bearer <key>')"
     stopped_status = 403
+    paths = ("v1/messages", "messages")
+    count_paths = ("v1/messages/count_tokens",)
 
-    def secret(self, headers: Mapping[str, str]) -> str | None:
+    def secret(self, headers: Mapping[str, str], query: Mapping[str, str] = _EMPTY) -> str | None:
         key = (headers.get("x-api-key") or "").strip()
         return key or bearer(headers)
 
-    def parse(self, raw: str | bytes, default_model: str) -> Parsed:
+    def parse(
+        self, raw: str | bytes, default_model: str, route: Mapping[str, str] = _EMPTY
+    ) -> Parsed:
         return parse_messages_body(raw, default_model)
+
+    def count_tokens(self, parsed: Parsed) -> Json:
+        return {"input_tokens": estimate_tokens(parsed.request)}
 
     def answer(self, response: ModelResponse, parsed: Parsed) -> Response:
         message = _message_json(response, parsed.request.model, f"msg_{uuid.uuid4().hex}")

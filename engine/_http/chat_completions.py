@@ -8,7 +8,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from hypercorn.config import Config
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 Json = dict[str, Any]
+_EMPTY: Mapping[str, str] = MappingProxyType({})
 
 # Request fields that are not sampling arguments.
 _NOT_SAMPLING = frozenset({"model", "messages", "tools", "stream", "stream_options"})
@@ -184,8 +186,11 @@ class ChatCompletions(Dialect):
     """``POST /v1/chat/completions``: OpenAI chat completions, JSON and SSE."""
 
     name = "chat_completions"
+    paths = ("v1/chat/completions", "chat/completions")
 
-    def parse(self, raw: str | bytes, default_model: str) -> Parsed:
+    def parse(
+        self, raw: str | bytes, default_model: str, route: Mapping[str, str] = _EMPTY
+    ) -> Parsed:
         request, body = parse_chat_body(raw, default_model)
         options = body.get("stream_options")
         usage = isinstance(options, dict) and bool(options.get("include_usage"))

@@ -1,11 +1,14 @@
-"""A wire dialect: how one HTTP API (chat completions, Responses, Anthropic Messages)
-is translated at the edge into the wire-neutral ``ModelRequest`` and back.
+"""A wire dialect: how one HTTP API (chat completions, Responses, Anthropic Messages,
+Gemini) is translated at the edge into the wire-neutral ``ModelRequest`` and back.
 
-The interception server and the built-in model server hold no dialect knowledge:
-they authenticate with ``secret``, parse with ``parse`` (``BadRequest`` -> 400),
-run the one model call, and answer with ``answer`` or ``error``. Everything a
-dialect cannot express in a ``ModelRequest`` is dropped deliberately (each dialect's
-module lists what) or refused with a 400 naming it.
+Dialects register like harnesses: by id, in the entry-point group
+``taketurns.dialects`` (or with ``dialect_registry.register(id)``); the servers serve
+every registered dialect (``taketurns._http.dialects.served_dialects``) at the URL
+rules its ``paths`` name. The interception server and the built-in model server hold
+no dialect knowledge: they authenticate with ``secret``, parse with ``parse``
+(``BadRequest`` -> 400), run the one model call, and answer with ``answer`` or
+``error``. Everything a dialect cannot express in a ``ModelRequest`` is dropped
+deliberately (each dialect's module lists what) or refused with a 400 naming it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import attrs
 from quart import Response
 
 from taketurns._errors import BadRequest
+from taketurns._models.messages import text_of
 from taketurns._models.model import ModelRequest, ModelResponse
 
 __all__ = [
@@ -27,6 +31,7 @@ __all__ = [
     "Failure",
     "Parsed",
     "bearer",
+    "estimate_tokens",
     "load_object",
     "sse_event",
     "sse_response",
@@ -80,23 +85,33 @@ def bearer(headers: Mapping[str, str]) -> str | None:
 
 
 class Dialect(abc.ABC):
-    """One HTTP API. Stateless: one instance serves every request."""
+    """One HTTP API. Stateless: one instance serves every request.
+
+    ``paths``: the URL rules (werkzeug syntax, relative to the server's root and to a
+    rollout's ``/rollouts/<id>/``) a model call in this dialect is posted to; the
+    rule's variables reach ``parse`` as ``route``. ``count_paths``: rules answered by
+    ``count_tokens`` (an estimate, never a model call or a turn)."""
 
     name: ClassVar[str]
+    paths: ClassVar[tuple[str, ...]]
+    count_paths: ClassVar[tuple[str, ...]] = ()
     # how a client should send its key, for the 401 message
     auth_hint: ClassVar[str] = "'Authorization: Bearer <key>'"
     # the status a refused (stopped) turn answers with: one the dialect's clients
     # neither retry nor fall back from, so the agent ends its turn at once
     stopped_status: ClassVar[int] = 400
 
-    def secret(self, headers: Mapping[str, str]) -> str | None:
-        """The API key the request carries, or None."""
+    def secret(self, headers: Mapping[str, str], query: Mapping[str, str] = _EMPTY) -> str | None:
+        """The API key the request carries (in ``headers``, or its URL's ``query``), or None."""
         return bearer(headers)
 
     @abc.abstractmethod
-    def parse(self, raw: str | bytes, default_model: str) -> Parsed:
-        """The request in ``raw``; raises ``BadRequest`` (or ``ValueError`` from the
-        message converters) naming the problem."""
+    def parse(
+        self, raw: str | bytes, default_model: str, route: Mapping[str, str] = _EMPTY
+    ) -> Parsed:
+        """The request in ``raw`` (``route``: the URL rule's variables and the query's
+        arguments); raises ``BadRequest`` (or ``ValueError`` from the message
+        converters) naming the problem."""
 
     @abc.abstractmethod
     def answer(self, response: ModelResponse, parsed: Parsed) -> Response:
@@ -106,6 +121,17 @@ class Dialect(abc.ABC):
     def error(self, failure: Failure, parsed: Parsed | None = None) -> Response:
         """The HTTP answer for ``failure``; ``parsed`` is None when the body was not
         (or could not be) read."""
+
+    def count_tokens(self, parsed: Parsed) -> Json:
+        """The answer to a ``count_paths`` request: an estimate (this server does not
+        know the model's tokenizer). Only dialects with ``count_paths`` override it."""
+        raise NotImplementedError(f"dialect {self.name!r} counts no tokens")
+
+
+def estimate_tokens(request: ModelRequest) -> int:
+    """Words per message (as the built-in model counts) plus a share per tool."""
+    n = sum(len(text_of(m.content).split()) + 2 for m in request.messages)
+    return n + 20 * len(request.tools)
 
 
 def sse_event(event: str | None, data: Json) -> bytes:

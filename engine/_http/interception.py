@@ -1,16 +1,19 @@
 """The interception server: the model boundary's HTTP face for out-of-process programs.
 
 A program run by a harness talks to "the model" at ``OPENAI_BASE_URL`` with
-``OPENAI_API_KEY`` (or ``ANTHROPIC_BASE_URL`` = the rollout URL without ``/v1``);
-both point here. Three dialects are served, each translated at the edge into the
-same wire-neutral request (``taketurns._http.dialect``): ``POST .../v1/chat/completions``,
-``.../v1/responses`` (OpenAI Responses) and ``.../v1/messages`` (Anthropic Messages;
-``?beta=true`` accepted, the key as ``x-api-key`` or bearer;
-``.../v1/messages/count_tokens`` answers an estimate, never a turn). ``HEAD /`` and
-``HEAD /rollouts/<id>`` answer 200. Every rollout gets its own base URL
-(``.../rollouts/<id>/v1``) and bearer secret, and every request goes through that
-rollout's ``ModelBoundary`` (limits, ``@stop``, recording), so one request = one
-recorded turn exactly as for in-process harnesses.
+``OPENAI_API_KEY`` (or ``ANTHROPIC_BASE_URL`` / ``GOOGLE_GEMINI_BASE_URL`` = the
+rollout URL without ``/v1``); all point here. Every registered dialect is served
+(``taketurns._http.dialects``; this module names none), each at its own ``paths``
+and translated at the edge into the same wire-neutral request
+(``taketurns._http.dialect``): ``POST .../v1/chat/completions``, ``.../v1/responses``
+(OpenAI Responses), ``.../v1/messages`` (Anthropic Messages; ``?beta=true`` accepted,
+the key as ``x-api-key`` or bearer), ``.../v1beta/models/<model>:generateContent``
+and ``:streamGenerateContent`` (Gemini), and whatever a third-party dialect
+registers. A dialect's ``count_paths`` (``.../v1/messages/count_tokens``) answer
+an estimate, never a turn. ``HEAD /`` and ``HEAD /rollouts/<id>`` answer 200.
+Every rollout gets its own base URL (``.../rollouts/<id>/v1``) and bearer secret,
+and every request goes through that rollout's ``ModelBoundary`` (limits, ``@stop``,
+recording), so one request = one recorded turn exactly as for in-process harnesses.
 
 The gate: a rollout's endpoint is open only while one of its segments runs
 (``open_segment``, which ``ServedHarness`` enters around every segment). Its state
@@ -75,15 +78,15 @@ from quart_trio import QuartTrio
 from taketurns._errors import ModelEndpointError, RolloutStopped
 from taketurns._exchange.harness import Rollout
 from taketurns._exchange.tools import as_tools
-from taketurns._http.anthropic import count_tokens_json
 from taketurns._http.chat_completions import (
+    ChatCompletions,
     answer_http_errors,
     closing,
     error_response,
     hypercorn_config,
 )
 from taketurns._http.dialect import Dialect, Failure
-from taketurns._http.dialects import CHAT, DIALECT_PATHS, MESSAGES
+from taketurns._http.dialects import served_dialects
 from taketurns._models.messages import ToolCall, ToolMessage
 from taketurns._models.model import ModelRequest, ModelResponse
 
@@ -92,6 +95,8 @@ __all__ = ["Endpoint", "EndpointState", "InterceptionServer", "open_interception
 log = logging.getLogger(__name__)
 
 RETRY_HEADER = "x-stainless-retry-count"
+# the tool-call route (a program's tool loop) speaks chat completions' shapes
+_TOOLS_DIALECT = ChatCompletions()
 _SOCKET_DIR_MAX = 90
 
 
@@ -267,7 +272,7 @@ class InterceptionServer:
             self._closed.add(_digest(endpoint.secret))
 
     def _authenticate(self, rollout_id: str | None, dialect: Dialect) -> _Registration | Response:
-        secret = dialect.secret(request.headers)  # type: ignore[arg-type]  # a Headers mapping
+        secret = dialect.secret(request.headers, request.args)  # type: ignore[arg-type]  # a Headers mapping
         if secret is None:
             hint = f"no API key: send the rollout's secret as {dialect.auth_hint}"
             return dialect.error(_unauthorized(hint))
@@ -323,7 +328,7 @@ class InterceptionServer:
             return closing(registration)
         raw = await request.get_data(as_text=False)
         try:
-            parsed = dialect.parse(raw, registration.rollout.boundary.model)
+            parsed = dialect.parse(raw, registration.rollout.boundary.model, _route_args())
         except ValueError as exc:
             return dialect.error(Failure(400, "invalid_request_error", str(exc)))
         # one key per (dialect, body): a marked retry joins the call it repeats
@@ -345,20 +350,20 @@ class InterceptionServer:
             return dialect.error(call.failure, parsed)
         return dialect.answer(call.response, parsed)
 
-    async def _count_tokens(self, rollout_id: str | None) -> Any:
-        """Anthropic's ``count_tokens``: an estimate, never a model call or a turn."""
-        registration = self._authenticate(rollout_id, MESSAGES)
+    async def _count_tokens(self, rollout_id: str | None, dialect: Dialect) -> Any:
+        """A dialect's token count: an estimate, never a model call or a turn."""
+        registration = self._authenticate(rollout_id, dialect)
         if isinstance(registration, Response):
             return closing(registration)
         try:
-            parsed = MESSAGES.parse(await request.get_data(as_text=False), "")
+            parsed = dialect.parse(await request.get_data(as_text=False), "", _route_args())
         except ValueError as exc:
-            return MESSAGES.error(Failure(400, "invalid_request_error", str(exc)))
-        return count_tokens_json(parsed)
+            return dialect.error(Failure(400, "invalid_request_error", str(exc)))
+        return dialect.count_tokens(parsed)
 
     async def _tool(self, rollout_id: str) -> Any:
         """Run one of the rollout's Python tools for a program's tool loop."""
-        registration = self._authenticate(rollout_id, CHAT)
+        registration = self._authenticate(rollout_id, _TOOLS_DIALECT)
         if isinstance(registration, Response):
             return closing(registration)
         try:
@@ -369,7 +374,7 @@ class InterceptionServer:
             return error_response('expected {"name": ..., "arguments": "{...}"}', 400)
         refusal = registration.refusal()
         if refusal is not None:  # the segment ended while the body arrived
-            return CHAT.error(refusal)
+            return _TOOLS_DIALECT.error(refusal)
         tools = as_tools(registration.rollout.tools)
         tool = tools.get(body["name"])
         arguments = body.get("arguments", "{}")
@@ -394,13 +399,11 @@ class InterceptionServer:
         app.config["RESPONSE_TIMEOUT"] = None
         app.config["MAX_CONTENT_LENGTH"] = self.max_body_bytes
 
-        for dialect, path in DIALECT_PATHS:
-            _route(app, dialect, path, self._turn)
-
-        @app.post("/v1/messages/count_tokens")
-        @app.post("/rollouts/<rollout_id>/v1/messages/count_tokens")
-        async def count_tokens(rollout_id: str | None = None) -> Any:
-            return await self._count_tokens(rollout_id)
+        for dialect in served_dialects():
+            for path in dialect.paths:
+                _route(app, dialect, path, self._turn)
+            for path in dialect.count_paths:
+                _route(app, dialect, path, self._count_tokens)
 
         @app.route("/", methods=["GET", "HEAD"])
         @app.route("/rollouts/<rollout_id>", methods=["GET", "HEAD"])
@@ -449,19 +452,26 @@ class InterceptionServer:
             shutil.rmtree(socket_dir, ignore_errors=True)
 
 
-def _route(app: QuartTrio, dialect: Dialect, path: str, turn: Any) -> None:
-    """``POST [/v1]/<path>`` (the shared key-routed URL) and the per-rollout URLs."""
+def _route(app: QuartTrio, dialect: Dialect, path: str, handle: Any) -> None:
+    """``POST /<path>`` (the shared key-routed URL) and ``/rollouts/<id>/<path>``."""
 
-    async def shared() -> Any:
-        return await turn(None, dialect)
+    async def shared(**_: str) -> Any:
+        return await handle(None, dialect)
 
-    async def per_rollout(rollout_id: str) -> Any:
-        return await turn(rollout_id, dialect)
+    async def per_rollout(rollout_id: str, **_: str) -> Any:
+        return await handle(rollout_id, dialect)
 
-    for url in (f"/v1/{path}", f"/{path}"):
-        app.add_url_rule(url, f"{dialect.name}-shared-{url}", shared, methods=["POST"])
-    for url in (f"/rollouts/<rollout_id>/v1/{path}", f"/rollouts/<rollout_id>/{path}"):
-        app.add_url_rule(url, f"{dialect.name}-rollout-{url}", per_rollout, methods=["POST"])
+    url = f"/{path}"
+    app.add_url_rule(url, f"{dialect.name}-shared-{url}", shared, methods=["POST"])
+    url = f"/rollouts/<rollout_id>/{path}"
+    app.add_url_rule(url, f"{dialect.name}-rollout-{url}", per_rollout, methods=["POST"])
+
+
+def _route_args() -> dict[str, str]:
+    """The request's query arguments and its URL rule's variables, for ``parse``."""
+    args = {**request.args, **(request.view_args or {})}
+    args.pop("rollout_id", None)
+    return args
 
 
 async def _hold_calls(*, task_status: trio.TaskStatus[trio.Nursery]) -> None:

@@ -32,6 +32,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from quart import Response
@@ -64,6 +65,7 @@ from taketurns._models.model import ModelRequest, ModelResponse
 __all__ = ["Responses"]
 
 Json = dict[str, Any]
+_EMPTY: Mapping[str, str] = MappingProxyType({})
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 # items a chat model cannot see: kept out of the conversation on purpose
@@ -405,8 +407,11 @@ class Responses(Dialect):
     """``POST /v1/responses``: OpenAI Responses, JSON and SSE (module docstring)."""
 
     name = "responses"
+    paths = ("v1/responses", "responses")
 
-    def parse(self, raw: str | bytes, default_model: str) -> Parsed:
+    def parse(
+        self, raw: str | bytes, default_model: str, route: Mapping[str, str] = _EMPTY
+    ) -> Parsed:
         return parse_responses_body(raw, default_model)
 
     def answer(self, response: ModelResponse, parsed: Parsed) -> Response:

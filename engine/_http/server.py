@@ -24,10 +24,9 @@ import trio
 from quart import request
 from quart_trio import QuartTrio
 
-from taketurns._http.anthropic import count_tokens_json
 from taketurns._http.chat_completions import answer_http_errors, hypercorn_config
-from taketurns._http.dialect import Dialect, Failure
-from taketurns._http.dialects import DIALECT_PATHS, MESSAGES
+from taketurns._http.dialect import Dialect, Failure, Parsed
+from taketurns._http.dialects import served_dialects
 from taketurns._models.builtin import BuiltinModel
 
 __all__ = ["create_app", "serve"]
@@ -36,24 +35,17 @@ log = logging.getLogger(__name__)
 
 
 def create_app(model: BuiltinModel) -> QuartTrio:
-    """An ASGI app serving ``model`` in every dialect: ``POST /v1/chat/completions``,
-    ``/v1/responses`` and ``/v1/messages`` (each also without ``/v1``), ``POST
-    /v1/messages/count_tokens``, ``GET /v1/models``, ``GET /health``. Malformed requests
-    get HTTP 400 with the dialect's error body naming the problem."""
+    """An ASGI app serving ``model`` in every registered dialect, at each dialect's
+    ``paths`` (``POST /v1/chat/completions``, ``/v1/responses``, ``/v1/messages``,
+    ``/v1beta/models/<model>:generateContent``, ...) and ``count_paths``, plus ``GET
+    /v1/models`` and ``GET /health``. Malformed requests get HTTP 400 with the
+    dialect's error body naming the problem."""
     app = QuartTrio(__name__)
     app.config["RESPONSE_TIMEOUT"] = None  # the model's latency is the model's business
     served = f"builtin/{model.policy}"
 
-    for dialect, path in DIALECT_PATHS:
-        _route(app, model, served, dialect, path)
-
-    @app.post("/v1/messages/count_tokens")
-    async def count_tokens() -> Any:
-        try:
-            parsed = MESSAGES.parse(await request.get_data(as_text=False), served)
-        except ValueError as exc:
-            return MESSAGES.error(Failure(400, "invalid_request_error", str(exc)))
-        return count_tokens_json(parsed)
+    for dialect in served_dialects():
+        _route(app, model, served, dialect)
 
     @app.get("/v1/models")
     async def models() -> Any:
@@ -68,16 +60,28 @@ def create_app(model: BuiltinModel) -> QuartTrio:
     return app
 
 
-def _route(app: QuartTrio, model: BuiltinModel, served: str, dialect: Dialect, path: str) -> None:
-    async def turn() -> Any:
+def _route(app: QuartTrio, model: BuiltinModel, served: str, dialect: Dialect) -> None:
+    async def read() -> Any:
+        route = {**request.args, **(request.view_args or {})}
         try:
-            parsed = dialect.parse(await request.get_data(as_text=False), served)
+            return dialect.parse(await request.get_data(as_text=False), served, route)
         except ValueError as exc:  # BadRequest, or a malformed message from the converters
             return dialect.error(Failure(400, "invalid_request_error", str(exc)))
+
+    async def turn(**_: str) -> Any:
+        parsed = await read()
+        if not isinstance(parsed, Parsed):
+            return parsed
         return dialect.answer(await model.complete(parsed.request), parsed)
 
-    for url in (f"/v1/{path}", f"/{path}"):
-        app.add_url_rule(url, f"{dialect.name}-{url}", turn, methods=["POST"])
+    async def count(**_: str) -> Any:
+        parsed = await read()
+        return dialect.count_tokens(parsed) if isinstance(parsed, Parsed) else parsed
+
+    for path in dialect.paths:
+        app.add_url_rule(f"/{path}", f"{dialect.name}-{path}", turn, methods=["POST"])
+    for path in dialect.count_paths:
+        app.add_url_rule(f"/{path}", f"{dialect.name}-count-{path}", count, methods=["POST"])
 
 
 async def serve(

@@ -6,7 +6,9 @@
 - ``echo``: repeats the last user text.
 - ``bracket``: when the latest user text (or, before any user message, the latest
   system text) offers bracketed options such as ``[check] [bet]``, answers with
-  exactly one of them, chosen by a seeded hash of the conversation; otherwise a short
+  exactly one of them, chosen by a hash of the conversation and the seed (the
+  request's ``seed``, which the engine sends with every call, else the model's
+  ``seed`` option); otherwise a short
   sentence. Markdown links (``[text](url)``) are not options, and system messages an
   agent CLI appends after the user's (Claude Code's environment notes) are not the
   prompt.

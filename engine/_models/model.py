@@ -48,7 +48,9 @@ class ModelRequest:
 class ModelResponse:
     """``token_ids`` / ``prompt_token_ids`` / ``logprobs``: the completion's and the
     prompt's token ids and the completion's logprobs, when the endpoint returned them;
-    ``policy_version``: the model name (or version tag) that answered, when known."""
+    ``policy_version``: the model name (or version tag) that answered, when known;
+    ``dropped``: request fields the client left out because the endpoint refuses them
+    (``seed``, by ``OpenAIClient``)."""
 
     message: AssistantMessage
     usage: Usage = Usage()
@@ -57,6 +59,7 @@ class ModelResponse:
     prompt_token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     policy_version: str | None = None
+    dropped: frozenset[str] = frozenset()
 
 
 class ModelClient(abc.ABC):
@@ -68,6 +71,11 @@ class ModelClient(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most clients hold nothing
         """Release connections. Idempotent."""
+
+    def notes(self) -> list[str]:
+        """What this client noted once for the run's summary (an endpoint that refuses
+        a request field, say). Default: nothing."""
+        return []
 
     async def preflight(self, model: str) -> None:
         """Check the endpoint answers for ``model`` before an eval starts; raise

@@ -1,7 +1,11 @@
 """``OpenAIClient``: any OpenAI-compatible chat-completions endpoint over httpx2.
 
 One ``complete()`` is one ``POST {base_url}/chat/completions``, retried with jittered
-exponential backoff on 429, 408, 5xx, connection errors and timeouts. Every failure
+exponential backoff on 429, 408, 5xx, connection errors and timeouts. An endpoint
+that refuses the ``seed`` field (a 400 whose error names it) gets the request again at
+once without it, and every later one without it; the client notes that once
+(``notes()``, the run summary's ``notes``) and the response says the field was
+``dropped`` (the turn records no seed). Every failure
 that reaches the caller is a ``ModelEndpointError`` whose message says what happened and
 what to do next; httpx2's own exceptions never escape.
 
@@ -29,6 +33,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import attrs
 import httpx2
 import orjson
 import trio
@@ -52,6 +57,9 @@ RETRY_COUNT_HEADER = "x-stainless-retry-count"
 _RETRYABLE_STATUS = frozenset({408, 429})
 # how OpenAI, vLLM, SGLang and llama.cpp's servers say a request exceeds the context
 _CONTEXT = re.compile(r"context length|context window|context_length_exceeded", re.IGNORECASE)
+# a 400 naming the seed field: the endpoint refuses it (sent again without it)
+_SEED_FIELD = re.compile(r"\bseed\b", re.IGNORECASE)
+_SEED = frozenset({"seed"})
 _CONNECTIONS_PER_POOL = 128
 _SNIPPET = 300
 _JSON = {"Content-Type": "application/json"}
@@ -63,11 +71,21 @@ class ClientState(enum.Enum):
 
 
 class _Failure(ModelEndpointError):
-    """One attempt's failure, with the wait the server asked for (``Retry-After``)."""
+    """One attempt's failure, with the wait the server asked for (``Retry-After``)
+    and whether it is a 400 naming the ``seed`` field (an endpoint that refuses it)."""
 
-    def __init__(self, message: str, *, status: int | None, retryable: bool, wait: float | None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None,
+        retryable: bool,
+        wait: float | None,
+        names_seed: bool = False,
+    ):
         super().__init__(message, status=status, retryable=retryable)
         self.wait = wait
+        self.names_seed = names_seed
 
 
 class OpenAIClient(ModelClient):
@@ -139,6 +157,9 @@ class OpenAIClient(ModelClient):
             for _ in range(shards)
         ]
         self._turn = 0
+        self._sends_seed = True  # until the endpoint refuses the field
+        self._notes: list[str] = []
+        self._jitter = random.Random()  # private: the process's global RNG is left alone
         self.tokens = tokens
         self._join_text = text_parts == "join"
         self.state = ClientState.OPEN
@@ -176,15 +197,23 @@ class OpenAIClient(ModelClient):
                 "this OpenAIClient is closed; make a new one for more calls", retryable=False
             )
         fields = _request_fields(request, join_text=self._join_text)
+        dropped = self._drop_refused(fields)
         body = orjson.dumps(fields)
         attempt = 0
         while True:
             try:
                 response, pieces = await self._attempt(body, attempt)
+                if dropped:
+                    response = attrs.evolve(response, dropped=dropped)
                 if self.tokens is None:
                     return response
                 return self.tokens.annotate(response, fields, pieces)
             except _Failure as failure:
+                if failure.names_seed and "seed" in fields:
+                    self._refuses_seed()
+                    dropped = self._drop_refused(fields)
+                    body = orjson.dumps(fields)
+                    continue  # at once, without it: not a retry
                 if not failure.retryable or attempt >= self.retries:
                     _give_up(failure, attempt)
                 delay = self._delay(attempt + 1, failure.wait)
@@ -231,9 +260,33 @@ class OpenAIClient(ModelClient):
                 retryable=False,
             ) from None
 
+    def notes(self) -> list[str]:
+        return list(self._notes)
+
+    def _drop_refused(self, fields: dict[str, Any]) -> frozenset[str]:
+        """Take the fields this endpoint refuses out of ``fields``; which were there."""
+        if self._sends_seed or "seed" not in fields:
+            return frozenset()
+        del fields["seed"]
+        return _SEED
+
+    def _refuses_seed(self) -> None:
+        """The endpoint answered a request with a 400 naming ``seed``: from now on its
+        requests go without it, noted once (the summary's ``notes``, the log)."""
+        if not self._sends_seed:
+            return
+        self._sends_seed = False
+        note = (
+            f"{self.base_url} refuses the 'seed' request field (HTTP 400 naming it): its "
+            "model calls are sent without a seed (their turns record seed null), so its "
+            "sampling does not follow --seed"
+        )
+        self._notes.append(note)
+        log.warning(note)
+
     def _delay(self, retry: int, wait: float | None) -> float:
-        if wait is None:
-            wait = self.backoff * 2 ** (retry - 1) * (1 - 0.25 * random.random())
+        if wait is None:  # jitter: when to retry, never what is asked or answered
+            wait = self.backoff * 2 ** (retry - 1) * (1 - 0.25 * self._jitter.random())
         return max(0.0, min(wait, self.max_backoff))
 
     async def _attempt(self, body: bytes, attempt: int) -> tuple[ModelResponse, list[str] | None]:
@@ -310,6 +363,7 @@ class OpenAIClient(ModelClient):
             status=status,
             retryable=retryable,
             wait=_retry_after(response) if retryable else None,
+            names_seed=status == 400 and _SEED_FIELD.search(detail) is not None,
         )
 
 

@@ -9,11 +9,14 @@ stranger's server that took the port first is not mistaken for it). Cancelled wh
 starting, it stops at once. Once ready it keeps serving until ``stop()``, even
 while its nursery is cancelled: an interrupted eval still closes and scores its
 episodes (judges included) on it, and whoever started it calls ``stop()`` when they
-are done (``_eval.servers`` does, on every path). Then it stops the server's whole
-process group (SIGTERM, then SIGKILL) and reaps it, shielded. If the server exits on
-its own it raises ``ModelServerError`` quoting the end of the log. A server that exits before it is
-ready because its port was taken in the meantime is started again on another port
-(up to ``PORT_ATTEMPTS`` times).
+are done (``_eval.servers`` does, on every path). The server is an owned process
+(``taketurns._procs.owner``, unsandboxed): stopping it sends its process group SIGTERM,
+gives it ``GRACE_S`` to shut down, then kills its whole tree and reaps it, shielded;
+the same happens when the eval's process dies, however (SIGKILL included: the
+supervisor's lifeline). If the server exits on its own it raises ``ModelServerError``
+quoting the end of the log. A server that exits before it is ready because its port
+was taken in the meantime is started again on another port (up to ``PORT_ATTEMPTS``
+times).
 
 ``ServedModel`` is the model client of the roles the server serves: an
 ``OpenAIClient`` made once the URL is known (``attach``).
@@ -21,7 +24,9 @@ ready because its port was taken in the meantime is started again on another por
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -31,12 +36,14 @@ import httpx2
 import trio
 
 from taketurns._errors import ConfigError, ModelEndpointError, ModelServerError
-from taketurns._models.child import kill_now, start_child, stop_child, tail
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
+from taketurns._procs import owner
+from taketurns._procs.sandbox import Sandbox
 
-__all__ = ["PORT_ATTEMPTS", "ModelServer", "ServedModel", "parse_command"]
+__all__ = ["GRACE_S", "PORT_ATTEMPTS", "ModelServer", "ServedModel", "parse_command"]
 
 PORT_ATTEMPTS = 3
+GRACE_S = 5.0  # after SIGTERM, how long the server may take to exit before SIGKILL
 _HOST = "127.0.0.1"
 _BUSY = ("address already in use", "errno 98", "eaddrinuse")
 
@@ -75,7 +82,7 @@ class ModelServer:
     env: Mapping[str, str] | None = None
     log: Path | None = None
     base_url: str | None = None
-    _process: trio.Process | None = None
+    _process: owner.OwnedProcess | None = None
     _keep: trio.CancelScope | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
@@ -88,13 +95,7 @@ class ModelServer:
             argv = [word.replace("{port}", str(port)) for word in self.argv]
             with log.open("ab") as out:
                 out.write(f"$ {shlex.join(argv)}\n".encode())
-            try:
-                self._process = await start_child(argv, log=log, env=self.env)
-            except OSError as exc:
-                raise ModelServerError(
-                    f"could not start the model server ({self.label}): {argv[0]}: "
-                    f"{exc.strerror or exc}; check the command (--model-server) and PATH"
-                ) from None
+            self._process = await self._start(argv, log)
             try:
                 code = await self._wait_ready(self._process, port, log)
                 if code is None:
@@ -115,8 +116,32 @@ class ModelServer:
                         f"was ready; the end of its log ({log}):\n{tail(log)}"
                     )
             finally:
-                await stop_child(self._process)
+                if self.base_url is None:  # not ready: nothing to shut down cleanly
+                    self._process.kill()
+                await self._process.aclose()
                 self.base_url = None
+
+    async def _start(self, argv: list[str], log: Path) -> owner.OwnedProcess:
+        """``argv`` owned, in this process's directory, stdin closed, its output
+        appended to ``log``. Raises ``ModelServerError`` when the program is missing."""
+        env = dict(self.env if self.env is not None else os.environ)
+        if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+            raise ModelServerError(
+                f"could not start the model server ({self.label}): {argv[0]}: no such "
+                "executable; check the command (--model-server) and PATH"
+            )
+        here = Path.cwd()
+        with log.open("ab") as out:
+            return await owner.start(
+                argv,
+                cwd=here,
+                env=env,
+                sandbox=Sandbox(kind="none"),
+                scratch=here,  # unsandboxed: nothing is hidden or bound
+                stdout=out,
+                stderr=out,
+                grace_s=GRACE_S,
+            )
 
     def stop(self) -> None:
         """Let ``run`` stop the server and return (it was started and is ready);
@@ -125,12 +150,12 @@ class ModelServer:
             self._keep.cancel()
 
     def kill_now(self) -> None:
-        """SIGKILL the server's process group at once (a second Ctrl-C: the process
-        is about to exit and cannot wait)."""
+        """Kill the server's tree at once, without its grace (a second Ctrl-C: the
+        process is about to exit and cannot wait)."""
         if self._process is not None:
-            kill_now(self._process)
+            self._process.kill()
 
-    async def _wait_ready(self, process: trio.Process, port: int, log: Path) -> int | None:
+    async def _wait_ready(self, process: owner.OwnedProcess, port: int, log: Path) -> int | None:
         """None once ``/v1/models`` answers as expected, else the exit code of a
         server that exited first. Raises ``ModelServerError`` after
         ``ready_timeout_s``."""
@@ -194,6 +219,18 @@ def _port_was_taken(log: Path) -> bool:
     return any(sign in text for sign in _BUSY)
 
 
+def tail(log: Path, lines: int = 12) -> str:
+    """The last ``lines`` lines of ``log`` (for an error message), or ``""``."""
+    try:
+        with log.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
 class ServedModel(ModelClient):
     """The model client for roles served by a ``ModelServer``: ``make(base_url)``
     builds the real client once the server is ready (``attach``); a call before
@@ -215,6 +252,9 @@ class ServedModel(ModelClient):
                 "it runs only inside run_eval"
             )
         return await self._client.complete(request)
+
+    def notes(self) -> list[str]:
+        return [] if self._client is None else self._client.notes()
 
     async def preflight(self, model: str) -> None:
         if self._client is not None:

@@ -118,6 +118,7 @@ def _trace_out(trace: Trace) -> dict[str, Any]:
             "env": episode.env,
             "task_idx": episode.task_idx,
             "rollout": episode.rollout,
+            "seed": episode.seed,
         },
         "task": _task_out(trace.task),
         "masked": trace.masked,
@@ -233,6 +234,7 @@ def _turn_out(turn: Turn, wire: Any, shared: int = 0) -> dict[str, Any]:
         "prompt_token_ids": turn.prompt_token_ids,
         "logprobs": turn.logprobs,
         "policy_version": turn.policy_version,
+        "seed": turn.seed,
     }
 
 
@@ -264,6 +266,7 @@ def _episode_out(episode: Episode) -> dict[str, Any]:
             "wall_s": timing.wall_s,
         },
         "info": episode.info,
+        "seed": episode.seed,
     }
 
 

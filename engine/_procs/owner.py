@@ -16,16 +16,19 @@ and returns an ``OwnedProcess``. Its contract:
   process group and every descendant (``setsid`` and double-forked ones included: it
   is their subreaper) and exits; the owner reaps it in a shielded wait bounded by
   ``KILL_S``, and past that SIGKILLs the supervisor's group, and a sandbox's PID
-  namespace through its first process, then reaps for up to ``REAP_S`` more. An
+  namespace through its first process, then reaps for up to ``REAP_S`` more. With a
+  ``grace_s`` (a server that shuts down cleanly) the supervisor first SIGTERMs the
+  program's group and gives the program that long to exit before it kills as above
+  (the owner's wait grows by as much); ``kill`` skips the grace. An
   outer process that did not exit by itself (SIGKILLed by ``aclose`` or by anyone
   else, or never reaped) killed nothing, so ``aclose`` then kills on its own what
   was reported on a status pipe: without a sandbox the program's process group (the
   program writes its pid there before ``exec``: the supervisor's ``--status``),
   in a sandbox its PID namespace's init (bwrap's ``--info-fd``: ``child-pid``).
 - **Eval exit**: the lifeline's write end lives only in the engine's process, so
-  when that process dies (a killed worker, ``os._exit``), every supervisor sees end of
-  file and kills its tree. No ``PR_SET_PDEATHSIG``: trio starts processes from worker
-  threads, whose exit would fire it.
+  when that process dies (a killed worker, ``os._exit``, SIGKILL), every supervisor
+  sees end of file and kills its tree (after its grace). No ``PR_SET_PDEATHSIG``: trio
+  starts processes from worker threads, whose exit would fire it.
 
 Guarantees: sandboxed, exact (the supervisor is the PID namespace's init: when it
 exits or is killed, the kernel kills everything in the namespace; a SIGKILLed bwrap
@@ -88,6 +91,7 @@ def command(
     *,
     lifeline: int,
     status: int | None = None,
+    grace_s: float = 0.0,
     sandbox: Sandbox,
     scratch: Path,
     cwd: Path,
@@ -96,10 +100,13 @@ def command(
 ) -> list[str]:
     """The full argv: the supervisor around ``program``, in bwrap unless ``none``;
     ``status``: the descriptor the program's pid (``none``) or bwrap's info (the
-    namespace init's host pid) is reported on."""
+    namespace init's host pid) is reported on; ``grace_s``: how long the program may
+    take to exit on SIGTERM before it is killed."""
     supervised = [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", str(lifeline)]
     if status is not None and sandbox.kind == "none":  # a sandbox's pids are its own
         supervised += ["--status", str(status)]
+    if grace_s > 0:
+        supervised += ["--grace", repr(grace_s)]
     bridge = (
         sandbox.kind == "bwrap"
         and sandbox.network == "endpoint"
@@ -130,16 +137,23 @@ class OwnedProcess:
     outermost process (bwrap, or the supervisor); its ``stdin``/``stdout`` are the
     program's when piped."""
 
-    __slots__ = ("_lifeline", "_reported", "_status", "process", "sandboxed")
+    __slots__ = ("_lifeline", "_reported", "_status", "grace_s", "process", "sandboxed")
 
     def __init__(
-        self, process: trio.Process, lifeline: int, status: int, *, sandboxed: bool
+        self,
+        process: trio.Process,
+        lifeline: int,
+        status: int,
+        *,
+        sandboxed: bool,
+        grace_s: float = 0.0,
     ) -> None:
         self.process = process
         self._lifeline: int | None = lifeline
         self._status: int | None = status  # the status pipe's read end, non-blocking
         self._reported: int | None = None
         self.sandboxed = sandboxed
+        self.grace_s = grace_s
 
     @property
     def pid(self) -> int:
@@ -156,17 +170,31 @@ class OwnedProcess:
         return 128 - code if code < 0 else code
 
     def cut(self) -> None:
-        """Tell the supervisor to kill the tree (non-blocking; ``aclose`` reaps)."""
+        """Tell the supervisor to kill the tree, after its grace (non-blocking;
+        ``aclose`` reaps)."""
         if self._lifeline is not None:
             os.close(self._lifeline)
             self._lifeline = None
+
+    def kill(self) -> None:
+        """Tell the supervisor to kill the tree at once, skipping the grace, without
+        waiting (a process about to exit: a second Ctrl-C); ``aclose`` still reaps.
+        A sandbox's namespace dies with its init, killed here."""
+        self.cut()
+        if self.process.returncode is not None:
+            return  # reaped: its pid may be another process's by now
+        if self.sandboxed:
+            self._hard_kill()
+        else:  # the second stop it is told: no grace (the cut lifeline is the first)
+            with contextlib.suppress(OSError):
+                os.kill(self.process.pid, signal.SIGTERM)
 
     async def aclose(self) -> None:
         """Kill the whole tree and reap it, close the pipes. Shielded and bounded;
         idempotent."""
         self.cut()
         with trio.CancelScope(shield=True):
-            with trio.move_on_after(KILL_S):
+            with trio.move_on_after(KILL_S + self.grace_s):
                 await self.process.wait()
             if self.process.returncode is None:
                 self._hard_kill()
@@ -229,12 +257,15 @@ async def start(
     stdin: Any = subprocess.DEVNULL,
     stdout: Any = subprocess.DEVNULL,
     stderr: Any = subprocess.DEVNULL,
+    grace_s: float = 0.0,
 ) -> OwnedProcess:
     """Start ``program`` in ``cwd`` with exactly ``env``, owned (module docstring).
     ``scratch``: the only writable directory when sandboxed (``cwd`` lies in it);
     ``model_socket``/``model_port``: the interception server's Unix socket and the
     loopback port to bridge it to inside the sandbox. ``stdin``/``stdout``/``stderr``
-    as for ``subprocess`` (a file, ``PIPE`` or ``DEVNULL``)."""
+    as for ``subprocess`` (a file, ``PIPE`` or ``DEVNULL``). ``grace_s``: how long
+    the program may take to exit on SIGTERM when stopped before it is killed (0: no
+    SIGTERM, killed at once)."""
     read_end, write_end = os.pipe()
     status_read, status_write = os.pipe()
     try:
@@ -242,6 +273,7 @@ async def start(
             program,
             lifeline=read_end,
             status=status_write,
+            grace_s=grace_s,
             sandbox=sandbox,
             scratch=scratch,
             cwd=cwd,
@@ -266,7 +298,8 @@ async def start(
         os.close(read_end)
         os.close(status_write)
     os.set_blocking(status_read, False)
-    return OwnedProcess(process, write_end, status_read, sandboxed=sandbox.kind != "none")
+    sandboxed = sandbox.kind != "none"
+    return OwnedProcess(process, write_end, status_read, sandboxed=sandboxed, grace_s=grace_s)
 
 
 async def _collect(
@@ -278,29 +311,12 @@ async def _collect(
     done.set()
 
 
-async def run(
-    program: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    sandbox: Sandbox,
-    scratch: Path,
-    model_socket: str | None = None,
-    model_port: int | None = None,
-) -> Captured:
-    """Run ``program`` to its exit with stdout and stderr captured (stdin: nothing);
-    the tree is killed and reaped on every path. Cancellation kills it."""
-    owned = await start(
-        program,
-        cwd=cwd,
-        env=env,
-        sandbox=sandbox,
-        scratch=scratch,
-        model_socket=model_socket,
-        model_port=model_port,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+async def run(program: Sequence[str], **options: Any) -> Captured:
+    """Run ``program`` to its exit with stdout and stderr captured (stdin: nothing),
+    started as ``start`` starts it (``options``: ``start``'s keyword arguments but the
+    standard streams); the tree is killed and reaped on every path. Cancellation
+    kills it."""
+    owned = await start(program, **options, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = bytearray(), bytearray()
     out_done, err_done = trio.Event(), trio.Event()
     try:

@@ -4,7 +4,8 @@ Run as a plain script (``python -I -S supervisor.py ...``: standard library only
 ``taketurns`` import, so it starts in milliseconds, also inside a sandbox that sees
 only the interpreter and this file)::
 
-    supervisor.py --lifeline FD|parent [--status FD] [--bridge PORT SOCKET] -- PROGRAM [ARGS...]
+    supervisor.py --lifeline FD|parent [--status FD] [--grace S] [--bridge PORT SOCKET]
+                  -- PROGRAM [ARGS...]
 
 It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``: every orphaned
 descendant, ``setsid`` and double-forked ones included, becomes its child), starts
@@ -26,6 +27,12 @@ child's own children are re-parented to the supervisor and killed next round), s
 SIGTERM-ignorers, ``setsid`` children and daemons all die. A process that is no
 descendant (one a sandbox-less program asked another service to start) is beyond it.
 
+``--grace S`` (a server that shuts down cleanly): told to stop, the supervisor first
+sends ``SIGTERM`` to PROGRAM's process group and gives PROGRAM ``S`` seconds to exit,
+then ``SIGKILL`` as above; either way, once PROGRAM has exited the rest of the tree is
+killed as when it exits by itself. Told to stop a second time during the grace, it
+kills at once.
+
 ``--status FD``: PROGRAM's pid (its process group: it leads a new session) is written
 as one decimal line to ``FD`` by PROGRAM's own process between ``setsid`` and
 ``exec``, so it is reported before PROGRAM runs, and the engine can still kill that
@@ -43,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import os
 import signal
 import socket
@@ -149,18 +157,64 @@ def _watch_lifeline(lifeline: str, on_cut: Callable[[], None]) -> None:
     on_cut()
 
 
-def _parse(argv: list[str]) -> tuple[str, int | None, tuple[int, str] | None, list[str]]:
-    split = argv.index("--")
-    options, program = argv[:split], argv[split + 1 :]
-    lifeline = options[options.index("--lifeline") + 1]
-    status = int(options[options.index("--status") + 1]) if "--status" in options else None
-    bridge = None
-    if "--bridge" in options:
-        at = options.index("--bridge")
-        bridge = (int(options[at + 1]), options[at + 2])
-    if not program:
-        raise SystemExit("supervisor: no program after --")
-    return lifeline, status, bridge, program
+class _Options:
+    def __init__(self, argv: list[str]) -> None:
+        split = argv.index("--")
+        options, self.program = argv[:split], argv[split + 1 :]
+
+        def value(name: str) -> str | None:
+            return options[options.index(name) + 1] if name in options else None
+
+        self.lifeline = str(value("--lifeline"))
+        status = value("--status")
+        self.status = int(status) if status is not None else None
+        self.grace = float(value("--grace") or 0.0)
+        self.bridge = None
+        if "--bridge" in options:
+            at = options.index("--bridge")
+            self.bridge = (int(options[at + 1]), options[at + 2])
+        if not self.program:
+            raise SystemExit("supervisor: no program after --")
+        if self.status is not None and self.bridge is not None:
+            raise SystemExit("supervisor: --status and --bridge exclude each other")
+
+
+class _Stopper:
+    """How the program is told to stop (``cut``: from a signal handler, or the lifeline
+    watcher's thread): the first time, ``SIGTERM`` and ``SIGKILL`` after the grace
+    (none: at once); a second time, ``SIGKILL`` at once. A stop asked for before the
+    program started is acted on once it has (``started``)."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.group: int | None = None
+        self.asked = 0
+        self._asks = itertools.count(1)  # next() is atomic: two threads may ask at once
+
+    def started(self, group: int) -> None:
+        self.group = group
+        if self.asked:  # told to stop while it was starting
+            self._act(gently=self.asked == 1)
+
+    def cut(self, *_: object) -> None:
+        ask = next(self._asks)
+        self.asked = max(self.asked, ask)
+        if self.group is not None:
+            self._act(gently=ask == 1)
+
+    def _act(self, *, gently: bool) -> None:
+        if gently and self.grace > 0:
+            self._signal(signal.SIGTERM)
+            timer = threading.Timer(self.grace, self._signal, (signal.SIGKILL,))
+            timer.daemon = True
+            timer.start()
+        else:
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, signum: int) -> None:
+        if self.group is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.group, signum)
 
 
 def _reporter(status: int | None) -> Callable[[], None] | None:
@@ -176,37 +230,30 @@ def _reporter(status: int | None) -> Callable[[], None] | None:
 
 
 def main(argv: list[str]) -> int:
-    lifeline, status_fd, bridge, program = _parse(argv)
-    if status_fd is not None and bridge is not None:
-        raise SystemExit("supervisor: --status and --bridge exclude each other")
+    options = _Options(argv)
     _subreaper()
-    if bridge is not None:
-        listener = _listen(bridge[0])
-        threading.Thread(target=_serve_bridge, args=(listener, bridge[1]), daemon=True).start()
-    started: list[int] = []
-    stopping: list[bool] = []
-
-    def cut(*_: object) -> None:
-        stopping.append(True)
-        for pid in started:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-
+    if options.bridge is not None:
+        listener = _listen(options.bridge[0])
+        bridge = (listener, options.bridge[1])
+        threading.Thread(target=_serve_bridge, args=bridge, daemon=True).start()
+    stopper = _Stopper(options.grace)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, cut)
+        signal.signal(signum, stopper.cut)
     try:
         child = subprocess.Popen(
-            program, start_new_session=True, close_fds=True, preexec_fn=_reporter(status_fd)
+            options.program,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=_reporter(options.status),
         )
     except OSError as exc:
-        print(f"supervisor: cannot start {program[0]!r}: {exc}", file=sys.stderr)
+        print(f"supervisor: cannot start {options.program[0]!r}: {exc}", file=sys.stderr)
         return 127
-    started.append(child.pid)
-    if status_fd is not None:
-        os.close(status_fd)
-    if stopping:  # told to stop while it was starting
-        cut()
-    threading.Thread(target=_watch_lifeline, args=(lifeline, cut), daemon=True).start()
+    if options.status is not None:
+        os.close(options.status)
+    stopper.started(child.pid)
+    watcher = (options.lifeline, stopper.cut)
+    threading.Thread(target=_watch_lifeline, args=watcher, daemon=True).start()
     status = 0
     while True:  # reap every child; stop when the program itself exits
         try:

@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import shutil
 import tempfile
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ from taketurns._eval.plan import Plan, preflight
 from taketurns._eval.play import play_with_retries
 from taketurns._eval.servers import open_model_servers
 from taketurns._exchange.agent import Agent
+from taketurns._exchange.seeds import derive
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Trace
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
@@ -221,8 +223,11 @@ class RolloutSource:
         _, slot, rollout = token
         name = f"{episode_id(self.env.id, task.idx, rollout)}/g{stream.numbers[slot]}"
 
+        # each group's episodes draw afresh (a group is a new sample of the task)
+        seed = derive("group", self.config.seed, task.idx, rollout, stream.numbers[slot])
+
         def attempt(n: int) -> Episode:
-            episode = Episode(name, self.env.id, task, rollout, attempts=n)
+            episode = Episode(name, self.env.id, task, rollout, attempts=n, seed=seed)
             episode.info.update(tags if n == 1 else self._tags())
             episode.info["group"] = stream.numbers[slot]
             return episode
@@ -351,9 +356,10 @@ async def open_rollouts(
     episode starts, as a bad config does. ``run_dir`` (prepared by the caller): every
     episode is appended to its ``episodes.jsonl`` as it finishes, cut-off ones too,
     as ``taketurns eval`` writes them (``taketurns export`` reads them back, one group
-    per streamed group); a model server the source starts logs there (else in the
-    a new temporary directory). An exception of the body leaves as itself (not in an
-    exception group)."""
+    per streamed group); a model server the source starts logs there (else in a new
+    temporary directory, removed as the source closes unless it closes with an
+    error, whose message may name the log). An exception of the body leaves as
+    itself (not in an exception group)."""
     if max_waiting < 1:
         raise ValueError(f"max_waiting = {max_waiting!r}; expected an integer >= 1")
     check_policies(policies)
@@ -367,12 +373,9 @@ async def open_rollouts(
         if run_dir is not None:
             run_dir.open()
         await env.setup()
-        log_dir = run_dir.path if run_dir is not None else None
-        if log_dir is None and plan.servers:
-            log_dir = Path(tempfile.mkdtemp(prefix="taketurns-model-server-"))
-        with _unwrapped():
+        with _unwrapped(), _server_logs(plan, run_dir) as log_dir:
             async with (
-                open_model_servers(plan, log_dir or Path(), timeout_s=config.preflight_timeout_s),
+                open_model_servers(plan, log_dir, timeout_s=config.preflight_timeout_s),
                 trio.open_nursery() as services,
                 open_asyncio_host(),
             ):
@@ -407,6 +410,19 @@ async def open_rollouts(
         await plan.aclose()
         if run_dir is not None:
             run_dir.close()
+
+
+@contextlib.contextmanager
+def _server_logs(plan: Plan, run_dir: RunDir | None) -> Iterator[Path]:
+    """Where ``plan``'s model servers log: ``run_dir``, else a new temporary
+    directory, removed on a clean exit (kept after an error: its message may name
+    the log)."""
+    if run_dir is not None or not plan.servers:
+        yield run_dir.path if run_dir is not None else Path()
+        return
+    temp = Path(tempfile.mkdtemp(prefix="taketurns-model-server-"))
+    yield temp  # not reached again after an error: the directory stays
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 async def _start_services(config: EvalConfig, plan: Plan, services: trio.Nursery) -> None:
