@@ -280,7 +280,7 @@ FLOORS: tuple[frozenset[str], ...] = tuple(
             "taketurns.testing",
             "taketurns.train",
         },
-        {"taketurns._runner"},
+        {"taketurns._runner", "taketurns._view"},
         {
             "taketurns._backends",
             "taketurns._replay",

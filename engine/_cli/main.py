@@ -6,7 +6,8 @@
 ``taketurns export DIR [--format jsonl|parquet] [-o FILE] [--scale]``;
 ``taketurns compare A B [--json]``;
 ``taketurns rescore DIR [-o NEW] [--overwrite] [--env.<field>=V ...]``;
-``taketurns replay DIR [--episode ID ...] [-o OUT] [--overwrite] [--env.<field>=V ...]``
+``taketurns replay DIR [--episode ID ...] [-o OUT] [--overwrite] [--env.<field>=V ...]``;
+``taketurns view [DIR ...] [--host H] [--port P]`` (``_view.command``)
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
@@ -339,6 +340,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(Path(args.dir), console)
         if args.command == "compare":
             return compare_command(args, console)
+        if args.command == "view":
+            from taketurns._view.command import view_command
+
+            return view_command(args, console)
         if args.command == "export":
             return export_command(args, console)
         from taketurns._cli.catalog import print_catalog, print_entry

@@ -172,7 +172,7 @@ def _version() -> str:
 
 def parser() -> argparse.ArgumentParser:
     """The whole command line: ``eval``, ``envs``, ``report``, ``compare``, ``export``,
-    ``serve``."""
+    ``serve``, ``view``."""
     top = argparse.ArgumentParser(
         prog="taketurns",
         description="Run, record and score multi-turn LLM rollouts (trio-based).",
@@ -256,6 +256,18 @@ def parser() -> argparse.ArgumentParser:
     )
     rpl.add_argument("--overwrite", action="store_true", help="replace the run in -o OUT")
     add_export_command(sub)
+    view = sub.add_parser(
+        "view",
+        help="a local web app over run directories, live while evals run",
+        description="Serve a read-only web app over every run directory under DIR "
+        "(default: outputs/): the runs, each run's figures and transcripts, comparisons, "
+        "live while evals write them, and a JSON API under /api/.",
+    )
+    view.add_argument("dirs", nargs="*", metavar="DIR", help="folders of run directories")
+    view.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
+    )
+    view.add_argument("--port", type=int, default=8765, help="0 picks a free port (default: 8765)")
     srv = sub.add_parser("serve", help="serve the built-in model over OpenAI-compatible HTTP")
     srv.add_argument("--policy", default="bracket", help="built-in policy (default: bracket)")
     srv.add_argument(

@@ -39,7 +39,7 @@ from taketurns._report.transcript import render_transcripts
 if TYPE_CHECKING:
     from taketurns._eval.env import Env
 
-__all__ = ["write_report"]
+__all__ = ["REPORT_CSS", "sections", "write_report"]
 
 REPORT = "report.html"
 MAX_TRANSCRIPTS = 500
@@ -143,6 +143,15 @@ def _damaged_note(lines: list[int]) -> str:
         f"(line {shown}); `taketurns eval --resume -o DIR` sets them aside and reruns "
         "their pairs"
     )
+
+
+def sections(scan: Scan, summary: Json, own: EnvParts | None = None) -> tuple[str, str]:
+    """The report's summary tables, and its figures with the env's own figures and
+    sections (``own``: ``env_parts``, when drawn), as HTML (escaped) the way
+    ``report.html`` shows them: for other pages over a run (``taketurns view``). Style
+    them with ``REPORT_CSS``."""
+    own = own or EnvParts()
+    return _tables(scan, summary), _plots(scan, summary, own) + _sections(own)
 
 
 # --- small helpers -----------------------------------------------------------------
@@ -591,3 +600,5 @@ _JS = """
   document.getElementById("collapse-all").onclick = function () { openAll(false); };
 })();
 """
+
+REPORT_CSS = _CSS  # the report's style sheet, for pages that show its sections

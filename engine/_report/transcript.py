@@ -21,7 +21,7 @@ from taketurns._report.markup import (
     traces_of,
 )
 
-__all__ = ["episode_key", "render_transcripts", "transcripts"]
+__all__ = ["episode_key", "render_episode", "render_transcripts", "transcripts"]
 
 MAX_IMAGE_URL = 2_000_000  # a data: URL longer than this is not inlined
 
@@ -65,6 +65,12 @@ def render_transcripts(failed: list[Json], others: list[Json], others_total: int
         f'<section id="transcripts"><h2>Transcripts</h2>{note}{controls}'
         f'<div class="episodes">{items}</div></section>'
     )
+
+
+def render_episode(i: int, e: Json) -> str:
+    """One episode's transcript: a ``<details class="transcript" id="episode-<i>">``
+    (open when ``i`` is 0), every value escaped."""
+    return _episode(i, e)
 
 
 def _episode(i: int, e: Json) -> str:

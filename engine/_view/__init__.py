@@ -1,0 +1,2 @@
+"""``taketurns view``: a local, read-only web app over run directories (``server``),
+live while evals write them."""
