@@ -1,0 +1,135 @@
+"""One MCP server per eval, one secret path per episode: what the built-in envs that
+offer their tools over MCP share (``bfcl-multi-turn``'s ``--env.tools=mcp``,
+``telecom-lite``'s ``--env.user_tools=mcp``).
+
+The server (the official SDK's low-level ``Server``, streamable HTTP, stateless) runs in
+the eval's own process on a 127.0.0.1 ephemeral port, served by hypercorn while
+``serving()`` is held open (an env's ``services()``). ``episode(state)`` registers an
+episode's state under a fresh secret path, ``http://127.0.0.1:PORT/<secret>/mcp``, for
+the body's duration; a request names its episode by that path alone, so an episode's
+client reaches no other episode's tools. An unknown secret gets 404. What the tools are
+and what a call does is the subclass's: ``functions(state)`` and ``call(state, name,
+arguments)``.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import functools
+import logging
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Generic, TypeVar
+
+import trio
+
+__all__ = ["EpisodeMcp"]
+
+log = logging.getLogger(__name__)
+_EPISODE = "taketurns.mcp.episode"  # the ASGI scope key naming the request's episode
+State = TypeVar("State")
+
+
+class EpisodeMcp(abc.ABC, Generic[State]):
+    """The MCP server of an eval's episodes (``serving`` holds it open). ``name``: the
+    server's name, and what an ended episode's error calls it."""
+
+    name = "episodes"
+
+    def __init__(self) -> None:
+        self.episodes: dict[str, State] = {}
+        self.base_url: str | None = None
+
+    @abc.abstractmethod
+    def functions(self, state: State) -> list[dict[str, Any]]:
+        """The episode's tools now, each an OpenAI function (``name``, ``description``,
+        ``parameters``)."""
+
+    @abc.abstractmethod
+    async def call(self, state: State, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        """Run tool ``name`` on the episode's state: its text and whether it failed (an
+        unknown name included). A checkpoint."""
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """Listen on an ephemeral loopback port until the body ends."""
+        import hypercorn.trio
+        from hypercorn.config import Config
+        from mcp.server.lowlevel import Server
+
+        server: Any = Server(
+            self.name, on_list_tools=self._list_tools, on_call_tool=self._call_tool
+        )
+        app = server.streamable_http_app(stateless_http=True, json_response=True)
+        config = Config()
+        config.bind = ["127.0.0.1:0"]
+        config.graceful_timeout = 0.5
+        config.backlog = 2048  # episodes connect at once: hypercorn's 100 drops connections
+        config.errorlog = log
+        config.accesslog = None
+        async with trio.open_nursery() as nursery:
+            serve = functools.partial(hypercorn.trio.serve, self._route(app), config)
+            binds = await nursery.start(serve)
+            self.base_url = binds[0]
+            try:
+                yield
+            finally:
+                self.base_url = None
+                nursery.cancel_scope.cancel()
+
+    @contextlib.contextmanager
+    def episode(self, state: State) -> Iterator[str]:
+        """Serve ``state``'s tools at a fresh secret URL for the body's duration. Raises
+        ``RuntimeError`` outside ``serving()``."""
+        if self.base_url is None:
+            raise RuntimeError(f"the {self.name} MCP server is not serving (env.services())")
+        secret = secrets.token_urlsafe(16)
+        self.episodes[secret] = state
+        try:
+            yield f"{self.base_url}/{secret}/mcp"
+        finally:
+            del self.episodes[secret]
+
+    def _route(self, app: Any) -> Any:
+        async def route(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)  # lifespan: the app runs its session manager
+                return
+            _, secret, *rest = scope["path"].split("/", 2)
+            if secret not in self.episodes or rest != ["mcp"]:
+                await send({"type": "http.response.start", "status": 404, "headers": []})
+                await send({"type": "http.response.body", "body": b""})
+                return
+            scope = {**scope, "path": "/mcp", "raw_path": b"/mcp", _EPISODE: secret}
+            await app(scope, receive, send)
+
+        return route
+
+    def _state(self, ctx: Any) -> State:
+        secret = ctx.request.scope.get(_EPISODE) if ctx.request is not None else None
+        if secret not in self.episodes:
+            raise LookupError(f"this {self.name} episode has ended")
+        return self.episodes[secret]
+
+    async def _list_tools(self, ctx: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        await trio.lowlevel.checkpoint()
+        listed = [
+            types.Tool(
+                name=function["name"],
+                description=function["description"],
+                input_schema=function["parameters"],
+            )
+            for function in self.functions(self._state(ctx))
+        ]
+        return types.ListToolsResult(tools=listed)
+
+    async def _call_tool(self, ctx: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        text, failed = await self.call(self._state(ctx), params.name, params.arguments or {})
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], is_error=failed
+        )
