@@ -149,7 +149,9 @@ def test_sigint_then_resume_has_every_episode_exactly_once(tmp_path: Path) -> No
     assert cancelled, "the episodes running at the signal are written as cancelled"
     for e in cancelled:
         assert not e["ok"]
-        assert {t["stop_condition"] for t in e["traces"]} <= {"cancelled"}
+        # a seat whose session had closed before the signal (a hand that was over, the
+        # episode not yet written) keeps the reason it closed with
+        assert {t["stop_condition"] for t in e["traces"]} <= {"cancelled", "user_closed"}
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] is True
 
