@@ -30,7 +30,7 @@ from taketurns._errors import BadRequest
 from taketurns._output.comparison import compare
 from taketurns._output.records import read_episodes
 from taketurns._report.markup import esc
-from taketurns._report.page import REPORT_CSS
+from taketurns._report.style import REPORT_CSS
 from taketurns._view import pages
 from taketurns._view.assets import CSS, JS
 from taketurns._view.comparison import comparison_page
