@@ -31,7 +31,6 @@ by attribute) or the ``missing_items``; then ``calls`` (the BFCL call strings).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -51,6 +50,7 @@ from taketurns import (
     stop,
 )
 from taketurns.envs.bfcl_backends import CATEGORIES, Backends, bfcl, check, entries
+from taketurns.envs.episode_mcp import python_or_mcp
 from taketurns.errors import ScoringError
 from taketurns.harness import McpServer, McpTool, open_mcp_servers
 
@@ -62,15 +62,6 @@ def _category(inst: object, attribute: attrs.Attribute[Any], value: object) -> N
         raise OptionError(attribute.name, value, f"one of {', '.join(CATEGORIES)}")
 
 
-def _tools(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value not in ("python", "mcp"):
-        raise OptionError(attribute.name, value, "python or mcp")
-    if value == "mcp" and importlib.util.find_spec("mcp") is None:
-        raise OptionError(
-            attribute.name, value, "python (the MCP SDK is missing: pip install 'taketurns[mcp]')"
-        )
-
-
 @attrs.define
 class BfclConfig(EnvConfig):
     """``category``: BFCL's multi-turn category (200 tasks each). ``tools``: ``python``
@@ -79,7 +70,7 @@ class BfclConfig(EnvConfig):
 
     agent: AgentConfig = attrs.field(factory=AgentConfig)
     category: str = attrs.field(default="base", validator=_category)
-    tools: str = attrs.field(default="python", validator=_tools)
+    tools: str = attrs.field(default="python", validator=python_or_mcp)
 
 
 async def _offered(backends: Backends, mcp: Any) -> list[Any]:

@@ -17,18 +17,33 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
+import importlib.util
 import logging
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Generic, TypeVar
 
+import attrs
 import trio
 
-__all__ = ["EpisodeMcp"]
+from taketurns import OptionError
+
+__all__ = ["EpisodeMcp", "python_or_mcp"]
 
 log = logging.getLogger(__name__)
 _EPISODE = "taketurns.mcp.episode"  # the ASGI scope key naming the request's episode
 State = TypeVar("State")
+
+
+def python_or_mcp(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """The attrs validator of an env option choosing its tools ``python`` (in process)
+    or ``mcp`` (served by an ``EpisodeMcp``); ``mcp`` needs the MCP SDK installed."""
+    if value not in ("python", "mcp"):
+        raise OptionError(attribute.name, value, "python (in process) or mcp")
+    if value == "mcp" and importlib.util.find_spec("mcp") is None:
+        raise OptionError(
+            attribute.name, value, "python (the MCP SDK is missing: pip install 'taketurns[mcp]')"
+        )
 
 
 class EpisodeMcp(abc.ABC, Generic[State]):

@@ -33,7 +33,6 @@ so the env runs offline with no flags; ``--model`` reaches both seats
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import random
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -53,6 +52,7 @@ from taketurns import (
     metric,
     reward,
 )
+from taketurns.envs.episode_mcp import python_or_mcp
 from taketurns.envs.telecom_report import action_log, actions_per_episode
 from taketurns.envs.telecom_world import BackOffice, Device, DeviceState, Line, World
 from taketurns.harness import McpServer, int_between, open_mcp_servers
@@ -90,15 +90,6 @@ def _kinds(inst: object, attribute: attrs.Attribute[Any], value: object) -> None
         raise OptionError(attribute.name, value, accepted)
 
 
-def _user_tools(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value not in ("python", "mcp"):
-        raise OptionError(attribute.name, value, "python (in process) or mcp")
-    if value == "mcp" and importlib.util.find_spec("mcp") is None:
-        raise OptionError(
-            attribute.name, value, "python (the MCP SDK is missing: pip install 'taketurns[mcp]')"
-        )
-
-
 @attrs.define
 class TelecomUser(AgentConfig):
     """The modeled user: not trainable unless told otherwise."""
@@ -125,7 +116,7 @@ class TelecomConfig(EnvConfig):
     )
     exchanges: int = attrs.field(default=6, validator=int_between(1, 100))
     done_marker: str = "###DONE###"
-    user_tools: str = attrs.field(default="python", validator=_user_tools)
+    user_tools: str = attrs.field(default="python", validator=python_or_mcp)
 
 
 def make_world(kind: str, number: str) -> World:
