@@ -42,26 +42,21 @@ _BLANK = hashlib.blake2b(digest_size=8)
 def derive(*parts: int | str) -> int:
     """A 63-bit seed from ``parts`` (ints and strings; stable across runs, machines
     and Python versions)."""
-    return _hash63("\x1f".join(map(str, parts)))
-
-
-def _hash63(text: str) -> int:
     h = _BLANK.copy()
-    h.update(text.encode())
+    h.update("\x1f".join(map(str, parts)).encode())
     return int.from_bytes(h.digest(), "big") >> 1
 
 
 def episode_seed(run_seed: int, task_idx: int, rollout: int) -> int:
     """The seed of rollout ``rollout`` of task ``task_idx`` under ``run_seed``: an
     episode retried after a failure keeps it (it replays the same draws)."""
-    return _hash63(f"episode\x1f{run_seed}\x1f{task_idx}\x1f{rollout}")
+    return derive("episode", run_seed, task_idx, rollout)
 
 
 def session_seed(episode: int, agent: str, opened: int) -> int:
     """The seed of the ``opened``-th session (from 0) agent ``agent`` opened in the
-    episode seeded ``episode`` (``derive("session", episode, agent, opened)``, the
-    text written out: a third of the cost)."""
-    return _hash63(f"session\x1f{episode}\x1f{agent}\x1f{opened}")
+    episode seeded ``episode``."""
+    return derive("session", episode, agent, opened)
 
 
 def call_seed(session: int, call: int) -> int:
