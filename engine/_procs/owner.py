@@ -183,11 +183,9 @@ class OwnedProcess:
         self.cut()
         if self.process.returncode is not None:
             return  # reaped: its pid may be another process's by now
-        if self.sandboxed:
-            self._hard_kill()
-        else:  # the second stop it is told: no grace (the cut lifeline is the first)
-            with contextlib.suppress(OSError):
-                os.kill(self.process.pid, signal.SIGTERM)
+        # SIGKILL, not a second stop: a signal the supervisor gets while it is still
+        # starting could be taken as the first stop and wait out the whole grace
+        self._hard_kill()  # ``aclose`` kills the program's group from the status pipe
 
     async def aclose(self) -> None:
         """Kill the whole tree and reap it, close the pipes. Shielded and bounded;
