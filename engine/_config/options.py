@@ -15,6 +15,7 @@ import attrs
 
 from taketurns._config.suggest import choices_text, did_you_mean
 from taketurns._errors import OptionError
+from taketurns._procs.limits import SandboxLimits
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -245,6 +246,8 @@ class AgentConfig:
         default="bwrap", converter=_no_sandbox, validator=_one_of("bwrap", "none")
     )
     sandbox_network: str = attrs.field(default="endpoint", validator=_one_of("endpoint", "host"))
+    # a sandbox's resource limits (taketurns._procs.limits): on by default
+    sandbox_limits: SandboxLimits = attrs.field(factory=SandboxLimits)
 
 
 @attrs.define

@@ -118,7 +118,9 @@ class Agent:
         self.limiter = limiter
         self.tools = tuple(tools)
         self.services = services
-        self._sandbox = Sandbox(config.sandbox or "none", config.sandbox_network)
+        self._sandbox = Sandbox(
+            config.sandbox or "none", config.sandbox_network, limits=config.sandbox_limits
+        )
         self._on_close = on_close
         self._open_sessions: dict[int, ChatSession] = {}
         self._opened = 0  # sessions opened so far (each gets its own seed)

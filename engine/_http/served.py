@@ -46,6 +46,17 @@ def _mcp_paths(rollout: Rollout, sandbox: Sandbox) -> tuple[str, ...]:
     return (*sandbox.readable, *paths)
 
 
+def _stop_on_limit(rollout: Rollout, limit: str) -> None:
+    """A sandboxed tree passed a resource limit and was killed: the rollout ends with
+    stop condition ``resource_limit`` (an outcome: ``taketurns._procs.limits``), the
+    limit named in ``trace.info["resource_limit"]``; the harness then raises
+    ``RolloutStopped`` as for any stop the trace carries."""
+    trace = rollout.trace
+    trace.info.setdefault("resource_limit", limit)
+    if trace.stop_condition is None:
+        trace.stop_condition = "resource_limit"
+
+
 class ServedHarness(Harness):
     """Base of harnesses whose agent program calls the model over HTTP. The eval
     runner starts the interception server when any role's harness is one; outside an
@@ -106,10 +117,13 @@ class ServedHarness(Harness):
         if sandbox.kind == "bwrap":
             sandbox = attrs.evolve(sandbox, readable=_mcp_paths(rollout, sandbox))
         rollout.trace.info["sandbox"] = sandbox.describe()
+        if sandbox.kind == "bwrap":
+            rollout.trace.info["sandbox_limits"] = sandbox.limits.record()
         return {
             "sandbox": sandbox,
             "model_socket": server.unix_path,
             "model_port": urlsplit(endpoint.base_url).port,
+            "on_limit": lambda limit: _stop_on_limit(rollout, limit),
         }
 
     async def start_owned(

@@ -53,7 +53,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,16 +97,25 @@ def command(
     cwd: Path,
     model_socket: str | None,
     model_port: int | None,
+    report: int | None = None,
+    search_path: str | None = None,
 ) -> list[str]:
     """The full argv: the supervisor around ``program``, in bwrap unless ``none``;
     ``status``: the descriptor the program's pid (``none``) or bwrap's info (the
     namespace init's host pid) is reported on; ``grace_s``: how long the program may
-    take to exit on SIGTERM before it is killed."""
+    take to exit on SIGTERM before it is killed; ``report``: where a sandbox's
+    supervisor writes the name of a resource limit the tree passed;
+    ``search_path``: the ``PATH`` ``program`` is started with."""
     supervised = [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", str(lifeline)]
     if status is not None and sandbox.kind == "none":  # a sandbox's pids are its own
         supervised += ["--status", str(status)]
     if grace_s > 0:
         supervised += ["--grace", repr(grace_s)]
+    if sandbox.kind == "bwrap":
+        supervised += ["--limits", sandbox.limits.argument()]
+        supervised += ["--scratch", os.path.realpath(scratch)]
+        if report is not None:
+            supervised += ["--report", str(report)]
     bridge = (
         sandbox.kind == "bwrap"
         and sandbox.network == "endpoint"
@@ -120,7 +129,14 @@ def command(
         return supervised
     socket = model_socket if bridge else None
     return bwrap_argv(
-        supervised, scratch=scratch, cwd=cwd, sandbox=sandbox, model_socket=socket, info_fd=status
+        supervised,
+        program=program,
+        scratch=scratch,
+        cwd=cwd,
+        sandbox=sandbox,
+        model_socket=socket,
+        search_path=search_path,
+        info_fd=status,
     )
 
 
@@ -137,7 +153,17 @@ class OwnedProcess:
     outermost process (bwrap, or the supervisor); its ``stdin``/``stdout`` are the
     program's when piped."""
 
-    __slots__ = ("_lifeline", "_reported", "_status", "grace_s", "process", "sandboxed")
+    __slots__ = (
+        "_lifeline",
+        "_limit",
+        "_on_limit",
+        "_report",
+        "_reported",
+        "_status",
+        "grace_s",
+        "process",
+        "sandboxed",
+    )
 
     def __init__(
         self,
@@ -147,13 +173,31 @@ class OwnedProcess:
         *,
         sandboxed: bool,
         grace_s: float = 0.0,
+        report: int | None = None,
+        on_limit: Callable[[str], None] | None = None,
     ) -> None:
         self.process = process
         self._lifeline: int | None = lifeline
         self._status: int | None = status  # the status pipe's read end, non-blocking
         self._reported: int | None = None
+        self._report = report  # the limits report pipe's read end, non-blocking
+        self._limit: str | None = None
+        self._on_limit = on_limit
         self.sandboxed = sandboxed
         self.grace_s = grace_s
+
+    @property
+    def limit(self) -> str | None:
+        """The resource limit the tree passed (``taketurns._procs.limits``: the
+        supervisor killed it), or None. Reported once to ``on_limit``."""
+        if self._limit is None and self._report is not None:
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                hit = os.read(self._report, 256).decode().split("\n", 1)[0].strip()
+                if hit:
+                    self._limit = hit
+                    if self._on_limit is not None:
+                        self._on_limit(hit)
+        return self._limit
 
     @property
     def pid(self) -> int:
@@ -167,6 +211,7 @@ class OwnedProcess:
     async def wait(self) -> int:
         """Wait for the program to exit; its status (``128 + n`` for signal ``n``)."""
         code = await self.process.wait()
+        _ = self.limit  # reported before the caller sees the status
         return 128 - code if code < 0 else code
 
     def cut(self) -> None:
@@ -207,7 +252,11 @@ class OwnedProcess:
                         os.kill(reported, signal.SIGKILL)
                     else:
                         os.killpg(reported, signal.SIGKILL)
+            _ = self.limit
             self._drop_status()
+            if self._report is not None:
+                os.close(self._report)
+                self._report = None
             for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
                 if stream is not None:
                     await stream.aclose()
@@ -256,6 +305,7 @@ async def start(
     stdout: Any = subprocess.DEVNULL,
     stderr: Any = subprocess.DEVNULL,
     grace_s: float = 0.0,
+    on_limit: Callable[[str], None] | None = None,
 ) -> OwnedProcess:
     """Start ``program`` in ``cwd`` with exactly ``env``, owned (module docstring).
     ``scratch``: the only writable directory when sandboxed (``cwd`` lies in it);
@@ -263,9 +313,12 @@ async def start(
     loopback port to bridge it to inside the sandbox. ``stdin``/``stdout``/``stderr``
     as for ``subprocess`` (a file, ``PIPE`` or ``DEVNULL``). ``grace_s``: how long
     the program may take to exit on SIGTERM when stopped before it is killed (0: no
-    SIGTERM, killed at once)."""
+    SIGTERM, killed at once). ``on_limit``: called with the limit's name when a
+    sandboxed tree passed one of its resource limits and was killed (at the latest
+    when ``wait`` returns)."""
     read_end, write_end = os.pipe()
     status_read, status_write = os.pipe()
+    report_read, report_write = os.pipe()
     try:
         argv = command(
             program,
@@ -277,6 +330,8 @@ async def start(
             cwd=cwd,
             model_socket=model_socket,
             model_port=model_port,
+            report=report_write,
+            search_path=env.get("PATH"),
         )
         process = await trio.lowlevel.open_process(
             argv,
@@ -285,19 +340,29 @@ async def start(
             stderr=stderr,
             cwd=str(cwd),
             env=dict(env),
-            pass_fds=(read_end, status_write),
+            pass_fds=(read_end, status_write, report_write),
             start_new_session=True,  # a terminal's Ctrl-C reaches the engine only
         )
     except BaseException:
         os.close(write_end)
         os.close(status_read)
+        os.close(report_read)
         raise
     finally:
         os.close(read_end)
         os.close(status_write)
+        os.close(report_write)
     os.set_blocking(status_read, False)
-    sandboxed = sandbox.kind != "none"
-    return OwnedProcess(process, write_end, status_read, sandboxed=sandboxed, grace_s=grace_s)
+    os.set_blocking(report_read, False)
+    return OwnedProcess(
+        process,
+        write_end,
+        status_read,
+        sandboxed=sandbox.kind != "none",
+        grace_s=grace_s,
+        report=report_read,
+        on_limit=on_limit,
+    )
 
 
 async def _collect(

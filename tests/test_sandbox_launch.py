@@ -1,0 +1,144 @@
+"""The sandbox is built from an allowlist: no launch style widens it
+(``taketurns._procs.sandbox``).
+
+Kuhn self-play with both seats on the adversarial ``probe.py`` (the program harness),
+run the three ways a user runs taketurns that put the user's folder on ``sys.path``:
+``taketurns eval ./env.py:Class`` from a project folder, ``python -m taketurns`` from
+the checkout, and either with ``TMPDIR`` under the working directory (every rollout's
+scratch inside the user's folder). The folder holds a canary and a fake ``.env``;
+``TMPDIR`` a canary; host Unix sockets listen in a visible and in a hidden folder. In
+every style no probe reads a canary, the ``.env``, the opponent's card or
+``/etc/shadow``, connects to a host socket or lists the user's folder; it runs as an
+unprivileged uid with a small ``/dev/shm``; nothing is left in ``TMPDIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentprocs import leftovers
+from test_containment import PROBE, none_left, reports
+
+from taketurns import read_episodes
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+ENV_FILE = """\
+from taketurns.envs.kuhn import KuhnPoker
+
+
+class ProbeKuhn(KuhnPoker):
+    '''Kuhn poker, named by file.'''
+"""
+
+
+@pytest.fixture
+def host_sockets(tmp_path: Path) -> Iterator[list[str]]:
+    """Listening host Unix sockets, in a visible and in a hidden folder of the user's."""
+    paths = [tmp_path / "proj" / "sockets" / "host.sock", tmp_path / "proj" / ".hidden" / "s"]
+    servers = []
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(path))
+        server.listen(64)
+        servers.append(server)
+    yield [str(p) for p in paths]
+    for server in servers:
+        server.close()
+
+
+def config(folder: Path, env: dict[str, str], *, env_id: str | None) -> Path:
+    table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+    options = f"{{ command = {json.dumps([sys.executable, str(PROBE)])}, env = {{ {table} }} }}"
+    seats = "".join(
+        f'[env.{seat}]\nharness = "program"\nharness_options = {options}\n'
+        for seat in ("player0", "player1")
+    )
+    path = folder / "eval.toml"
+    path.write_text((f'env_id = "{env_id}"\n' if env_id else "") + seats)
+    return path
+
+
+def launch(style: str, proj: Path, temp: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """The eval started the way ``style`` says, from the folder it names."""
+    out = ["-n", "6", "-c", "2", "-o", str(proj / "run"), "--no-progress"]
+    host = {**os.environ, "TMPDIR": str(temp)}
+    if style == "module_from_checkout":
+        argv = [sys.executable, "-m", "taketurns", "eval", "kuhn-poker"]
+        argv += ["-C", str(config(proj, env, env_id="kuhn-poker")), *out]
+        cwd = CHECKOUT
+    else:
+        (proj / "env.py").write_text(ENV_FILE)
+        console = shutil.which("taketurns", path=os.path.dirname(sys.executable))
+        assert console is not None
+        argv = [console, "eval", "./env.py:ProbeKuhn", "-C", str(config(proj, env, env_id=None))]
+        argv += out
+        cwd = proj
+    return subprocess.Popen(
+        argv, cwd=cwd, env=host, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+@pytest.mark.parametrize("style", ["env_file", "module_from_checkout", "env_file_tmpdir_in_cwd"])
+def test_no_launch_style_widens_the_sandbox(
+    tmp_path: Path, host_sockets: list[str], style: str
+) -> None:
+    mark = uuid.uuid4().hex
+    proj = tmp_path / "proj"
+    (proj / "canary.txt").write_text(f"tt-canary-{mark}")
+    (proj / ".env").write_text("OPENAI_API_KEY=sk-fake-project-key\n")
+    temp = (proj if style.endswith("tmpdir_in_cwd") else tmp_path) / "tmp"
+    temp.mkdir()
+    (temp / "canary.txt").write_text(f"tt-canary-{mark}")
+    cwd = CHECKOUT if style == "module_from_checkout" else proj
+    env = {
+        "TT_PROBE_MARK": mark,
+        "TT_CANARIES": os.pathsep.join(
+            [str(proj / "canary.txt"), str(proj / ".env"), str(temp / "canary.txt")]
+        ),
+        "TT_FOLDERS": os.pathsep.join(dict.fromkeys([str(cwd), str(proj), str(temp)])),
+        "TT_HOST_SOCKETS": os.pathsep.join(host_sockets),
+    }
+    process = launch(style, proj, temp, env)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    episodes: list[dict[str, Any]] = list(read_episodes(proj / "run" / "episodes.jsonl"))
+    assert len(episodes) == 6
+    probes = 0
+    for episode in episodes:
+        assert episode["ok"], episode["errors"]
+        cards = {t["info"]["seat"]: t["info"]["card"] for t in episode["traces"]}
+        for trace in episode["traces"]:
+            assert trace["info"]["sandbox"] == "bwrap"
+            assert trace["info"]["sandbox_limits"]["enforced_by"] == "rlimits+supervisor"
+            opponent = cards[1 - trace["info"]["seat"]]
+            for report in reports(trace):
+                probes += 1
+                assert report["canaries"] == []  # no canary, no .env
+                seen = report["folders"]
+                assert seen[str(proj)] is None or set(seen[str(proj)]) <= {"tmp"}
+                temp_seen = seen[str(temp)] or []  # its own scratch, at most
+                assert all(n.startswith("taketurns-") for n in temp_seen), temp_seen
+                assert len(temp_seen) <= 1, temp_seen
+                # the checkout: only the package's folders and the probe's
+                assert set(seen[str(cwd)] or []) <= {"engine", "harnesses", "envs", "tests", "tmp"}
+                assert report["sockets"] == []  # no host Unix socket
+                assert report["foreign"] == []  # no other rollout's scratch
+                assert report["homes"] == []
+                assert report["shadow"] is False
+                assert report["uid"] == 65534  # unprivileged inside
+                assert 0 < report["shm_bytes"] <= 256 * 1024 * 1024
+                assert f"Your card: {opponent}" not in json.dumps(report)
+    assert probes >= 12
+    assert none_left(mark) == []
+    assert leftovers(temp) == []
