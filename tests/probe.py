@@ -19,7 +19,8 @@ listing the folders in ``TT_FOLDERS`` (the user's cwd, ``TMPDIR``), connecting t
 host Unix sockets in ``TT_HOST_SOCKETS`` (``os.pathsep``-separated), reading
 ``/etc/shadow``; it reports its uid and the size of ``/dev/shm``.
 
-``TT_PROBE_HOG`` (``fork``, ``memory``, ``disk``, ``shm``): after probing, a bounded
+``TT_PROBE_HOG`` (``fork``, ``memory``, ``disk``, ``shm``, or one by Kuhn card:
+``J=fork,Q=memory,K=disk``): after probing, a bounded
 runaway (``HOG_FORKS`` processes, ``HOG_MB`` of memory or of files), each ended by
 the sandbox's resource limits well before its bound.
 """
@@ -186,6 +187,18 @@ def hog(kind: str, own: Path) -> None:
     time.sleep(30)  # the watchdog ends it
 
 
+def hog_kind(option: str, prompt: str) -> str:
+    """``TT_PROBE_HOG``: a kind, or ``J=fork,Q=memory,K=disk`` (by the Kuhn card the
+    prompt deals)."""
+    if "=" not in option:
+        return option
+    for pair in option.split(","):
+        card, kind = pair.split("=", 1)
+        if f"Your card: {card}" in prompt:
+            return kind
+    return ""
+
+
 def probe(own: Path) -> dict[str, object]:
     return {
         "canaries": canaries(),
@@ -233,8 +246,9 @@ def main(argv: list[str]) -> None:
         return
     prompt = json.loads(Path(argv[argv.index("--prompt-file") + 1]).read_text())
     report = probe(own_scratch())
-    if os.environ.get("TT_PROBE_HOG"):
-        hog(os.environ["TT_PROBE_HOG"], own_scratch())
+    kind = hog_kind(os.environ.get("TT_PROBE_HOG", ""), json.dumps(prompt["messages"]))
+    if kind:
+        hog(kind, own_scratch())
     text = ask_model(prompt["messages"])
     encoded = base64.b64encode(json.dumps(report).encode()).decode()  # no brackets
     answer = {"role": "assistant", "content": f"{text}\nPROBE {encoded}"}

@@ -35,8 +35,9 @@ exits or is killed, the kernel kills everything in the namespace; a SIGKILLed bw
 leaves that init to ``aclose``, which kills it). ``sandbox = none``: every
 descendant of the program, however detached, is found (subreaper) and killed; what
 the program got *another* service to start (a systemd unit, a daemon over a socket)
-is not its descendant and survives. A supervisor SIGKILLed (by ``aclose`` past
-``KILL_S``, or by anyone else) with ``sandbox = none``: its program's process group
+is not its descendant and survives. ``kill`` stops and kills every descendant of the supervisor before the
+supervisor. A supervisor SIGKILLed (by ``aclose`` past ``KILL_S``, or by anyone
+else) with ``sandbox = none``: its program's process group
 dies on ``aclose``, but a descendant that had left that group (``setsid``,
 ``setpgid``) lost its subreaper: it is re-parented to the nearest subreaper above (the
 engine's process is none) or init, and survives; so does a program still between
@@ -148,6 +149,47 @@ def supervised(program: Sequence[str]) -> list[str]:
     return [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", "parent", "--", *program]
 
 
+_FREEZE_ROUNDS = 50  # scans of /proc before killing what was found (a tree forking fast)
+
+
+def _parents() -> dict[int, int]:
+    """Every live process's parent, from ``/proc``."""
+    found: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            found[int(name)] = int(stat[1])
+    return found
+
+
+def kill_descendants(root: int) -> None:
+    """SIGKILL every descendant of ``root`` (not ``root``), ``setsid`` and re-parented
+    ones included (``root`` is their subreaper): each found is SIGSTOPped at once, so
+    none forks or exits between the scans, and once a scan finds no one new (or after
+    ``_FREEZE_ROUNDS``) all are SIGKILLed. Costs a scan of ``/proc`` a round."""
+    stopped: set[int] = set()
+    for _ in range(_FREEZE_ROUNDS):
+        parents = _parents()
+        tree, frontier = set(), [root]
+        while frontier:
+            parent = frontier.pop()
+            kids = [pid for pid, ppid in parents.items() if ppid == parent]
+            tree.update(kids)
+            frontier += kids
+        new = tree - stopped
+        if not new:
+            break
+        for pid in new:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped |= new
+    for pid in stopped:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
 class OwnedProcess:
     """One owned process tree (see the module docstring). ``process`` is the
     outermost process (bwrap, or the supervisor); its ``stdin``/``stdout`` are the
@@ -222,12 +264,18 @@ class OwnedProcess:
             self._lifeline = None
 
     def kill(self) -> None:
-        """Tell the supervisor to kill the tree at once, skipping the grace, without
-        waiting (a process about to exit: a second Ctrl-C); ``aclose`` still reaps.
-        A sandbox's namespace dies with its init, killed here."""
+        """Kill the whole tree at once, skipping the grace, without waiting (a process
+        about to exit: a second Ctrl-C; a model server that never got ready);
+        ``aclose`` still reaps. A sandbox's namespace dies with its init, killed here;
+        without one, every descendant of the supervisor (``setsid``'d ones included)
+        is stopped, then killed, before the supervisor (``kill_descendants``)."""
         self.cut()
         if self.process.returncode is not None:
             return  # reaped: its pid may be another process's by now
+        if not self.sandboxed:
+            # the supervisor, SIGKILLed, would leave its tree's setsid'd members
+            # without a subreaper: stop every descendant first, then kill them all
+            kill_descendants(self.process.pid)
         # SIGKILL, not a second stop: a signal the supervisor gets while it is still
         # starting could be taken as the first stop and wait out the whole grace
         self._hard_kill()  # ``aclose`` kills the program's group from the status pipe

@@ -104,8 +104,6 @@ def missing_bwrap(field: str) -> str:
     )
 
 
-
-
 def _homes() -> set[str]:
     homes = {"/root", "/home"}
     with contextlib.suppress(OSError):
@@ -195,12 +193,12 @@ def agent_paths(program: Sequence[str], search_path: str | None) -> list[str]:
     return wanted
 
 
-def _allowed(path: str, forbidden: Sequence[str], others: str, own: str) -> bool:
+def _allowed(path: str, forbidden: Sequence[str], others: str | None) -> bool:
     """Whether ``path`` may be bound: it contains no forbidden place, and lies in no
-    other rollout's scratch."""
+    other rollout's scratch (``others``: where every scratch lies, None: not asked)."""
     if any(_inside(f, path) for f in forbidden):
         return False
-    return not (_inside(path, others) and not _inside(path, own))
+    return others is None or not _inside(path, others)
 
 
 def _system_binds() -> list[str]:
@@ -256,12 +254,16 @@ def bwrap_argv(
     own = os.path.realpath(scratch)
     forbidden = forbidden_paths(Path(own), sandbox.hide)
     others = os.path.dirname(own)  # every rollout's scratch lives there
-    wanted = [*runtime_paths(), *agent_paths(program, search_path), *sandbox.readable]
+    # the runtime is bound wherever it lies (a checkout under the temp directory shares
+    # its parent with every scratch directory); what the agent's command line names
+    # is not, when it lies in another rollout's scratch
+    runtime = set(runtime_paths())
+    wanted = {*runtime, *agent_paths(program, search_path), *sandbox.readable}
     bound: list[str] = [*SYSTEM_TREES]
     for path in sorted({os.path.realpath(p) for p in wanted if os.path.exists(p)}):
         if any(_inside(path, b) for b in bound):
             continue  # bound already (sorted: an outer path comes first)
-        if _allowed(path, forbidden, others, own):
+        if _allowed(path, forbidden, None if path in runtime else others):
             argv += ["--ro-bind", path, path]
             bound.append(path)
     argv += ["--bind", own, own]

@@ -170,7 +170,7 @@ def _watch_lifeline(lifeline: str, on_cut: Callable[[], None]) -> None:
 
 
 def _apply_rlimits(limits: dict[str, int]) -> None:
-    import resource  # noqa: PLC0415 - only a limited tree needs it
+    import resource
 
     wanted = {
         resource.RLIMIT_NOFILE: limits["open_files"],
