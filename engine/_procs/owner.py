@@ -35,7 +35,8 @@ exits or is killed, the kernel kills everything in the namespace; a SIGKILLed bw
 leaves that init to ``aclose``, which kills it). ``sandbox = none``: every
 descendant of the program, however detached, is found (subreaper) and killed; what
 the program got *another* service to start (a systemd unit, a daemon over a socket)
-is not its descendant and survives. ``kill`` stops and kills every descendant of the supervisor before the
+is not its descendant and survives. ``kill`` stops and kills every descendant of the
+supervisor before the
 supervisor. A supervisor SIGKILLed (by ``aclose`` past ``KILL_S``, or by anyone
 else) with ``sandbox = none``: its program's process group
 dies on ``aclose``, but a descendant that had left that group (``setsid``,
