@@ -39,6 +39,11 @@ from taketurns.harnesses.program import ProgramHarness
 from taketurns.http import InterceptionServer
 
 PROBE = Path(__file__).with_name("probe.py")
+# the probe as an agent CLI's shell runs it: its source on the command line (the
+# sandbox holds no file of the checkout's but the package and what the agent's own
+# command line names)
+_SOURCE = base64.b64encode(PROBE.read_bytes()).decode()
+PROBE_SHELL = f"{sys.executable} -c \"import base64; exec(base64.b64decode('{_SOURCE}'))\" --report"
 LIMIT = 60
 
 
@@ -426,7 +431,7 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
         "TT_FORBIDDEN_PORT": str(listener),
         "TT_PROBE_MARK": mark,
     }
-    command = f"{sys.executable} {PROBE} --report"
+    command = PROBE_SHELL
     if harness == "gemini-cli":
         # its shell tool (no pty here) returns when the command's output pipes close,
         # which the children the probe leaves would hold: they get a file instead
@@ -591,7 +596,7 @@ async def test_kuhn_codex_against_claude_code_probing_through_their_shells(
         "TT_FORBIDDEN_PORT": str(listener),
         "TT_PROBE_MARK": mark,
     }
-    probe = f"{sys.executable} {PROBE} --report"
+    probe = PROBE_SHELL
     options = {
         "player0": {"env": env_vars},
         "player1": {"env": env_vars, "allowed_tools": ["Bash"]},

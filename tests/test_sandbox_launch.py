@@ -26,10 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from agentprocs import leftovers
-from test_containment import PROBE, none_left, reports
+from agentseats import scratch_root, server  # noqa: F401 - fixtures
+from test_containment import PROBE, PROBE_SHELL, none_left, none_left_async, reports, shell_call
 
 from taketurns import read_episodes
+from taketurns.http import InterceptionServer
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 ENV_FILE = """\
@@ -142,3 +145,51 @@ def test_no_launch_style_widens_the_sandbox(
     assert probes >= 12
     assert none_left(mark) == []
     assert leftovers(temp) == []
+
+
+# installed by .ci/run: one pinned CLI under a home prefix, as `npm install --prefix`
+# (or nvm, or an npm user prefix) puts it, outside every tree the sandbox binds whole
+HOME_PREFIX = Path.home() / ".taketurns-ci" / "npm-home"
+HOME_GEMINI = HOME_PREFIX / "node_modules" / ".bin" / "gemini"
+
+
+async def test_an_agent_cli_installed_under_a_home_prefix_runs_sandboxed(
+    server: InterceptionServer, scratch_root: Path
+) -> None:
+    """Its install tree is resolved from the agent's own argv (not the supervisor's,
+    the interpreter): the CLI starts, runs its shell, and sees nothing of the home
+    but its own install tree."""
+    from scripted import ScriptedModel
+
+    from taketurns import Agent, AgentConfig, Task, ToolMessage
+    from taketurns._exchange.agent import make_harness
+    from taketurns.harness import text_of
+
+    assert HOME_GEMINI.exists(), f"run .ci/run: it installs gemini-cli under {HOME_PREFIX}"
+    mark = uuid.uuid4().hex
+    command = f"{PROBE_SHELL} > probe.out 2>&1; cat probe.out"  # no pty: a file
+    options = {"binary": str(HOME_GEMINI), "approval_mode": "yolo", "env": {"TT_PROBE_MARK": mark}}
+    agent = Agent(
+        "agent",
+        AgentConfig(model="builtin/echo"),
+        client=ScriptedModel(shell_call("gemini-cli", command), "probed"),
+        harness=make_harness("gemini-cli", options, field="env.agent"),
+        services={"interception": server},
+    )
+    with trio.fail_after(120):
+        async with agent.chat(Task(0, prompt="probe")) as session:
+            reply = await session.turn()
+    assert reply.text == "probed", session.trace.errors
+    assert session.trace.info["sandbox"] == "bwrap"
+    results = [
+        text_of(m.content)
+        for turn in session.trace.turns
+        for m in turn.request
+        if isinstance(m, ToolMessage)
+    ]
+    [line] = [ln for r in results for ln in r.splitlines() if "PROBE {" in ln]
+    report = json.loads(line[line.index("PROBE {") :].removeprefix("PROBE "))
+    assert report["uid"] == 65534
+    assert report["homes"] == [f"{Path.home()}/.taketurns-ci"]  # its own install tree only
+    assert await none_left_async(mark) == []
+    assert leftovers(scratch_root) == []

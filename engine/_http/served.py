@@ -18,15 +18,15 @@ from taketurns._exchange.harness import Harness, Rollout
 from taketurns._exchange.mcp_servers import McpTool
 from taketurns._http.interception import Endpoint, InterceptionServer
 from taketurns._procs import owner
-from taketurns._procs.sandbox import Sandbox
+from taketurns._procs.sandbox import Sandbox, agent_paths
 
 __all__ = ["ServedHarness"]
 
 
 def _mcp_paths(rollout: Rollout, sandbox: Sandbox) -> tuple[str, ...]:
     """What the rollout's MCP servers need readable in its sandbox (an agent CLI
-    starts its stdio servers there): their commands' absolute paths and working
-    directories. Refuses an HTTP server where the sandbox's network is its model
+    starts its stdio servers there): their programs' install trees, the absolute
+    paths on their command lines, their working directories. Refuses an HTTP server where the sandbox's network is its model
     endpoint only."""
     paths: list[str] = []
     for tool in rollout.tools:
@@ -40,7 +40,7 @@ def _mcp_paths(rollout: Rollout, sandbox: Sandbox) -> tuple[str, ...]:
                 f"agent cannot reach (its network is its model endpoint only): set "
                 f"--env.{role}.sandbox_network=host"
             )
-        paths += [a for a in server.command or () if os.path.isabs(a)]
+        paths += agent_paths(server.command or (), os.environ.get("PATH"))
         if server.cwd is not None:
             paths.append(server.cwd)
     return (*sandbox.readable, *paths)
