@@ -353,11 +353,32 @@ def test_ctrl_c_on_the_eval_leaves_nothing(tmp_path: Path, scratch_root: Path) -
     assert leftovers(temp) == []
 
 
-def test_a_killed_eval_process_leaves_no_process(tmp_path: Path, scratch_root: Path) -> None:
-    process, mark, _temp = start_hanging_eval(tmp_path)
-    process.kill()  # no cleanup runs in it: the supervisors see their lifelines cut
+def test_a_killed_eval_process_leaves_nothing_after_its_resume(
+    tmp_path: Path, scratch_root: Path
+) -> None:
+    """SIGKILL: no cleanup runs in the eval; the supervisors see their lifelines cut
+    and kill their trees. What it had made in its temp directory (the rollouts'
+    scratch, naming the cards, and the interception socket's directory) is swept by
+    the next run in its directory, from the journal there."""
+    process, mark, temp = start_hanging_eval(tmp_path)
+    process.kill()
     process.communicate(timeout=LIMIT)
     assert none_left(mark) == []
+    left = sorted(os.listdir(temp))
+    assert any(n.startswith("taketurns-") for n in left), left
+    assert any(n.startswith("interception-") for n in left), left
+    argv = ["eval", "--resume", "-o", str(tmp_path / "run"), "--env.player0.timeouts.segment_s=1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "taketurns", *argv, "--no-progress"],
+        env={**os.environ, "TMPDIR": str(temp)},
+        capture_output=True,
+        text=True,
+        timeout=4 * LIMIT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert none_left(mark) == []
+    assert sorted(os.listdir(temp)) == []
 
 
 def test_a_killed_worker_leaves_nothing(tmp_path: Path, scratch_root: Path) -> None:

@@ -219,6 +219,44 @@ def _tmpfs(path: str, size_mb: int, perms: str) -> list[str]:
     return ["--perms", perms, "--size", str(size_mb * 1024 * 1024), "--tmpfs", path]
 
 
+def readable_binds(
+    program: Sequence[str], own: str, sandbox: Sandbox, search_path: str | None
+) -> list[str]:
+    """The host paths bound read-only beside the system trees (module docstring),
+    outermost first, none inside another. The runtime is bound wherever it lies (a
+    checkout under the temp directory shares its parent with every scratch
+    directory); what the agent's command line names is not, when it lies in another
+    rollout's scratch."""
+    forbidden = forbidden_paths(Path(own), sandbox.hide)
+    others = os.path.dirname(own)  # every rollout's scratch lives there
+    runtime = set(runtime_paths())
+    wanted = {*runtime, *agent_paths(program, search_path), *sandbox.readable}
+    bound: list[str] = [*SYSTEM_TREES]
+    for path in sorted({os.path.realpath(p) for p in wanted if os.path.exists(p)}):
+        if any(_inside(path, b) for b in bound):
+            continue  # bound already (sorted: an outer path comes first)
+        if _allowed(path, forbidden, None if path in runtime else others):
+            bound.append(path)
+    return bound[len(SYSTEM_TREES) :]
+
+
+def _sealed_parents(paths: Iterable[str]) -> list[str]:
+    """``--dir`` options making the folders bwrap would create on the way to
+    ``paths`` inside the writable ``/tmp`` (the scratch under ``TMPDIR=/tmp/...``)
+    unwritable (0555), so that nothing at a host path outside the scratch can be
+    written, even privately."""
+    parents = set()
+    for path in paths:
+        parent = os.path.dirname(path)
+        while _inside(parent, "/tmp") and parent != "/tmp":
+            parents.add(parent)
+            parent = os.path.dirname(parent)
+    argv: list[str] = []
+    for parent in sorted(parents):  # outer first
+        argv += ["--perms", "0555", "--dir", parent]
+    return argv
+
+
 def bwrap_argv(
     supervised: Sequence[str],
     *,
@@ -252,20 +290,10 @@ def bwrap_argv(
     argv += _tmpfs("/dev/shm", sandbox.limits.shm_mb, "1777")
     argv += _tmpfs("/tmp", sandbox.limits.scratch_mb, "1777")
     own = os.path.realpath(scratch)
-    forbidden = forbidden_paths(Path(own), sandbox.hide)
-    others = os.path.dirname(own)  # every rollout's scratch lives there
-    # the runtime is bound wherever it lies (a checkout under the temp directory shares
-    # its parent with every scratch directory); what the agent's command line names
-    # is not, when it lies in another rollout's scratch
-    runtime = set(runtime_paths())
-    wanted = {*runtime, *agent_paths(program, search_path), *sandbox.readable}
-    bound: list[str] = [*SYSTEM_TREES]
-    for path in sorted({os.path.realpath(p) for p in wanted if os.path.exists(p)}):
-        if any(_inside(path, b) for b in bound):
-            continue  # bound already (sorted: an outer path comes first)
-        if _allowed(path, forbidden, None if path in runtime else others):
-            argv += ["--ro-bind", path, path]
-            bound.append(path)
+    readable = readable_binds(program, own, sandbox, search_path)
+    argv += _sealed_parents([*readable, own])
+    for path in readable:
+        argv += ["--ro-bind", path, path]
     argv += ["--bind", own, own]
     if model_socket is not None:
         argv += ["--dir", os.path.dirname(MODEL_SOCKET), "--bind", model_socket, MODEL_SOCKET]
