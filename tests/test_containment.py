@@ -77,6 +77,22 @@ def listener() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
+@pytest.fixture
+def host_sockets(tmp_path: Path) -> Iterator[list[str]]:
+    """Listening host Unix sockets, in a visible and in a hidden folder."""
+    paths = [tmp_path / "sockets" / "host.sock", tmp_path / ".hidden" / "s"]
+    servers = []
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(path))
+        server.listen(64)
+        servers.append(server)
+    yield [str(p) for p in paths]
+    for server in servers:
+        server.close()
+
+
 # -- Kuhn self-play, both seats on the probe ----------------------------------------------
 
 
@@ -421,21 +437,24 @@ def shell_call(harness: str, command: str, n: int = 1) -> Any:
     """The model's ``n``-th call of the CLI's own shell tool, running ``command``."""
     from scripted import tool_call
 
-    if harness == "codex":
+    if harness in ("codex", "acp-codex"):
         return tool_call(f"call_probe{n}", "exec_command", json.dumps({"cmd": command}))
     arguments = {"command": command, "description": "Probe"}
     if harness == "gemini-cli":
         return tool_call(f"call_probe{n}", "run_shell_command", json.dumps(arguments))
+    if harness == "opencode":
+        return tool_call(f"call_probe{n}", "bash", json.dumps(arguments))
     return tool_call(f"toolu_probe{n}", "Bash", json.dumps(arguments))
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code", "gemini-cli"])
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "gemini-cli", "opencode", "acp-codex"])
 async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
     harness: str,
     server: InterceptionServer,
     scratch_root: Path,
     tmp_path: Path,
     listener: int,
+    host_sockets: list[str],
 ) -> None:
     from scripted import ScriptedModel
 
@@ -447,10 +466,13 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
     other = scratch_root / "taketurns-opponent"  # another rollout's scratch, with a card
     other.mkdir()
     (other / "session.json").write_text("Your card: K. Act now.")
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-fake\n")
     env = {
         "TT_ESCAPE": str(tmp_path / "escaped"),
         "TT_FORBIDDEN_PORT": str(listener),
         "TT_PROBE_MARK": mark,
+        "TT_CANARIES": str(tmp_path / ".env"),
+        "TT_HOST_SOCKETS": os.pathsep.join(host_sockets),
     }
     command = PROBE_SHELL
     if harness == "gemini-cli":
@@ -463,11 +485,14 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
         options["allowed_tools"] = ["Bash"]
     if harness == "gemini-cli":
         options["approval_mode"] = "yolo"  # headless, its shell tool needs approval
+    kind = harness
+    if harness == "acp-codex":  # an ACP adapter, codex's
+        kind, options["agent"] = "acp", "codex"
     agent = Agent(
         "agent",
         AgentConfig(model="builtin/echo"),
         client=model,
-        harness=make_harness(harness, options, field="env.agent"),
+        harness=make_harness(kind, options, field="env.agent"),
         services={"interception": server},
     )
     with trio.fail_after(LIMIT):
@@ -488,6 +513,9 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
     assert report["environ"] == []
     assert report["wrote"] == []
     assert report["connected"] == []
+    assert report["sockets"] == report["canaries"] == []
+    assert report["shadow"] is False
+    assert report["uid"] == 65534
     assert report["children"] == 2
     assert "Your card: K" not in json.dumps(session.trace.messages, default=str)
     assert not (tmp_path / "escaped").exists()

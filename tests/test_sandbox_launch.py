@@ -17,11 +17,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,15 @@ import pytest
 import trio
 from agentprocs import leftovers
 from agentseats import scratch_root, server  # noqa: F401 - fixtures
-from test_containment import PROBE, PROBE_SHELL, none_left, none_left_async, reports, shell_call
+from test_containment import (  # noqa: F401 - host_sockets: a fixture
+    PROBE,
+    PROBE_SHELL,
+    host_sockets,
+    none_left,
+    none_left_async,
+    reports,
+    shell_call,
+)
 
 from taketurns import read_episodes
 from taketurns.http import InterceptionServer
@@ -42,22 +48,6 @@ from taketurns.envs.kuhn import KuhnPoker
 class ProbeKuhn(KuhnPoker):
     '''Kuhn poker, named by file.'''
 """
-
-
-@pytest.fixture
-def host_sockets(tmp_path: Path) -> Iterator[list[str]]:
-    """Listening host Unix sockets, in a visible and in a hidden folder of the user's."""
-    paths = [tmp_path / "proj" / "sockets" / "host.sock", tmp_path / "proj" / ".hidden" / "s"]
-    servers = []
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(str(path))
-        server.listen(64)
-        servers.append(server)
-    yield [str(p) for p in paths]
-    for server in servers:
-        server.close()
 
 
 def config(folder: Path, env: dict[str, str], *, env_id: str | None) -> Path:

@@ -26,8 +26,8 @@ __all__ = ["ServedHarness"]
 def _mcp_paths(rollout: Rollout, sandbox: Sandbox) -> tuple[str, ...]:
     """What the rollout's MCP servers need readable in its sandbox (an agent CLI
     starts its stdio servers there): their programs' install trees, the absolute
-    paths on their command lines, their working directories. Refuses an HTTP server where the sandbox's network is its model
-    endpoint only."""
+    paths on their command lines, their working directories. Refuses an HTTP server
+    where the sandbox's network is its model endpoint only."""
     paths: list[str] = []
     for tool in rollout.tools:
         if not isinstance(tool, McpTool):
