@@ -295,9 +295,11 @@ def test_declarations_are_checked_when_the_class_is_defined() -> None:
 
 def test_chat_on_a_text_only_harness_fails_at_once() -> None:
     agent = make_agent(harness=TextHarness())
-    with pytest.raises(HarnessError, match=r"cannot chat.*use agent\.run\(task\)"):
+    with pytest.raises(HarnessError, match=r"cannot chat.*use agent\.run\(task\)") as refused:
         agent.chat(PROMPTED)  # chat() itself refuses, before any session exists
     assert agent.sessions == []
+    # a harness class without an `id` is named by its class, not as the null harness
+    assert "harness 'TextHarness' cannot chat" in str(refused.value)
 
 
 async def test_text_only_harness_still_runs_one_shot() -> None:

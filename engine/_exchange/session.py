@@ -481,19 +481,7 @@ class ChatSession:
                 self._closed.set()
 
     def _scoring_timed_out(self) -> None:
-        trace = self._trace
-        for scorer in self.rubric.rewards:
-            trace.rewards.setdefault(scorer.name, 0.0)
-        for scorer in self.rubric.metrics:
-            trace.metrics.setdefault(scorer.name, 0.0)
-        trace.errors.append(
-            ErrorInfo(
-                "scoring",
-                f"finalize and scoring took longer than {self.timeouts.scoring_s}s "
-                "(timeouts.scoring_s); unfinished rewards score 0.0",
-                "ScoringError",
-            )
-        )
+        self.rubric.timed_out(self._trace, self.timeouts.scoring_s)
 
     async def __aenter__(self) -> ChatSession:
         return self
