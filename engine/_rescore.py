@@ -7,8 +7,9 @@ a reward raised, which a fixed rubric may now score) has its ``rewards``, ``rewa
 ``metrics``, judge calls and scoring errors cleared and is scored by
 ``env.rubric(role).score_within(task, trace, scoring_s)``, bounded by the role's
 ``timeouts.scoring_s`` as the eval's close bounds it (a scorer the eval cut off is
-cut off again, and a hanging one does not hang the rescore); then the episode's outcome is settled again
-(``Episode.settle``: a scorer that raises now fails it with cause ``scoring``).
+cut off again, and a hanging one does not hang the rescore); then the episode's
+outcome is settled again (``Episode.settle``: a scorer that raises now fails it with
+cause ``scoring``).
 Episodes that failed otherwise (the model, the harness, the env) are copied as they
 are. The env is built from the run's ``config.toml`` (plus overrides), set up and its
 services held open as in an eval, so judges call the run's endpoints; no agent

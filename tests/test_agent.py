@@ -295,11 +295,17 @@ def test_declarations_are_checked_when_the_class_is_defined() -> None:
 
 def test_chat_on_a_text_only_harness_fails_at_once() -> None:
     agent = make_agent(harness=TextHarness())
-    with pytest.raises(HarnessError, match=r"cannot chat.*use agent\.run\(task\)") as refused:
+    with pytest.raises(HarnessError, match=r"cannot chat.*use agent\.run\(task\)"):
         agent.chat(PROMPTED)  # chat() itself refuses, before any session exists
     assert agent.sessions == []
-    # a harness class without an `id` is named by its class, not as the null harness
-    assert "harness 'TextHarness' cannot chat" in str(refused.value)
+
+
+def test_a_harness_class_without_an_id_is_named_by_its_class() -> None:
+    """Not ``'null'`` (the built-in null harness's id): errors and traces name it."""
+    agent = Agent("agent", client=ScriptedModel(), harness=TextHarness())
+    with pytest.raises(HarnessError, match=r"^harness 'TextHarness' cannot chat"):
+        agent.chat(PROMPTED)
+    assert agent.harness_id == "TextHarness"
 
 
 async def test_text_only_harness_still_runs_one_shot() -> None:

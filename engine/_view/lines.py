@@ -7,9 +7,9 @@ last complete line ended is kept), never the whole file again. A line is complet
 once its newline is written (the writer appends whole batches, but a reader may see
 a write half done). A line of any length is indexed in bounded memory and time: a
 step that finds no newline remembers how far it looked (``scanned``), and the next
-step reads on from there, never the same bytes again. When the file is replaced or shrinks (a ``--resume`` tidies it:
-``RunDir.tidy`` renames a new file into place) the index starts over and
-``generation`` grows, so followers know to start over too.
+step reads on from there, never the same bytes again. When the file is replaced or
+shrinks (a ``--resume`` tidies it: ``RunDir.tidy`` renames a new file into place) the
+index starts over and ``generation`` grows, so followers know to start over too.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ class LineIndex:
         while pos <= last:
             starts.append(at + pos)
             pos = find(b"\n", pos) + 1
-        self.end, self.scanned = at + last + 1, 0
+        # the bytes after the last newline hold none: the next step reads on after them
+        self.end, self.scanned = at + last + 1, len(data) - last - 1
         return len(data) < limit
 
     def _reset(self, inode: int | None) -> None:
