@@ -291,8 +291,8 @@ async def _first_seeds(order: list[int], keyed: bool) -> dict[str, int | None]:
     async def one(rank: int, n: int) -> None:
         await trio.sleep(rank)  # the autojump clock: a fixed, chosen opening order
         task = Task(0 if keyed else n, prompt=f"hello {n}")
-        key = f"k{n}" if keyed else None
-        async with agent.chat(task, seed_key=key) as session:
+        keys = {"seed_key": f"k{n}"} if keyed else {}
+        async with agent.chat(task, **keys) as session:
             await session.turn()
             seeds[str(n)] = session.trace.turns[0].seed
 
