@@ -210,7 +210,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     trio.run(partial(preflight, say=lambda text: console.print(text, highlight=False)), config, env)
     run_dir = _open_run_dir(args, config, name, model)
     console.print(
-        f"{'resuming' if args.resume else 'running'} {name}: {config.num_tasks} tasks x "
+        f"{'resuming' if args.resume else 'running'} {name}: {len(tasks)} tasks x "
         f"{config.rollouts} rollouts, {config.concurrency} at once ({config.backend}), "
         f"into {run_dir.path}",
         highlight=False,
