@@ -383,7 +383,7 @@ def test_a_killed_eval_process_leaves_nothing_after_its_resume(
     left = sorted(os.listdir(temp))
     assert any(n.startswith("taketurns-") for n in left), left
     assert any(n.startswith("interception-") for n in left), left
-    argv = ["eval", "--resume", "-o", str(tmp_path / "run"), "--env.player0.timeouts.segment_s=1"]
+    argv = ["eval", "--resume", "-o", str(tmp_path / "run"), "--episode-timeout", "2"]
     done = subprocess.run(
         [sys.executable, "-m", "taketurns", *argv, "--no-progress"],
         env={**os.environ, "TMPDIR": str(temp)},
