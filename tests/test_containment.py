@@ -475,7 +475,7 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
         "TT_HOST_SOCKETS": os.pathsep.join(host_sockets),
     }
     command = PROBE_SHELL
-    if harness == "gemini-cli":
+    if harness in ("gemini-cli", "opencode"):
         # its shell tool (no pty here) returns when the command's output pipes close,
         # which the children the probe leaves would hold: they get a file instead
         command = f"{command} > probe.out 2>&1; cat probe.out"

@@ -88,10 +88,11 @@ def test_no_launch_style_widens_the_sandbox(
 ) -> None:
     mark = uuid.uuid4().hex
     proj = tmp_path / "proj"
+    proj.mkdir()
     (proj / "canary.txt").write_text(f"tt-canary-{mark}")
     (proj / ".env").write_text("OPENAI_API_KEY=sk-fake-project-key\n")
     temp = (proj if style.endswith("tmpdir_in_cwd") else tmp_path) / "tmp"
-    temp.mkdir()
+    temp.mkdir(exist_ok=True)
     (temp / "canary.txt").write_text(f"tt-canary-{mark}")
     cwd = CHECKOUT if style == "module_from_checkout" else proj
     env = {

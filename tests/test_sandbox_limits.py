@@ -29,7 +29,7 @@ def test_runaways_end_their_rollout_as_resource_limit_and_the_eval_goes_on(
 ) -> None:
     mark = uuid.uuid4().hex
     temp = tmp_path / "tmp"
-    temp.mkdir()
+    temp.mkdir(exist_ok=True)
     env = {"TT_PROBE_MARK": mark}
     hogs = {**env, "TT_PROBE_HOG": "J=fork,Q=memory,K=disk"}
     command = json.dumps([sys.executable, str(PROBE)])
