@@ -18,7 +18,7 @@ from agentprocs import leftovers
 from test_containment import PROBE, none_left
 
 from taketurns import read_episodes
-from taketurns._config.options import AgentConfig
+from taketurns._config.options import AgentConfig, SandboxLimits
 from taketurns.errors import ConfigError
 
 LIMITS = {"processes": 48, "memory_mb": 192, "scratch_mb": 96, "shm_mb": 32}
@@ -72,7 +72,24 @@ def test_runaways_end_their_rollout_as_resource_limit_and_the_eval_goes_on(
 
 @pytest.mark.parametrize("value", [0, -1, "many", True])
 def test_a_limit_that_is_not_a_positive_integer_is_refused(value: object) -> None:
-    from taketurns._procs.limits import SandboxLimits
-
     with pytest.raises(ConfigError, match="processes"):
         AgentConfig(sandbox_limits=SandboxLimits(processes=value))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        ("processes=0", "env.player0.sandbox_limits.processes = 0: expected an integer >= 1"),
+        ("procesess=9", "did you mean 'processes'?"),
+    ],
+)
+def test_a_bad_limit_on_the_command_line_is_refused_naming_the_option(
+    tmp_path: Path, option: str, said: str
+) -> None:
+    argv = [sys.executable, "-m", "taketurns", "eval", "kuhn-poker", "-n", "1"]
+    argv += ["--env.player0.harness=program", f"--env.player0.sandbox_limits.{option}"]
+    argv += ["-o", str(tmp_path / "run")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert said in done.stderr
+    assert not (tmp_path / "run" / "episodes.jsonl").exists()

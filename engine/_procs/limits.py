@@ -1,4 +1,6 @@
-"""Resource limits of one sandboxed process tree (``sandbox_limits.*`` of a role).
+"""Resource limits of one sandboxed process tree: ``TreeLimits``, what a role's
+``sandbox_limits.*`` (``taketurns._config.options.SandboxLimits``, validated there)
+become.
 
 On by default in every bubblewrap sandbox; each field overridable per role
 (``--env.<role>.sandbox_limits.memory_mb=2048``). How they are enforced (no cgroup
@@ -30,31 +32,24 @@ from typing import Any
 
 import attrs
 
-from taketurns._errors import OptionError
-
-__all__ = ["LIMIT_NAMES", "SandboxLimits"]
+__all__ = ["LIMIT_NAMES", "TreeLimits"]
 
 LIMIT_NAMES = ("processes", "memory_mb", "open_files", "cpu_s", "scratch_mb", "shm_mb")
 
 
-def _positive(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise OptionError(attribute.name, value, "a positive integer")
-
-
-@attrs.define
-class SandboxLimits:
+@attrs.frozen
+class TreeLimits:
     """Per sandboxed process tree (one segment's program, or one long-lived one):
     ``processes`` alive at once, ``memory_mb`` resident in all, ``open_files`` per
     process, ``cpu_s`` CPU seconds in all, ``scratch_mb`` written to its scratch
     (and the size of its ``/tmp``), ``shm_mb`` the size of its ``/dev/shm``."""
 
-    processes: int = attrs.field(default=256, validator=_positive)
-    memory_mb: int = attrs.field(default=4096, validator=_positive)
-    open_files: int = attrs.field(default=4096, validator=_positive)
-    cpu_s: int = attrs.field(default=3600, validator=_positive)
-    scratch_mb: int = attrs.field(default=2048, validator=_positive)
-    shm_mb: int = attrs.field(default=256, validator=_positive)
+    processes: int = 256
+    memory_mb: int = 4096
+    open_files: int = 4096
+    cpu_s: int = 3600
+    scratch_mb: int = 2048
+    shm_mb: int = 256
 
     def argument(self) -> str:
         """The supervisor's ``--limits`` value: ``name=value,...``."""

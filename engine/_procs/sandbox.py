@@ -51,7 +51,7 @@ from pathlib import Path
 
 import attrs
 
-from taketurns._procs.limits import SandboxLimits
+from taketurns._procs.limits import TreeLimits
 
 __all__ = ["MODEL_SOCKET", "SANDBOXES", "Sandbox", "bwrap_argv", "bwrap_path", "missing_bwrap"]
 
@@ -83,7 +83,7 @@ class Sandbox:
     network: str = "endpoint"
     hide: tuple[str, ...] = ()
     readable: tuple[str, ...] = ()  # more host paths to bind back read-only
-    limits: SandboxLimits = attrs.field(factory=SandboxLimits)
+    limits: TreeLimits = attrs.field(factory=TreeLimits)
 
     def describe(self) -> str:
         """How the trace records it: ``bwrap``, ``bwrap, host network`` or ``none``."""
