@@ -7,11 +7,15 @@ Virtual time, no I/O."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scripted import ScriptedModel, ToolLoopHarness, make_agent
 
 from taketurns import (
@@ -19,15 +23,19 @@ from taketurns import (
     AgentConfig,
     Agents,
     AssistantMessage,
+    ChatSession,
     EnvConfig,
     Episode,
     Limits,
     Reply,
+    SessionClosed,
+    SessionOver,
     Task,
     Trace,
     stop,
 )
 from taketurns import Env as BaseEnv
+from taketurns.errors import RolloutStopped
 from taketurns.harness import EpisodeInfo, Prompt, Rollout, SessionState
 from taketurns.testing import run_episode
 
@@ -183,3 +191,109 @@ async def test_a_stop_cannot_be_swallowed_by_except_exception() -> None:
     assert harness.swallowed == []
     assert harness.calls == 2  # the refused call ended the segment there
     assert [m.content for m in reply.messages] == ["a"]
+
+
+# --- issue 41, item 1: the session's state table, driven by hypothesis ---------------
+
+S = SessionState
+# (state, what happens) -> (next state, what turn() raises); the module docstring's table
+TABLE: dict[tuple[SessionState, str], tuple[SessionState, type[BaseException] | None]] = {
+    **{(s, "answer"): (S.READY, None) for s in (S.FRESH, S.READY)},
+    **{(s, "stop"): (S.OVER, None) for s in (S.FRESH, S.READY)},
+    (S.FRESH, "cancel"): (S.FRESH, None),
+    (S.READY, "cancel"): (S.READY, None),
+    **{(S.OVER, op): (S.OVER, SessionOver) for op in ("answer", "stop", "cancel")},
+    **{(S.CLOSED, op): (S.CLOSED, SessionClosed) for op in ("answer", "stop", "cancel")},
+    **{(s, "close"): (S.CLOSED, None) for s in S if s is not S.RUNNING and s is not S.CLOSING},
+}
+
+
+class Planned(ToolLoopHarness):
+    """Each segment does the next thing planned: answers, stops (the boundary's
+    control flow), or hangs until it is cut."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plan: list[str] = []
+        self.states: list[SessionState] = []
+        self.session: ChatSession | None = None
+
+    async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
+        assert self.session is not None
+        self.states.append(self.session.state)  # RUNNING while a segment runs
+        what = self.plan.pop(0)
+        if what == "stop":
+            raise RolloutStopped("planned_stop")
+        if what in ("cancel", "hang"):
+            await trio.sleep_forever()
+        await super().launch(rollout, prompt)
+
+
+async def _slow_reward(task: Task, trace: Trace) -> float:
+    await trio.sleep(1)  # scoring takes time: CLOSING can be seen
+    return 1.0
+
+
+async def _step(session: ChatSession, harness: Planned, state: SessionState, op: str) -> None:
+    """One step of the drive: ``op`` applied, the state checked against the table."""
+    if op == "close":
+        await session.close()
+    else:
+        raises = TABLE[state, op][1]
+        message = None if state is S.FRESH else "next"
+        if raises is not None:
+            with pytest.raises(raises):
+                await session.turn(message)
+            return
+        harness.plan.append(op)
+        with trio.move_on_after(1 if op == "cancel" else math.inf) as scope:
+            reply = await session.turn(message)
+            assert reply.stopped is (op == "stop")
+        assert scope.cancelled_caught is (op == "cancel")
+    assert session.state is TABLE[state, op][0]
+
+
+async def _close_running(session: ChatSession, harness: Planned) -> None:
+    """FRESH/READY -> RUNNING -> CLOSING (the segment is cut; turn() is refused while
+    it scores) -> CLOSED."""
+    harness.plan.append("hang")
+    replies: list[Reply] = []
+
+    async def user() -> None:
+        replies.append(await session.turn(None if session.state is S.FRESH else "next"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(user)
+        await trio.testing.wait_all_tasks_blocked()
+        assert session.state is S.RUNNING
+        nursery.start_soon(session.close)
+        await trio.testing.wait_all_tasks_blocked()
+        assert session.state is S.CLOSING  # scoring
+        with pytest.raises(SessionClosed):
+            await session.turn("too late")
+    assert replies == [Reply("", (), True, "user_closed")]
+    assert session.state is S.CLOSED
+
+
+async def _drive(ops: list[str]) -> None:
+    harness = Planned()
+    session = make_agent(harness=harness, rewards=[_slow_reward]).chat(PROMPTED)
+    harness.session = session
+    for op in ops:
+        state = session.state
+        if op == "close_running" and state in (S.FRESH, S.READY):
+            await _close_running(session, harness)
+        else:
+            await _step(session, harness, state, "close" if op == "close_running" else op)
+    await session.close()
+    assert session.state is S.CLOSED
+    assert set(harness.states) <= {S.RUNNING}
+    assert harness.plan == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(["answer", "stop", "cancel", "close", "close_running"]), max_size=8)
+)
+def test_the_session_follows_its_state_table(ops: list[str]) -> None:
+    trio.run(_drive, ops, clock=trio.testing.MockClock(autojump_threshold=0))
