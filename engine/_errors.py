@@ -61,8 +61,7 @@ __all__ = [
     "WorkerDied",
     "WorkerError",
     "WorkerLost",
-    "sole_error",
-]
+]  # the whole tree: taketurns.errors exports exactly this (sole_error is the core's)
 
 
 def sole_error(exc: BaseException) -> BaseException:
