@@ -292,11 +292,15 @@ class Tau2Bench(Env):
 
     @stop
     def max_steps(self, trace: Trace) -> bool:
-        """tau2's caps, checked before every model call of either seat."""
+        """tau2's step cap, checked before every model call of either seat."""
         world = trace.state.get("tau2")
-        if not isinstance(world, World):
-            return False
-        return world.steps >= self.config.max_steps or world.errors >= self.config.max_errors
+        return isinstance(world, World) and world.steps >= self.config.max_steps
+
+    @stop
+    def max_errors(self, trace: Trace) -> bool:
+        """tau2's tool-error cap, checked before every model call of either seat."""
+        world = trace.state.get("tau2")
+        return isinstance(world, World) and world.errors >= self.config.max_errors
 
     async def _verdict(self, task: Task, trace: Trace) -> dict[str, Any]:
         """tau2's evaluation of the episode (computed once, kept on ``trace.info``)."""

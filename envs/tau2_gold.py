@@ -8,7 +8,7 @@ next action's tool while that action is its own (one call per model call, so the
 seat's harness runs it on the episode's environment and asks again), then answers in
 text: the assistant says the communicate info (the first time) and asks the user to
 do their next action, if any; the user says ``###STOP###`` (tau2's stop signal) once
-no action is left, else asks the assistant to go on. Every call goes through the
+no action is left and the assistant has spoken, else asks the assistant to go on. Every call goes through the
 engine: the sessions, the harness, the tools, the episode's environment.
 
 ``--env.policy=idle`` is the same script with no actions and nothing to say: the user
@@ -59,7 +59,8 @@ class GoldScript:
     def _text(self, seat: str) -> str:
         pending = self.actions[self.next] if self.next < len(self.actions) else None
         if seat == "user":
-            return STOP if pending is None else "Thank you. Please go on."
+            done = pending is None and (self.told or not self.info)
+            return STOP if done else "Thank you. Please go on."
         parts = []
         if not self.told and self.info:
             parts.append(" ".join(f"{info}." for info in self.info))
