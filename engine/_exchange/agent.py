@@ -109,7 +109,9 @@ class Agent:
         self.limits = config.limits
         if config.limits.max_segment_turns is None and harness.segment_turns is not None:
             self.limits = attrs.evolve(config.limits, max_segment_turns=harness.segment_turns)
-        self.harness_id: str = config.harness or type(harness).id or "null"
+        # a harness class with no `id` is named by its class (never "null": that is
+        # the built-in null harness)
+        self.harness_id: str = config.harness or type(harness).id or type(harness).__qualname__
         self.rubric = rubric if rubric is not None else Rubric()
         self._stamp = AgentStamp(self.name, self.model, self.harness_id, config.trainable)
         self.episode = episode
