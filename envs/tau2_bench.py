@@ -68,6 +68,7 @@ from taketurns.envs.episode_mcp import python_or_mcp
 from taketurns.envs.tau2_package import DOMAINS, package_version, tasks, tau2
 from taketurns.envs.tau2_world import GREETING, World
 from taketurns.harness import int_between, one_of
+from taketurns.report import Section
 
 __all__ = ["POLICIES", "Tau2Bench", "Tau2Config"]
 
@@ -85,7 +86,9 @@ def _domain(inst: object, attribute: attrs.Attribute[Any], value: object) -> Non
 class Tau2Timeouts(Timeouts):
     """tau2's evaluator replays the episode on fresh environments: give it time."""
 
-    scoring_s: float = attrs.field(default=300.0, validator=attrs.fields(Timeouts).scoring_s.validator)
+    scoring_s: float = attrs.field(
+        default=300.0, validator=attrs.fields(Timeouts).scoring_s.validator
+    )
 
 
 @attrs.define
@@ -135,7 +138,9 @@ class Tau2Bench(Env):
         self.face: Any = None  # with tools = "mcp": the Tau2Face while served
 
     def _rows(self) -> tuple[Any, ...]:
-        rows = tasks(self.config.domain, self.config.split)
+        """The split's tasks (or ``task_ids``'), but those that open with a message
+        history (two of mock's): every conversation here opens with tau2's greeting."""
+        rows = tuple(r for r in tasks(self.config.domain, self.config.split) if not _history(r))
         if self.config.task_ids is None:
             return rows
         wanted = [t.strip() for t in self.config.task_ids.split(",") if t.strip()]
@@ -230,7 +235,9 @@ class Tau2Bench(Env):
             tools=[x for x in world.env.get_user_tools()] if user_tools else None,
             instructions=scenario,
         ).system_prompt
-        agent_prompt = t.agent.LLMAgent(tools=[], domain_policy=world.env.get_policy()).system_prompt
+        agent_prompt = t.agent.LLMAgent(
+            tools=[], domain_policy=world.env.get_policy()
+        ).system_prompt
         state = {"tau2": world}
         async with (
             agents.user.chat(
@@ -308,14 +315,17 @@ class Tau2Bench(Env):
         if "reward_info" in known:
             return known
         world = trace.state.get("tau2")
-        if not isinstance(world, World) or not hasattr(world, "ended"):
-            raise RuntimeError("trace.state has no finished tau2 world: run tasks through Tau2Bench.run")
+        if not isinstance(world, World) or world.ended is None:
+            raise RuntimeError(
+                "trace.state has no finished tau2 world: run tasks through Tau2Bench.run"
+            )
         info = await trio.to_thread.run_sync(self._evaluate, world)
         trace.info.setdefault("tau2", {}).update(info)
         return trace.info["tau2"]
 
     def _evaluate(self, world: World) -> dict[str, Any]:
         t = tau2()
+        assert world.ended is not None
         result = t.evaluator.evaluate_simulation(
             simulation=world.simulation(world.ended),
             task=world.task,
@@ -324,11 +334,14 @@ class Tau2Bench(Env):
             domain=self.config.domain,
         )
         dumped = result.model_dump(mode="json")
-        return {
+        out = {
             "reward": result.reward,
             "reward_breakdown": dumped.get("reward_breakdown"),
             "reward_info": dumped,
         }
+        if result.db_check is not None and not result.db_check.db_match:
+            out["db_diff"] = world.db_diff()
+        return out
 
     @reward
     async def reward(self, task: Task, trace: Trace) -> float:
@@ -350,13 +363,27 @@ class Tau2Bench(Env):
     @metric
     async def communicate(self, task: Task, trace: Trace) -> float:
         """1.0 when the assistant said every communicate info."""
-        return _all_met((await self._verdict(task, trace))["reward_info"], "communicate_checks", "met")
+        return _all_met(
+            (await self._verdict(task, trace))["reward_info"], "communicate_checks", "met"
+        )
 
     @metric
     async def action(self, task: Task, trace: Trace) -> float:
         """1.0 when every gold action was called (tau2's action check)."""
         found = (await self._verdict(task, trace))["reward_info"]
         return _all_met(found, "action_checks", "action_match")
+
+    def report_sections(self, episodes: Iterable[Episode]) -> list[Section]:
+        """Per task tau2's reward and breakdown; per episode both seats' actions in
+        order, and the database diff on failure (``taketurns.envs.tau2_report``)."""
+        from taketurns.envs.tau2_report import sections
+
+        return sections(episodes)
+
+
+def _history(row: Any) -> bool:
+    state = row.initial_state
+    return bool(state is not None and state.message_history)
 
 
 def _all_met(reward_info: dict[str, Any], key: str, field: str) -> float:

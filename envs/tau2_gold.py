@@ -8,8 +8,9 @@ next action's tool while that action is its own (one call per model call, so the
 seat's harness runs it on the episode's environment and asks again), then answers in
 text: the assistant says the communicate info (the first time) and asks the user to
 do their next action, if any; the user says ``###STOP###`` (tau2's stop signal) once
-no action is left and the assistant has spoken, else asks the assistant to go on. Every call goes through the
-engine: the sessions, the harness, the tools, the episode's environment.
+no action is left and the assistant has spoken, else asks the assistant to go on.
+Every call goes through the engine: the sessions, the harness, the tools, the
+episode's environment.
 
 ``--env.policy=idle`` is the same script with no actions and nothing to say: the user
 stops at once (what a do-nothing agent scores).

@@ -47,11 +47,11 @@ def tau2() -> Any:
         from loguru import logger
 
         logger.disable("tau2")
+        from tau2.agent import llm_agent
         from tau2.data_model import message, simulation, tasks
         from tau2.evaluator import evaluator
         from tau2.registry import registry
         from tau2.user import user_simulator
-        from tau2.agent import llm_agent
     except ModuleNotFoundError as exc:
         what = "tau2-bench's package (tau2)" if exc.name == "tau2" else f"{exc.name!r}"
         raise ConfigError(f"env: tau2 needs {what}, which is not installed: {INSTALL}") from exc

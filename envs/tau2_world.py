@@ -18,6 +18,7 @@ answer tau2 marks as an error.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import time
@@ -57,6 +58,7 @@ class World:
         self.log: list[dict[str, Any]] = [{"seat": "assistant", "said": GREETING}]
         self.steps = 0
         self.errors = 0
+        self.ended: str | None = None  # tau2's termination reason, once it ended
         self.started = time.time()
         self._ids = itertools.count(1)
 
@@ -98,6 +100,45 @@ class World:
         self.log.append({"seat": seat, "said": text})
         self.steps += 1
 
+    def db_diff(self, limit: int = 40) -> dict[str, Any]:
+        """What this episode's final databases hold that the gold actions' do not (and
+        the other way round): tau2's gold environment built as its evaluator builds it,
+        compared field by field (deepdiff, a tau2 dependency); at most ``limit``
+        changes per database, as JSON-safe data."""
+        from deepdiff import DeepDiff
+
+        gold = environment(self.domain)
+        state = self.task.initial_state
+        gold.set_state(
+            initialization_data=state.initialization_data if state else None,
+            initialization_actions=state.initialization_actions if state else None,
+            message_history=[],
+        )
+        for action in self.task.evaluation_criteria.actions or []:
+            # as tau2's evaluator: a failing gold action is skipped
+            with contextlib.suppress(Exception):
+                gold.make_tool_call(action.name, requestor=action.requestor, **action.arguments)
+        out = {}
+        for side, mine, theirs in (
+            ("agent_db", self.env.tools, gold.tools),
+            ("user_db", self.env.user_tools, gold.user_tools),
+        ):
+            if mine is None or theirs is None:
+                continue
+            diff = DeepDiff(theirs.db.model_dump(mode="json"), mine.db.model_dump(mode="json"))
+            flat = json.loads(diff.to_json())
+            changes = [(kind, path, v) for kind, found in flat.items() for path, v in _items(found)]
+            if changes:
+                out[side] = [
+                    {"change": kind, "path": path, "value": value}
+                    for kind, path, value in changes[:limit]
+                ] + (
+                    [{"change": "more", "count": len(changes) - limit}]
+                    if len(changes) > limit
+                    else []
+                )
+        return out
+
     def simulation(self, termination: str) -> Any:
         """The episode as tau2's ``SimulationRun``, ended by ``termination`` (one of
         tau2's ``TerminationReason`` values)."""
@@ -112,6 +153,13 @@ class World:
             termination_reason=s.TerminationReason(termination),
             messages=list(self.messages),
         )
+
+
+def _items(found: Any) -> list[tuple[str, Any]]:
+    """A deepdiff report's entries as (path, detail) pairs."""
+    if isinstance(found, dict):
+        return [(str(k), v) for k, v in found.items()]
+    return [(str(p), None) for p in found]
 
 
 class Tau2Tool(Tool):
