@@ -173,3 +173,20 @@ def test_the_split_and_task_ids_pick_tau2s_tasks() -> None:
         Tau2Bench(Tau2Config(domain="mock", split="train"))
     # the two mock tasks that open with a message history are left out
     assert len(Tau2Bench(Tau2Config(domain="mock")).rows) == 7
+
+
+def test_a_failed_database_check_keeps_the_diff_and_the_report_shows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # nobody acts on retail: tau2 evaluates (the user stopped) and the DB check fails
+    traces = run(tmp_path, capsys, "--env.domain=retail", "--env.policy=idle", "-n", "2")
+    row = tau2().registry.get_tasks_loader("retail")()[0]
+    first = next(t for t in traces if t["info"]["tau2"]["id"] == row.id)
+    assert first["rewards"]["reward"] == 0.0
+    assert first["info"]["tau2"]["reward_breakdown"]["DB"] == 0.0
+    changes = first["info"]["tau2"]["db_diff"]["agent_db"]
+    order = row.evaluation_criteria.actions[-1].arguments["order_id"]
+    assert any(order in c["path"] for c in changes)  # the order the gold actions changed
+    report = (tmp_path / "run/report.html").read_text()
+    assert "tau2: reward by task" in report
+    assert report.count("Database diff") == 2
