@@ -35,7 +35,7 @@ only the last attempt is written and joins its group.
 
 From asyncio: run the trainer's trio side in a thread (``trio.run`` in
 ``loop.run_in_executor``), handing groups over a queue, or host asyncio inside trio
-with ``trio_asyncio``; see README "For RL trainers".
+with ``trio_asyncio``; see docs/train/index.md.
 """
 
 from __future__ import annotations
