@@ -416,3 +416,9 @@ def test_a_link_between_pages_resolves(page: str, target: str) -> None:
             f"{page}: {target}: no heading with that anchor on GitHub and on the site "
             f"(the page's: {sorted(_heading_slugs(text))})"
         )
+
+
+def test_every_page_is_in_the_sites_nav() -> None:
+    nav = set(re.findall(r"^\s*- (?:[^:\n]+: )?(\S+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M))
+    pages = {page.removeprefix("docs/") for page in PAGES if page != "README.md"}
+    assert pages == nav, f"not in mkdocs.yml's nav: {pages - nav}; no such page: {nav - pages}"
