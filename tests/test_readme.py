@@ -422,3 +422,18 @@ def test_every_page_is_in_the_sites_nav() -> None:
     nav = set(re.findall(r"^\s*- (?:[^:\n]+: )?(\S+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M))
     pages = {page.removeprefix("docs/") for page in PAGES if page != "README.md"}
     assert pages == nav, f"not in mkdocs.yml's nav: {pages - nav}; no such page: {nav - pages}"
+
+
+def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs", reason="the docs extra (pip install -e '.[docs]')")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "design" / "index.html").is_file()
