@@ -18,7 +18,8 @@ override (``--env.…``, ``--sampling.…``). A concrete ``taketurns eval`` comm
 validated (options, env, tasks) and run with ``-n 1`` unless ``DRY_ONLY`` says why not;
 a synopsis (placeholders: ``DIR``, ``[...]``, ``...``) must name an existing command
 and known flags; an override must be accepted by some env (with a taskset where it is
-a taskset's). ``taketurns serve`` is parsed, not started (it serves until stopped).
+a taskset's). ``taketurns serve`` is parsed, not started (it serves until stopped);
+``taketurns view`` (which serves too) must only name its flags.
 """
 
 from __future__ import annotations
@@ -275,8 +276,8 @@ def test_an_inline_command_is_valid(workdir: Path, command: str) -> None:
     (workdir / "my_tasks.py").write_text(MY_TASKS)
     words = shlex.split(command)
     sub = words[1]
-    assert sub in ("eval", "envs", "report", "serve", "export"), command
-    if _is_synopsis(command) or sub in ("report", "serve", "export") or len(words) == 2:
+    assert sub in ("eval", "envs", "report", "serve", "export", "view"), command
+    if _is_synopsis(command) or sub in ("report", "serve", "export", "view") or len(words) == 2:
         # a synopsis or a long-running server: the command and its flags exist
         for word in words[2:]:
             if word.startswith("--") and "." not in word and not word.startswith("--env"):
