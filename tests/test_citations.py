@@ -68,7 +68,8 @@ def _citations(path: Path) -> list[str]:
 def test_the_walk_sees_the_repository() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in _files()}
     assert {"README.md", "docs/design.md", "engine/_exchange/session.py", ".ci/run"} <= names
-    assert OUTSIDE.search("see " + "DESIGN" + ".md") and OUTSIDE.search("../" + "shared/x")
+    assert OUTSIDE.search("see " + "DESIGN" + ".md")
+    assert OUTSIDE.search("../" + "shared/x")
 
 
 def test_no_file_cites_a_file_outside_the_repository() -> None:
@@ -96,10 +97,11 @@ def _named_tests() -> list[tuple[str, str, str]]:
 
 def _tests_of(file: str) -> set[str]:
     tree = ast.parse((ROOT / file).read_text(encoding="utf-8"))
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     return {
         node.name
         for node in ast.walk(tree)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
+        if isinstance(node, functions) and node.name.startswith("test")
     }
 
 

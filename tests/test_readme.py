@@ -240,7 +240,9 @@ def _spans() -> list[str]:
     """Inline code spans (on one line or wrapped) of every page's prose, whitespace
     collapsed."""
     return [
-        " ".join(s.split()) for text in PAGES.values() for s in re.findall(r"`([^`]+)`", _prose(text))
+        " ".join(span.split())
+        for text in PAGES.values()
+        for span in re.findall(r"`([^`]+)`", _prose(text))
     ]
 
 
@@ -420,7 +422,8 @@ def test_a_link_between_pages_resolves(page: str, target: str) -> None:
 
 
 def test_every_page_is_in_the_sites_nav() -> None:
-    nav = set(re.findall(r"^\s*- (?:[^:\n]+: )?(\S+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M))
+    config = (ROOT / "mkdocs.yml").read_text()
+    nav = set(re.findall(r"^\s*- (?:[^:\n]+: )?(\S+\.md)$", config, re.M))
     pages = {page.removeprefix("docs/") for page in PAGES if page != "README.md"}
     assert pages == nav, f"not in mkdocs.yml's nav: {pages - nav}; no such page: {nav - pages}"
 
