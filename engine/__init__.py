@@ -59,6 +59,7 @@ from taketurns._eval.taskset import (
     TasksetEnv,
     register_taskset,
 )
+from taketurns._eval.probe import PolicyProbe
 from taketurns._exchange.agent import Agent, Agents
 from taketurns._exchange.judge import Judge, JudgeConfig
 from taketurns._exchange.outcome import is_failure
@@ -122,6 +123,7 @@ __all__ = [
     "Message",
     "ModelEndpointError",
     "OptionError",
+    "PolicyProbe",
     "Reply",
     "Resources",
     "Rubric",

@@ -5,7 +5,8 @@ pieces a harness, an env or a taskset is built from.
   ``Prompt``, ``can_chat``, ``NullHarness``, ``SessionState``; out of process,
   ``ServedHarness`` and the rollout's ``Endpoint`` on the interception server
 - the model contract: ``ModelClient`` (``complete(ModelRequest) -> ModelResponse``),
-  ``Usage``
+  ``Usage``; a scripted policy of a plugin's own served as ``builtin/<name>``:
+  ``register_builtin_policy``
 - messages in detail and on the wire: ``ToolCall``, ``TextPart``, ``ImagePart``,
   ``text_of``, ``to_wire``/``from_wire``, ``messages_to_wire``/``messages_from_wire``
 - what a trace records: ``Turn``, ``TurnReward``, ``ErrorInfo``, ``JudgeCall``,
@@ -46,6 +47,7 @@ from taketurns._exchange.trace import (
     TurnReward,
     Usage,
 )
+from taketurns._models.builtin import register_policy as register_builtin_policy
 from taketurns._models.messages import ImagePart, TextPart, ToolCall, text_of
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
 from taketurns._models.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
@@ -115,6 +117,7 @@ __all__ = [
     "open_mcp_servers",
     "open_taskset",
     "parse_verdict",
+    "register_builtin_policy",
     "roles_of",
     "run_asyncio",
     "run_owned",
