@@ -17,6 +17,7 @@ would collide get `` #<action id>``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from random import Random
@@ -247,33 +248,50 @@ def information_states(game: Any, limit: int = MAX_STATES) -> Iterator[tuple[str
         stack.extend(state.child(a) for a in reversed(children))
 
 
-def nash_conv(game: Any, policy: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-    """NashConv and exploitability (OpenSpiel's ``exploitability`` module) of the
-    tabular ``policy``: by information state, the probability of each action named
-    as ``action_names`` names it; a state it leaves out, or whose probabilities sum
-    to zero, plays uniformly."""
-    from open_spiel.python import policy as policies
-    from open_spiel.python.algorithms import exploitability
-
-    spiel = pyspiel()
-    table = policies.TabularPolicy(game)
+@functools.cache
+def _decisions(game_string: str) -> tuple[tuple[str, dict[str, int]], ...]:
+    """Each information state of the game with its legal actions by name (made once
+    per game: a bootstrap measures hundreds of policies of the same game)."""
+    game = pyspiel().load_game(game_string)
+    found = []
     for key, player, history in information_states(game):
-        row = policy.get(key)
-        if not row:
-            continue
         state = game.new_initial_state()
         for action in history:
             state.apply_action(action)
-        names = action_names(state, player, state.legal_actions(player))
-        probs = table.policy_for_key(key)
-        weights = {a: float(row.get(n, 0.0)) for n, a in names.items()}
+        found.append((key, action_names(state, player, state.legal_actions(player))))
+    return tuple(found)
+
+
+def nash_conv(game: Any, policy: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """NashConv and, for a zero- or constant-sum game, exploitability (OpenSpiel's
+    ``exploitability`` module) of the tabular ``policy``: by information state, the
+    probability of each action named as ``action_names`` names it; a state it leaves
+    out, or whose probabilities sum to zero, plays uniformly."""
+    from open_spiel.python.algorithms import exploitability
+
+    table = _uniform(str(game)).__copy__()  # the template's array copied, not shared
+    for key, names in _decisions(str(game)):
+        row = policy.get(key)
+        weights = {a: float(row.get(n, 0.0)) for n, a in names.items()} if row else {}
         total = sum(weights.values())
         if total <= 0:
             continue
+        probs = table.policy_for_key(key)
         probs[:] = 0.0
         for action, weight in weights.items():
             probs[action] = weight / total
-    measured = {"nash_conv": float(exploitability.nash_conv(game, table))}
-    if game.get_type().utility in (spiel.GameType.Utility.ZERO_SUM, spiel.GameType.Utility.CONSTANT_SUM):
-        measured["exploitability"] = float(exploitability.exploitability(game, table))
+    conv = float(exploitability.nash_conv(game, table))
+    measured = {"nash_conv": conv}
+    utility = pyspiel().GameType.Utility
+    if game.get_type().utility in (utility.ZERO_SUM, utility.CONSTANT_SUM):
+        # OpenSpiel's exploitability of a constant-sum game: NashConv / players
+        measured["exploitability"] = conv / game.num_players()
     return measured
+
+
+@functools.cache
+def _uniform(game_string: str) -> Any:
+    """OpenSpiel's uniform ``TabularPolicy`` of the game (a template: copy it)."""
+    from open_spiel.python import policy as policies
+
+    return policies.TabularPolicy(pyspiel().load_game(game_string))

@@ -25,6 +25,7 @@ from taketurns._errors import ConfigError, OutputError
 from taketurns._exchange.outcome import describe_cause
 from taketurns._report.charts import Series, bar_chart, histogram
 from taketurns._report.env_parts import EnvParts, env_parts
+from taketurns._report.measures import measures_section
 from taketurns._report.markup import (
     Json,
     as_dict,
@@ -370,6 +371,7 @@ def _tables(scan: Scan, summary: Json) -> str:
         f'<table id="summary-agents"><thead><tr><th></th>{head}</tr></thead>'
         f"<tbody>{body}</tbody></table>"
         f'<table id="summary-episodes"><tbody>{ep_body}</tbody></table></div></section>'
+        f"{measures_section(summary)}"
     )
 
 
