@@ -17,7 +17,8 @@ asked at once and the node is applied when all have answered, so no seat sees
 another's choice of the same round.
 
 Rewards: OpenSpiel's rewards after each move are paid per turn (``step``, on each
-seat's latest model call); the ``payoff`` reward is the seat's return at the end
+seat's latest model call; at the end, whatever of its return they did not pay, for a
+game whose rewards do not add up to it); the ``payoff`` reward is the seat's return at the end
 (zero-sum checked where the game says so: a game that breaks it fails the episode).
 On each trace: ``seat``, ``game``, ``history`` (OpenSpiel's actions, chance
 included), ``moves`` (the seat's own, by name), ``invalid`` (its replies that did not
@@ -139,6 +140,7 @@ class _Seats:
     last_turn: list[int | None]
     moves: list[list[str]]
     invalid: list[int]
+    paid: list[float] = attrs.field(factory=list)
 
 
 class OpenSpiel(PolicyProbe, Env):
@@ -170,7 +172,7 @@ class OpenSpiel(PolicyProbe, Env):
                 )
                 for p in range(n)
             ]
-            seats = _Seats(sessions, [None] * n, [[] for _ in range(n)], [0] * n)
+            seats = _Seats(sessions, [None] * n, [[] for _ in range(n)], [0] * n, [0.0] * n)
             for p, session in enumerate(sessions):
                 session.trace.info.update(
                     seat=p, game=str(self.game), history=[], moves=[], invalid=0,
@@ -208,6 +210,9 @@ class OpenSpiel(PolicyProbe, Env):
         returns = [float(r) for r in state.returns()]
         if games.is_zero_sum(self.game) and not math.isclose(sum(returns), 0.0, abs_tol=1e-9):
             raise RuntimeError(f"{self.game} is zero-sum but returned {returns}")
+        # a game whose rewards do not add up to its returns (liars_dice pays none):
+        # the rest on each seat's last model call
+        self._pay_step(seats, [r - paid for r, paid in zip(returns, seats.paid, strict=True)])
         self._settle(seats, returns, [])
 
     async def _ask_all(
@@ -262,6 +267,7 @@ class OpenSpiel(PolicyProbe, Env):
             turn = seats.last_turn[p]
             if value and turn is not None:
                 seats.sessions[p].trace.record_turn_reward(turn, float(value), name="step")
+                seats.paid[p] += float(value)
 
     def _record(self, seats: _Seats, state: Any) -> None:
         history = [int(a) for a in state.history()]
@@ -305,7 +311,7 @@ class OpenSpiel(PolicyProbe, Env):
         names = games.action_names(state, seat, state.legal_actions(seat))
         by_action = {a: n for n, a in names.items()}
         async with agents[f"player{seat}"].chat(self._seat_task(task, seat)) as session:
-            seats = _Seats([session], [None], [[]], [0])
+            seats = _Seats([session], [None], [[]], [0], [0.0])
             session.trace.info.update(seat=seat, game=str(self.game))
             text = ask_text(state, seat, names, self.config.view)
             answer = await self._ask(seats, 0, names, text)
