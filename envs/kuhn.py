@@ -201,9 +201,15 @@ class KuhnPoker(PolicyProbe, Env):
                 idx=i * samples + j,
                 name=f"kuhn-probe-{i}-{j}",
                 prompt=None,
-                info={"probe": {"state": spiel_key(card, history), "seat": seat,
-                                "card": card, "history": list(history)}},
-            )  # fmt: skip
+                info={
+                    "probe": {
+                        "state": spiel_key(card, history),
+                        "seat": seat,
+                        "card": card,
+                        "history": list(history),
+                    }
+                },
+            )
             for i, (seat, card, history) in enumerate(states)
             for j in range(samples)
         ]

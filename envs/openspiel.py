@@ -167,9 +167,7 @@ class OpenSpiel(PolicyProbe, Env):
         n = self.game.num_players()
         async with contextlib.AsyncExitStack() as stack:
             sessions = [
-                await stack.enter_async_context(
-                    agents[f"player{p}"].chat(self._seat_task(task, p))
-                )
+                await stack.enter_async_context(agents[f"player{p}"].chat(self._seat_task(task, p)))
                 for p in range(n)
             ]
             seats = _Seats(sessions, [None] * n, [[] for _ in range(n)], [0] * n, [0.0] * n)

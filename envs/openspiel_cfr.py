@@ -17,6 +17,7 @@ import functools
 import hashlib
 import random
 import re
+
 from taketurns import AssistantMessage, ConfigError, SystemMessage, UserMessage
 from taketurns.envs import openspiel_games as games
 from taketurns.harness import ModelRequest, register_builtin_policy, text_of
@@ -25,7 +26,9 @@ __all__ = ["ITERATIONS", "cfr", "register", "solved"]
 
 ITERATIONS = 200
 _GAME = re.compile(r"\(OpenSpiel's (.+?)\), \d+ players")
-_INFO = re.compile(r"Your information state:\n(.*?)\n(?:Your observation:|Your legal actions:)", re.S)
+_INFO = re.compile(
+    r"Your information state:\n(.*?)\n(?:Your observation:|Your legal actions:)", re.S
+)
 _BRACKETED = re.compile(r"\[([^\[\]\n]{1,40})\]")
 
 

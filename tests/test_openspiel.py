@@ -60,7 +60,9 @@ GAME_NO = re.compile(r"game #\d+")
 OPTION = re.compile(r"\[([^\]]+)\]")
 
 
-async def played(tmp_path: Path, game: str, n: int = 40, seed: int = 0, **kw: object) -> list[Episode]:
+async def played(
+    tmp_path: Path, game: str, n: int = 40, seed: int = 0, **kw: object
+) -> list[Episode]:
     config = EvalConfig(
         env_id="openspiel", num_tasks=n, seed=seed, env=OpenSpielConfig(game=game, **kw)
     )
@@ -94,9 +96,11 @@ async def test_games_play_to_openspiels_end_on_the_builtin_model(tmp_path: Path,
         history = traces[0].info["history"]
         payoffs = [t.rewards["payoff"] for t in traces]
         for t in traces:
-            assert t.info["terminal"] is True and t.info["forfeited"] is False
+            assert t.info["terminal"] is True
+            assert t.info["forfeited"] is False
             assert t.info["history"] == history
-            assert t.metrics["invalid"] == 0.0 and t.metrics["terminal"] == 1.0
+            assert t.metrics["invalid"] == 0.0
+            assert t.metrics["terminal"] == 1.0
             assert t.info["returns"] == payoffs
             # the per-turn rewards are OpenSpiel's rewards, summing to the return (a
             # seat that only ever had one legal action made no call to pay them on)
@@ -204,7 +208,8 @@ async def test_a_simultaneous_round_asks_every_seat_at_once(autojump_clock: obje
     # three rounds asked, each seat's request made before either answered (no seat
     # can see the other's bid of the round); OpenSpiel plays the last cards itself
     assert len(t0.turns) == len(t1.turns) == 3
-    assert len(t0.info["moves"]) == len(t1.info["moves"]) == 3 and t0.info["terminal"]
+    assert len(t0.info["moves"]) == len(t1.info["moves"]) == 3
+    assert t0.info["terminal"]
     # both bid their highest card every round (the last option): every round ties
     assert t0.info["moves"] == ["P0 Bid: 4", "P0 Bid: 3", "P0 Bid: 2"]
     assert t0.rewards["payoff"] == t1.rewards["payoff"] == 0.0
@@ -228,12 +233,16 @@ async def test_a_refused_reply_is_reprompted_then_forfeits() -> None:
     episode = await run_with(env, {"player0": p0, "player1": Scripted()})
     assert episode.ok, episode.errors
     t0, t1 = seats(episode)
-    assert len(t0.turns) == 2 and not t1.turns
+    assert len(t0.turns) == 2
+    assert not t1.turns
     reprompt = text_of(t0.turns[1].request[-1].content)
     assert reprompt.startswith("That answer does not count: your answer has no bracketed legal")
-    assert "(1 try left)" in reprompt and "[Pass] [Bet]" in reprompt
-    assert t0.info["forfeited"] is True and t0.info["invalid"] == 2
-    assert t0.info["terminal"] is False and t0.metrics["terminal"] == 0.0
+    assert "(1 try left)" in reprompt
+    assert "[Pass] [Bet]" in reprompt
+    assert t0.info["forfeited"] is True
+    assert t0.info["invalid"] == 2
+    assert t0.info["terminal"] is False
+    assert t0.metrics["terminal"] == 0.0
     assert (t0.rewards["payoff"], t1.rewards["payoff"]) == (-2.0, 2.0)  # kuhn's lowest: -2
 
 
@@ -243,9 +252,11 @@ async def test_a_reply_that_counts_after_a_reprompt_is_played() -> None:
         env, {"player0": Scripted("[bet] or [pass]", "[ bet ]"), "player1": Scripted("[Pass]")}
     )
     t0, t1 = seats(episode)
-    assert t0.info["moves"] == ["Bet"] and t1.info["moves"] == ["Pass"]
+    assert t0.info["moves"] == ["Bet"]
+    assert t1.info["moves"] == ["Pass"]
     assert (t0.rewards["payoff"], t1.rewards["payoff"]) == (1.0, -1.0)
-    assert t0.info["invalid"] == 1 and t0.info["terminal"]
+    assert t0.info["invalid"] == 1
+    assert t0.info["terminal"]
 
 
 async def test_an_endpoint_failure_is_no_forfeit_and_fails_the_episode() -> None:
@@ -254,7 +265,8 @@ async def test_an_endpoint_failure_is_no_forfeit_and_fails_the_episode() -> None
     episode = await run_with(env, {"player0": failing, "player1": Scripted()})
     assert not episode.ok
     t0, _ = seats(episode)
-    assert t0.info["forfeited"] is False and "payoff" not in t0.info
+    assert t0.info["forfeited"] is False
+    assert "payoff" not in t0.info
 
 
 def test_action_names_are_bracketable_and_parsed() -> None:
@@ -295,7 +307,8 @@ def test_bad_games_are_one_line_before_any_episode(
     assert main(["eval", "openspiel", f"--env.game={game}", "-n", "2"]) == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert lines[0] == "error:" and len(lines) == 2, err
+    assert lines[0] == "error:", err
+    assert len(lines) == 2, err
     for needle in needles:
         assert needle in lines[1], err
     assert not (tmp_path / "outputs").exists()
@@ -314,8 +327,10 @@ async def test_the_report_shows_the_moves_per_seat(tmp_path: Path) -> None:
     page = write_report(tmp_path).read_text()
     assert 'id="openspiel-moves"' in page
     first = seats(episodes[0])[0].info["moves"][0]
-    section = page[page.index('id="openspiel-moves"'):]
-    assert "player0" in section and "player1" in section and first in section
+    section = page[page.index('id="openspiel-moves"') :]
+    assert "player0" in section
+    assert "player1" in section
+    assert first in section
 
 
 def test_tasks_name_the_game() -> None:

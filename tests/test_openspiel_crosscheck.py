@@ -54,8 +54,13 @@ def played(env: object, task: object, moves: dict[str, list[str]]) -> dict[str, 
     closed: dict[str, list[Trace]] = {role: [] for role in moves}
     agents = Agents(
         {
-            role: Agent(role, config, client=Plays(moves[role]), rubric=env.rubric(role),  # type: ignore[attr-defined]
-                        on_close=closed[role].append)  # fmt: skip
+            role: Agent(
+                role,
+                config,
+                client=Plays(moves[role]),
+                rubric=env.rubric(role),  # type: ignore[attr-defined]
+                on_close=closed[role].append,
+            )
             for role, config in env.roles.items()  # type: ignore[attr-defined]
         }
     )
@@ -83,7 +88,8 @@ def test_kuhn_poker_agrees_with_openspiel(deal: tuple[int, int], picks: list[int
         assert spiel_key(cards[seat], history) == state.information_state_string(seat)
         history.append(ours[pick])
         state.apply_action(state.legal_actions()[pick])
-    assert rules.is_over(history) and state.is_terminal()
+    assert rules.is_over(history)
+    assert state.is_terminal()
     assert list(rules.payoffs(cards, history)) == state.returns()
     # the env itself, its seats playing the same actions on the same deal
     env = KuhnPoker()
@@ -116,7 +122,8 @@ def test_prisoners_dilemma_agrees_with_openspiel(rounds: int, data: st.DataObjec
     state = openspiel_pd(rounds).new_initial_state()  # type: ignore[attr-defined]
     per_round = []
     for a, b in pairs:
-        assert not state.is_terminal() and state.is_simultaneous_node()
+        assert not state.is_terminal()
+        assert state.is_simultaneous_node()
         for player in (0, 1):
             legal = [state.action_to_string(player, x).lower() for x in state.legal_actions(player)]
             assert legal == list(MOVES)

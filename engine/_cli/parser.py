@@ -188,10 +188,10 @@ def _add_exploitability_command(sub: Any) -> None:
         epilog="Any other option is a dotted config override: --env.game=leduc_poker.",
     )
     cmd.add_argument("env", help="an env that can be asked at each information state")
-    cmd.add_argument("-k", "--samples", type=int, default=100, metavar="K",
-                     help="answers asked per information state (default: 100)")  # fmt: skip
-    cmd.add_argument("--resamples", type=int, default=200, metavar="R",
-                     help="bootstrap resamples of the interval (default: 200; 0: none)")  # fmt: skip
+    k_help = "answers asked per information state (default: 100)"
+    cmd.add_argument("-k", "--samples", type=int, default=100, metavar="K", help=k_help)
+    r_help = "bootstrap resamples of the interval (default: 200; 0: none)"
+    cmd.add_argument("--resamples", type=int, default=200, metavar="R", help=r_help)
     cmd.add_argument("-c", "--concurrency", type=int, metavar="C", help="episodes at once")
     cmd.add_argument("--seed", type=int, metavar="S", help="the run's seed (default: 0)")
     cmd.add_argument("--model", metavar="M", help="model name (default: builtin/bracket)")
@@ -199,12 +199,11 @@ def _add_exploitability_command(sub: Any) -> None:
     cmd.add_argument("--api-key-var", metavar="VAR", help="environment variable of the key")
     cmd.add_argument("--request-timeout", type=float, metavar="S", help="seconds per request")
     cmd.add_argument("-C", "--config", metavar="TOML", help="config file")
-    cmd.add_argument("-o", "--output-dir", metavar="DIR",
-                     help="run directory (default: outputs/<env>-exploitability--<model>--<time>)")  # fmt: skip
+    o_help = "run directory (default: outputs/<env>-exploitability--<model>--<time>)"
+    cmd.add_argument("-o", "--output-dir", metavar="DIR", help=o_help)
     cmd.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
     cmd.add_argument("--no-progress", action="store_true", help="no progress line")
     cmd.set_defaults(resume=False, **{d: None for d in FLAGS if d not in _EXPLOITABILITY_TAKES})
-
 
 
 def parser() -> argparse.ArgumentParser:

@@ -25,7 +25,6 @@ from taketurns._errors import ConfigError, OutputError
 from taketurns._exchange.outcome import describe_cause
 from taketurns._report.charts import Series, bar_chart, histogram
 from taketurns._report.env_parts import EnvParts, env_parts
-from taketurns._report.measures import measures_section
 from taketurns._report.markup import (
     Json,
     as_dict,
@@ -34,6 +33,7 @@ from taketurns._report.markup import (
     num,
     shown,
 )
+from taketurns._report.measures import measures_section
 from taketurns._report.scan import Scan
 from taketurns._report.style import REPORT_CSS, REPORT_JS
 from taketurns._report.transcript import render_transcripts
