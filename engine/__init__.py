@@ -59,7 +59,6 @@ from taketurns._eval.taskset import (
     TasksetEnv,
     register_taskset,
 )
-from taketurns._eval.probe import PolicyProbe
 from taketurns._exchange.agent import Agent, Agents
 from taketurns._exchange.judge import Judge, JudgeConfig
 from taketurns._exchange.outcome import is_failure
@@ -123,7 +122,6 @@ __all__ = [
     "Message",
     "ModelEndpointError",
     "OptionError",
-    "PolicyProbe",
     "Reply",
     "Resources",
     "Rubric",

@@ -16,8 +16,9 @@ pieces a harness, an env or a taskset is built from.
 - processes: ``start_owned``/``run_owned`` (the process owner), ``OwnedProcess``,
   ``Captured``, ``Sandbox``
 - envs and tasksets: ``open_taskset``, ``roles_of``, ``run_asyncio``,
-  ``parse_verdict``; option checks for config fields (``at_least``, ``int_between``,
-  ``one_of``); the id registries (``env_registry``, ``harness_registry``,
+  ``parse_verdict``; ``PolicyProbe`` (an env whose policy ``taketurns
+  exploitability`` measures state by state); option checks for config fields
+  (``at_least``, ``int_between``, ``one_of``); the id registries (``env_registry``, ``harness_registry``,
   ``taskset_registry``)
 
 The errors a harness raises are in ``taketurns.errors``.
@@ -31,6 +32,7 @@ from taketurns._config.registry import harnesses as harness_registry
 from taketurns._config.registry import tasksets as taskset_registry
 from taketurns._eval.aio import run_asyncio
 from taketurns._eval.env import roles_of
+from taketurns._eval.probe import PolicyProbe
 from taketurns._eval.taskset import open_taskset
 from taketurns._exchange.harness import Harness, Prompt, Rollout, can_chat
 from taketurns._exchange.judge import parse_verdict
@@ -94,6 +96,7 @@ __all__ = [
     "ModelResponse",
     "NullHarness",
     "OwnedProcess",
+    "PolicyProbe",
     "Prompt",
     "Rollout",
     "Sandbox",

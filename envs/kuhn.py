@@ -30,7 +30,6 @@ from taketurns import (
     Env,
     EnvConfig,
     Episode,
-    PolicyProbe,
     Task,
     Trace,
     metric,
@@ -38,7 +37,7 @@ from taketurns import (
 )
 from taketurns.envs import kuhn_rules as rules
 from taketurns.envs import reprompts
-from taketurns.harness import int_between
+from taketurns.harness import PolicyProbe, int_between
 from taketurns.report import Figure, Series, bar_chart, num
 
 __all__ = [

@@ -49,7 +49,6 @@ from taketurns import (
     EnvConfig,
     Episode,
     OptionError,
-    PolicyProbe,
     Task,
     Trace,
     metric,
@@ -57,7 +56,7 @@ from taketurns import (
 )
 from taketurns.envs import openspiel_cfr, reprompts
 from taketurns.envs import openspiel_games as games
-from taketurns.harness import int_between, one_of
+from taketurns.harness import PolicyProbe, int_between, one_of
 from taketurns.report import Section, table
 
 __all__ = ["OpenSpiel", "OpenSpielConfig", "ask_text", "rules_prompt"]

@@ -35,7 +35,7 @@ TIERS: dict[str, list[str]] = {
         *("Agent", "AgentConfig", "Agents", "AssistantMessage", "ChatSession", "ConfigError"),
         *("Env", "EnvConfig", "Episode", "EvalConfig", "EvalRun", "HarnessError"),
         *("Interrupted", "Judge", "JudgeConfig", "Limits", "Message", "ModelEndpointError"),
-        *("OptionError", "PolicyProbe", "Reply", "Resources", "Rubric", "RunDir", "Sampling"),
+        *("OptionError", "Reply", "Resources", "Rubric", "RunDir", "Sampling"),
         *("SessionClosed", "SessionOver", "SystemMessage", "TaketurnsError", "Task"),
         *("Taskset", "TasksetConfig", "TasksetEnv", "Timeouts", "Tool", "ToolMessage"),
         *("Trace", "TurnError", "UserMessage", "is_failure", "load_eval_config", "metric"),
@@ -59,7 +59,8 @@ TIERS: dict[str, list[str]] = {
     "taketurns.harness": [
         *("AgentStamp", "Captured", "Endpoint", "EpisodeInfo", "ErrorInfo", "Harness"),
         *("ImagePart", "JudgeCall", "McpConnection", "McpServer", "McpTool", "ModelClient"),
-        *("ModelRequest", "ModelResponse", "NullHarness", "OwnedProcess", "Prompt"),
+        *("ModelRequest", "ModelResponse", "NullHarness", "OwnedProcess", "PolicyProbe"),
+        "Prompt",
         *("Rollout", "Sandbox", "ServedHarness", "SessionState", "TextPart", "ToolCall"),
         *("Turn", "TurnReward", "Usage", "as_tools", "at_least", "can_chat", "env_registry"),
         *("from_wire", "harness_registry", "int_between", "messages_from_wire"),
