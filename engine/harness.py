@@ -18,8 +18,8 @@ pieces a harness, an env or a taskset is built from.
 - envs and tasksets: ``open_taskset``, ``roles_of``, ``run_asyncio``,
   ``parse_verdict``; ``PolicyProbe`` (an env whose policy ``taketurns
   exploitability`` measures state by state); option checks for config fields
-  (``at_least``, ``int_between``, ``one_of``); the id registries (``env_registry``, ``harness_registry``,
-  ``taskset_registry``)
+  (``at_least``, ``int_between``, ``one_of``); the id registries (``env_registry``,
+  ``harness_registry``, ``taskset_registry``)
 
 The errors a harness raises are in ``taketurns.errors``.
 """
