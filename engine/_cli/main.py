@@ -147,18 +147,7 @@ def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str, model
     try:
         text = dump_toml(attrs.evolve(config, output_dir=None))
         if args.resume and run_dir.config_path.exists():
-            stored = _normalised(read_toml(run_dir.config_path), config)
-            refused, changed = compare(stored, tomllib.loads(text))
-            if refused:
-                raise ConfigError(
-                    [
-                        f"--resume: the config differs from {run_dir.config_path} in what "
-                        "the run computes; resume with the same options (or none: the stored "
-                        "config is reused; how it runs, e.g. -c, --base-url, timeouts, may "
-                        "change, and -n/-r may grow):",
-                        *refused,
-                    ]
-                )
+            changed = _resumed_changes(run_dir.config_path, config)
             run_dir.record_resume(changed)
             if changed:
                 run_dir.write_config(text)
@@ -168,6 +157,27 @@ def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str, model
         run_dir.unlock()
         raise
     return run_dir
+
+
+def _resumed_changes(stored_path: Path, config: EvalConfig) -> dict[str, Any]:
+    """What a resume changes in the stored config (how the run executes); a change in
+    what the run computes is refused with ``ConfigError``, one line per option. Sync
+    and cheap: checked before the endpoint preflight, so a refused resume is the
+    first thing the user sees, then again where the run directory is opened."""
+    text = dump_toml(attrs.evolve(config, output_dir=None))
+    stored = _normalised(read_toml(stored_path), config)
+    refused, changed = compare(stored, tomllib.loads(text))
+    if refused:
+        raise ConfigError(
+            [
+                f"--resume: the config differs from {stored_path} in what "
+                "the run computes; resume with the same options (or none: the stored "
+                "config is reused; how it runs, e.g. -c, --base-url, timeouts, may "
+                "change, and -n/-r may grow):",
+                *refused,
+            ]
+        )
+    return changed
 
 
 def _normalised(stored: dict[str, Any], config: EvalConfig) -> dict[str, Any]:
@@ -193,12 +203,15 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
 
         require_ray(config.env_id)
     tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
-    trio.run(partial(preflight, say=lambda text: console.print(text, highlight=False)), config, env)
     # the default directory is named after --model, else the first role's model
     model = config.model or next((r.model for r in plan.roles.values() if r.model), "none")
+    resumed = Path(args.output_dir or config.output_dir or ".") / "config.toml"
+    if args.resume and resumed.is_file():
+        _resumed_changes(resumed, config)  # a refused resume: before the preflight
+    trio.run(partial(preflight, say=lambda text: console.print(text, highlight=False)), config, env)
     run_dir = _open_run_dir(args, config, name, model)
     console.print(
-        f"{'resuming' if args.resume else 'running'} {name}: {config.num_tasks} tasks x "
+        f"{'resuming' if args.resume else 'running'} {name}: {len(tasks)} tasks x "
         f"{config.rollouts} rollouts, {config.concurrency} at once ({config.backend}), "
         f"into {run_dir.path}",
         highlight=False,
