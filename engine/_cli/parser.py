@@ -184,7 +184,7 @@ def _add_exploitability_command(sub: Any) -> None:
         description="Ask each seat at every information state of the env's game K times "
         "(seeded, through the engine like any turn), build the empirical tabular policy and "
         "measure it (OpenSpiel's exploitability module for OpenSpiel games), with a "
-        "bootstrap 95%% interval over the K answers of each state.",
+        "bootstrap 95% interval over the K answers of each state.",
         epilog="Any other option is a dotted config override: --env.game=leduc_poker.",
     )
     cmd.add_argument("env", help="an env that can be asked at each information state")
