@@ -67,7 +67,8 @@ SEATS = 4
 def _a_game(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str):
         raise OptionError(attribute.name, value, "an OpenSpiel game name or game string")
-    games.load(value, field=attribute.name)
+    if games.installed():  # else the env refuses to be built (``OpenSpiel.__init__``)
+        games.load(value, field=attribute.name)
 
 
 @attrs.define
@@ -87,6 +88,8 @@ class OpenSpielConfig(EnvConfig):
     invalid_retries: int = attrs.field(default=1, validator=int_between(0))
 
     def __attrs_post_init__(self) -> None:
+        if not games.installed():
+            return
         players = games.load(self.game).num_players()
         if players > SEATS:
             raise OptionError(
@@ -149,7 +152,7 @@ class OpenSpiel(PolicyProbe, Env):
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
-        self.game = games.load(self.config.game)
+        self.game = games.load(self.config.game)  # without the extra: ConfigError
 
     def tasks(self, num_tasks: int) -> list[Task]:
         name = str(self.game)

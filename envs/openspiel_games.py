@@ -33,6 +33,7 @@ __all__ = [
     "chance_draw",
     "forfeit_payoffs",
     "information_states",
+    "installed",
     "is_simultaneous",
     "is_zero_sum",
     "load",
@@ -48,6 +49,16 @@ MAX_STATES = 20_000  # information states an exploitability run may ask about
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 _SPACES = re.compile(r"\s+")
 VIEWS = ("both", "information_state", "observation")
+
+
+def installed() -> bool:
+    """Whether ``pyspiel`` imports (a config is checked against OpenSpiel only then;
+    without it the env itself refuses to be built, naming the extra)."""
+    try:
+        pyspiel()
+    except ConfigError:
+        return False
+    return True
 
 
 def pyspiel() -> Any:

@@ -336,3 +336,14 @@ async def test_the_report_shows_the_moves_per_seat(tmp_path: Path) -> None:
 def test_tasks_name_the_game() -> None:
     tasks = OpenSpiel(OpenSpielConfig(game="goofspiel(num_cards=4)")).tasks(2)
     assert tasks[1] == Task(idx=1, name="goofspiel(num_cards=4)-1", prompt=None)
+
+
+def test_without_openspiel_the_config_lists_and_the_env_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "pyspiel", None)  # as if not installed
+    config = OpenSpielConfig(game="leduc_poker")  # `taketurns envs` still lists it
+    from taketurns import ConfigError
+
+    with pytest.raises(ConfigError, match=r"pip install 'taketurns\[openspiel\]'"):
+        OpenSpiel(config)
