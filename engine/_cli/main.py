@@ -39,7 +39,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from taketurns._cli.interrupts import quiet_interrupts
-from taketurns._cli.parser import FLAGS, parser, split_overrides, unknown_argument
+from taketurns._cli.parser import (
+    FLAGS,
+    parser,
+    refuse_leading_flag,
+    split_overrides,
+    unknown_argument,
+)
 from taketurns._cli.resume import OUTPUTS, compare, newest_run, run_dir_name
 from taketurns._cli.rundirs import compare_command, replay_command, rescore_command
 from taketurns._cli.served_model import asks_for_model, served_model
@@ -336,10 +342,11 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
 
 @quiet_interrupts
 def main(argv: Sequence[str] | None = None) -> int:
-    args, extra = parser().parse_known_args(argv)
     # soft_wrap: a message is never hard-wrapped (at 80 columns off a terminal)
     console = Console(stderr=True, soft_wrap=True)
     try:
+        refuse_leading_flag(sys.argv[1:] if argv is None else argv)
+        args, extra = parser().parse_known_args(argv)
         if args.command == "eval":
             return _eval(args, extra, console)
         if args.command == "rescore":

@@ -170,6 +170,7 @@ def _version() -> str:
         return "(not installed)"
 
 
+<<<<<<< HEAD
 # the eval flags ``exploitability`` takes (the others parse to None: the config's own)
 _EXPLOITABILITY_TAKES = (
     "concurrency", "seed", "model", "base_url", "api_key_var", "request_timeout",
@@ -204,12 +205,48 @@ def _add_exploitability_command(sub: Any) -> None:
     cmd.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
     cmd.add_argument("--no-progress", action="store_true", help="no progress line")
     cmd.set_defaults(resume=False, **{d: None for d in FLAGS if d not in _EXPLOITABILITY_TAKES})
+=======
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (``ConfigError``, printed
+    by ``main`` as every refused input is), never the usage block first."""
+
+    def error(self, message: str) -> Any:
+        command = self.prog.removeprefix("taketurns").strip()
+        listing = f"taketurns {command} --help" if command else "taketurns --help"
+        if message.startswith("argument command: invalid choice:"):
+            given = message.split("'")[1] if "'" in message else ""
+            hint = did_you_mean(given, COMMANDS, quote="")
+            raise ConfigError(
+                f"{given!r}: unknown command; {hint + ' ' if hint else ''}"
+                f"(commands: {', '.join(COMMANDS)}; taketurns --help)"
+            )
+        raise ConfigError(f"{message.removeprefix('argument ')} ({listing} lists the flags)")
+
+
+COMMANDS = ("eval", "envs", "report", "compare", "rescore", "replay", "export", "view", "serve")
+
+
+def refuse_leading_flag(argv: Sequence[str]) -> None:
+    """Refuse a flag given before the command (``taketurns -n 5 eval ...``): every
+    flag belongs to a command and goes after it."""
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        command = next((a for a in argv if a in COMMANDS), "eval")
+        raise ConfigError(
+            f"{argv[0]!r}: a flag goes after the command: taketurns {command} ... "
+            f"{argv[0]} (taketurns {command} --help lists its flags)"
+        )
+>>>>>>> main
 
 
 def parser() -> argparse.ArgumentParser:
     """The whole command line: ``eval``, ``envs``, ``report``, ``compare``, ``export``,
+<<<<<<< HEAD
     ``exploitability``, ``serve``, ``view``."""
     top = argparse.ArgumentParser(
+=======
+    ``serve``, ``view``."""
+    top = _Parser(
+>>>>>>> main
         prog="taketurns",
         description="Run, record and score multi-turn LLM rollouts (trio-based).",
     )
