@@ -170,7 +170,6 @@ def _version() -> str:
         return "(not installed)"
 
 
-<<<<<<< HEAD
 # the eval flags ``exploitability`` takes (the others parse to None: the config's own)
 _EXPLOITABILITY_TAKES = (
     "concurrency", "seed", "model", "base_url", "api_key_var", "request_timeout",
@@ -205,7 +204,8 @@ def _add_exploitability_command(sub: Any) -> None:
     cmd.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
     cmd.add_argument("--no-progress", action="store_true", help="no progress line")
     cmd.set_defaults(resume=False, **{d: None for d in FLAGS if d not in _EXPLOITABILITY_TAKES})
-=======
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line (``ConfigError``, printed
     by ``main`` as every refused input is), never the usage block first."""
@@ -235,18 +235,12 @@ def refuse_leading_flag(argv: Sequence[str]) -> None:
             f"{argv[0]!r}: a flag goes after the command: taketurns {command} ... "
             f"{argv[0]} (taketurns {command} --help lists its flags)"
         )
->>>>>>> main
 
 
 def parser() -> argparse.ArgumentParser:
     """The whole command line: ``eval``, ``envs``, ``report``, ``compare``, ``export``,
-<<<<<<< HEAD
     ``exploitability``, ``serve``, ``view``."""
-    top = argparse.ArgumentParser(
-=======
-    ``serve``, ``view``."""
     top = _Parser(
->>>>>>> main
         prog="taketurns",
         description="Run, record and score multi-turn LLM rollouts (trio-based).",
     )
