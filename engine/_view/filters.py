@@ -13,7 +13,7 @@ import attrs
 
 from taketurns._config.suggest import did_you_mean
 from taketurns._errors import BadRequest
-from taketurns._exchange.outcome import CAUSES, record_cause
+from taketurns._exchange.outcome import ALL_CAUSES, record_cause
 
 __all__ = ["EpisodeFilter"]
 
@@ -24,7 +24,7 @@ NO_FAILURE = "ok"
 def _cause(args: Mapping[str, str]) -> str:
     """The ``cause`` filter: empty, ``ok``, ``failed`` or one cause; else refused."""
     text = (args.get("cause") or "").strip()
-    accepted = (NO_FAILURE, ANY_FAILURE, *CAUSES)
+    accepted = (NO_FAILURE, ANY_FAILURE, *ALL_CAUSES)
     if text and text not in accepted:
         hint = did_you_mean(text, accepted)
         raise BadRequest(
