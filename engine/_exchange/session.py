@@ -1,6 +1,6 @@
 """``ChatSession``: the exchange. Whoever calls ``turn(message)`` is the user.
 
-The rules (README "The exchange"):
+The rules (docs/exchange.md):
 
 - Each ``turn()`` runs exactly one harness segment under the session's lock, a
   ``trio.Lock`` always taken with ``async with``: concurrent callers are served FIFO and
@@ -55,7 +55,6 @@ A turn() refused for its message (``TypeError``, ``TurnError``) or for re-entry
 
 from __future__ import annotations
 
-import contextvars
 import enum
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -72,6 +71,7 @@ from taketurns._errors import (
     TurnError,
 )
 from taketurns._exchange.harness import Harness, Rollout
+from taketurns._exchange.holding import HOLDING as _HOLDING
 from taketurns._exchange.rubric import Rubric
 from taketurns._exchange.segment import Segment, leaves
 from taketurns._exchange.task import Task
@@ -159,14 +159,6 @@ def _from_dict(raw: Mapping[str, object], where: str) -> Message:
             f"{exc}: a dict passed to turn() is an OpenAI chat message, such as "
             '{"role": "user", "content": "hi"}'
         ) from None
-
-
-# The sessions whose turn() or close() holds the lock in this context: set once the
-# lock is taken, so the holder's own task and every task it spawns (trio copies the
-# context) see it, and a turn()/close() from there is refused instead of waiting.
-_HOLDING: contextvars.ContextVar[tuple[ChatSession, ...]] = contextvars.ContextVar(
-    "taketurns_holding_sessions", default=()
-)
 
 
 class ChatSession:
@@ -415,19 +407,7 @@ class ChatSession:
                 self._closed.set()
 
     def _scoring_timed_out(self) -> None:
-        trace = self._trace
-        for scorer in self.rubric.rewards:
-            trace.rewards.setdefault(scorer.name, 0.0)
-        for scorer in self.rubric.metrics:
-            trace.metrics.setdefault(scorer.name, 0.0)
-        trace.errors.append(
-            ErrorInfo(
-                "scoring",
-                f"finalize and scoring took longer than {self.timeouts.scoring_s}s "
-                "(timeouts.scoring_s); unfinished rewards score 0.0",
-                "ScoringError",
-            )
-        )
+        self.rubric.timed_out(self._trace, self.timeouts.scoring_s)
 
     async def __aenter__(self) -> ChatSession:
         return self
