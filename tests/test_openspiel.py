@@ -347,3 +347,16 @@ def test_without_openspiel_the_config_lists_and_the_env_names_the_extra(
 
     with pytest.raises(ConfigError, match=r"pip install 'taketurns\[openspiel\]'"):
         OpenSpiel(config)
+
+
+async def test_a_game_that_samples_its_own_chance_is_seeded_by_the_episode(
+    tmp_path: Path,
+) -> None:
+    def asked(episodes: list[Episode]) -> list[str]:
+        ordered = sorted(episodes, key=lambda e: e.task.idx)
+        return [text_of(seats(e)[0].turns[0].request[-1].content) for e in ordered]
+
+    first = asked(await played(tmp_path / "a", "negotiation", n=6, seed=1))
+    assert first == asked(await played(tmp_path / "b", "negotiation", n=6, seed=1))
+    assert first != asked(await played(tmp_path / "c", "negotiation", n=6, seed=2))
+    assert len(set(first)) > 1  # the pools and values differ from game to game
