@@ -1,8 +1,8 @@
 """The public surface, in tiers (issue 28): each public module's ``__all__`` is pinned
 here, complete and resolvable, and each name has one home (the everyday errors are
 also in the whole tree, ``taketurns.errors``); every module's own ``__all__``
-resolves; implementation modules are private (STYLE.md item 2), and the only public
-submodules are the deliberate ones."""
+resolves; implementation modules are private (docs/design.md "The public surface"), and
+the only public submodules are the deliberate ones."""
 
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ def test_each_module_all_resolves(module_name: str) -> None:
         assert hasattr(module, name), f"{module_name}.__all__ lists missing {name!r}"
 
 
-# -- one error root (STYLE.md item 7, issue 23) ------------------------------------------------
+# -- one error root (docs/design.md "Errors", issue 23) -----------------------------------
 
 _BRANCH = re.compile(r"^(?P<indent>[ │]*)[├└]── (?P<name>\w+)")
 
