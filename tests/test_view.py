@@ -270,6 +270,9 @@ async def test_api_runs_summary_and_episodes(
     assert ([e["line"] for e in last["episodes"]], last["next"]) == ([10, 11], None)
     failed = (await http.get("/api/runs/b/episodes", params={"cause": "failed"})).json()
     assert [e["line"] for e in failed["episodes"]] == [0]
+    bogus = await http.get("/api/runs/a/episodes", params={"cause": "modle"})
+    assert bogus.status_code == 400
+    assert "cause='modle': not a cause; did you mean 'model'?" in bogus.json()["error"]
     bad = await http.get("/api/runs/a/episodes", params={"limit": 0})
     assert bad.status_code == 400
     assert "limit=0: must be between 1 and 500" in bad.json()["error"]

@@ -7,7 +7,8 @@
 ``taketurns compare A B [--json]``;
 ``taketurns rescore DIR [-o NEW] [--overwrite] [--env.<field>=V ...]``;
 ``taketurns replay DIR [--episode ID ...] [-o OUT] [--overwrite] [--env.<field>=V ...]``;
-``taketurns view [DIR ...] [--host H] [--port P]`` (``_view.command``)
+``taketurns view [DIR ...] [--host H] [--port P]`` (``_view.command``);
+``taketurns exploitability ENV [-k K] [--model M] ...`` (``_cli.exploitability``)
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
@@ -38,7 +39,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from taketurns._cli.interrupts import quiet_interrupts
-from taketurns._cli.parser import FLAGS, parser, split_overrides, unknown_argument
+from taketurns._cli.parser import (
+    FLAGS,
+    parser,
+    refuse_leading_flag,
+    split_overrides,
+    unknown_argument,
+)
 from taketurns._cli.resume import OUTPUTS, compare, newest_run, run_dir_name
 from taketurns._cli.rundirs import compare_command, replay_command, rescore_command
 from taketurns._cli.served_model import asks_for_model, served_model
@@ -335,16 +342,21 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
 
 @quiet_interrupts
 def main(argv: Sequence[str] | None = None) -> int:
-    args, extra = parser().parse_known_args(argv)
     # soft_wrap: a message is never hard-wrapped (at 80 columns off a terminal)
     console = Console(stderr=True, soft_wrap=True)
     try:
+        refuse_leading_flag(sys.argv[1:] if argv is None else argv)
+        args, extra = parser().parse_known_args(argv)
         if args.command == "eval":
             return _eval(args, extra, console)
         if args.command == "rescore":
             return rescore_command(args, extra, console)
         if args.command == "replay":
             return replay_command(args, extra, console)
+        if args.command == "exploitability":
+            from taketurns._cli.exploitability import exploitability_command
+
+            return exploitability_command(args, extra, console, _load_config, _open_run_dir)
         if extra:
             raise ConfigError([unknown_argument(item, args.command) for item in extra])
         if args.command == "serve":

@@ -209,6 +209,10 @@ class Plan:
                 services=self.services,
             )
         self._check_sandboxes()
+        for role, built in self.agents.items():  # a missing program: before any episode
+            lacking = built.harness.missing()
+            if lacking is not None:
+                raise ConfigError(f"env.{role}.harness = {built.harness_id!r}: {lacking}")
 
         if self.servers and config.backend != "local":
             raise ConfigError(
@@ -293,7 +297,7 @@ def env_class(env_id: str, *, field: str = "env_id") -> type[Env]:
     if not (isinstance(cls, type) and issubclass(cls, Env)):
         raise ConfigError(
             f"{field} = {env_id!r}: {cls!r} is not an Env subclass (nor a Taskset, which "
-            "runs under single-agent); see the README, Writing an env"
+            "runs under single-agent); see docs/writing-envs.md"
         )
     return cls
 
