@@ -1,8 +1,8 @@
 """The public surface, in tiers (issue 28): each public module's ``__all__`` is pinned
 here, complete and resolvable, and each name has one home (the everyday errors are
 also in the whole tree, ``taketurns.errors``); every module's own ``__all__``
-resolves; implementation modules are private (STYLE.md item 2), and the only public
-submodules are the deliberate ones."""
+resolves; implementation modules are private (docs/design.md "The public surface"), and
+the only public submodules are the deliberate ones."""
 
 from __future__ import annotations
 
@@ -59,11 +59,13 @@ TIERS: dict[str, list[str]] = {
     "taketurns.harness": [
         *("AgentStamp", "Captured", "Endpoint", "EpisodeInfo", "ErrorInfo", "Harness"),
         *("ImagePart", "JudgeCall", "McpConnection", "McpServer", "McpTool", "ModelClient"),
-        *("ModelRequest", "ModelResponse", "NullHarness", "OwnedProcess", "Prompt"),
+        *("ModelRequest", "ModelResponse", "NullHarness", "OwnedProcess", "PolicyProbe"),
+        "Prompt",
         *("Rollout", "Sandbox", "ServedHarness", "SessionState", "TextPart", "ToolCall"),
         *("Turn", "TurnReward", "Usage", "as_tools", "at_least", "can_chat", "env_registry"),
         *("from_wire", "harness_registry", "int_between", "messages_from_wire"),
         *("messages_to_wire", "one_of", "open_mcp_servers", "open_taskset", "parse_verdict"),
+        "register_builtin_policy",
         *("roles_of", "run_asyncio", "run_owned", "start_owned", "taskset_registry"),
         *("text_of", "to_wire", "tool_schema"),
     ],
@@ -208,7 +210,7 @@ def test_each_module_all_resolves(module_name: str) -> None:
         assert hasattr(module, name), f"{module_name}.__all__ lists missing {name!r}"
 
 
-# -- one error root (STYLE.md item 7, issue 23) ------------------------------------------------
+# -- one error root (docs/design.md "Errors", issue 23) -----------------------------------
 
 _BRANCH = re.compile(r"^(?P<indent>[ │]*)[├└]── (?P<name>\w+)")
 

@@ -1,5 +1,5 @@
-"""The exchange (``ChatSession``): DESIGN.md "The exchange: contract", lines 1-9, plus
-timeouts and close (lines 7 and 8, `run` and `chat`, are in test_agent.py). Driven through
+"""The exchange (``ChatSession``): docs/design.md "The exchange", lines 1-14 and
+17-18 (lines 15 and 16, `run` and the harness declarations, are in test_agent.py). Driven through
 ``Agent.chat`` with a scripted model."""
 
 from __future__ import annotations

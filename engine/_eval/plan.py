@@ -317,7 +317,7 @@ def env_class(env_id: str, *, field: str = "env_id") -> type[Env]:
     if not (isinstance(cls, type) and issubclass(cls, Env)):
         raise ConfigError(
             f"{field} = {env_id!r}: {cls!r} is not an Env subclass (nor a Taskset, which "
-            "runs under single-agent); see the README, Writing an env"
+            "runs under single-agent); see docs/writing-envs.md"
         )
     return cls
 

@@ -1,6 +1,6 @@
 """``ChatSession``: the exchange. Whoever calls ``turn(message)`` is the user.
 
-The rules (README "The exchange"):
+The rules (docs/exchange.md):
 
 - Each ``turn()`` runs exactly one harness segment under the session's lock, a
   ``trio.Lock`` always taken with ``async with``: concurrent callers are served FIFO and
