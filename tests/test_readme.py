@@ -55,6 +55,10 @@ PAGES = {
 
 # command prefix -> why it is not run here
 NOT_RUN = {
+    "taketurns exploitability openspiel --env.game=leduc_poker -k 20": "18,720 episodes and "
+    "21 NashConvs of Leduc: over a minute; tests/test_exploitability.py measures Kuhn",
+    "taketurns eval openspiel --env.game=tic_tac_toe -n 2 --model llamacpp/": "a real model "
+    "on 2 CPU cores: minutes; tests/test_real_model.py plays Kuhn on it",
     "taketurns eval wordle -n 20": "20 TextArena games at ~2 s each to build: over a "
     "minute; tests/test_textarena.py plays Wordle through the same env",
     "taketurns eval textarena --env.game=WordLadder-v0": "20 WordLadder games, as slow; "
@@ -278,7 +282,7 @@ def test_an_inline_command_is_valid(workdir: Path, command: str) -> None:
     (workdir / "my_tasks.py").write_text(MY_TASKS)
     words = shlex.split(command)
     sub = words[1]
-    assert sub in ("eval", "envs", "report", "serve", "export", "view"), command
+    assert sub in ("eval", "envs", "report", "serve", "export", "view", "exploitability"), command
     if _is_synopsis(command) or sub in ("report", "serve", "export", "view") or len(words) == 2:
         # a synopsis or a long-running server: the command and its flags exist
         for word in words[2:]:
