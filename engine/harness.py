@@ -16,9 +16,9 @@ pieces a harness, an env or a taskset is built from.
   ``Captured``, ``Sandbox``
 - envs and tasksets: ``open_taskset``, ``roles_of``, ``run_asyncio``,
   ``parse_verdict``; ``load_reference`` (import what ``./file.py:name`` or
-  ``package.module:name`` names, as envs are named); option checks for config fields (``at_least``, ``int_between``,
-  ``one_of``); the id registries (``env_registry``, ``harness_registry``,
-  ``taskset_registry``)
+  ``package.module:name`` names, as envs are named); option checks for config
+  fields (``at_least``, ``int_between``, ``one_of``); the id registries
+  (``env_registry``, ``harness_registry``, ``taskset_registry``)
 
 The errors a harness raises are in ``taketurns.errors``.
 """

@@ -270,7 +270,7 @@ async def anyio_gather() -> list[int]:
     results: list[int] = []
 
     async def one(n: int) -> None:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         results.append(n)
 
     async with anyio.create_task_group() as group:

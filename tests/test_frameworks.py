@@ -11,9 +11,8 @@ no sockets, but trio-asyncio runs the frameworks: the real clock, generous fail_
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
