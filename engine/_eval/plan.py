@@ -209,6 +209,10 @@ class Plan:
                 services=self.services,
             )
         self._check_sandboxes()
+        for role, built in self.agents.items():  # a missing program: before any episode
+            lacking = built.harness.missing()
+            if lacking is not None:
+                raise ConfigError(f"env.{role}.harness = {built.harness_id!r}: {lacking}")
 
         if self.servers and config.backend != "local":
             raise ConfigError(

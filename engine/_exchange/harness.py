@@ -203,6 +203,12 @@ class Harness(abc.ABC):
         """Finalize the rollout at session close, once (in the close's shielded scope
         bounded by ``timeouts.scoring_s``, before the scorers). Default: nothing."""
 
+    def missing(self) -> str | None:
+        """What this machine lacks to run the harness (its program not on PATH, say),
+        in words that name the fix; None when nothing is. The eval refuses a role
+        whose harness misses something before any episode. Default: None."""
+        return None
+
     async def shutdown(self) -> None:
         """Release what the harness holds across its rollouts (a pool of programs,
         say). The eval runner calls it once, shielded, after the last session of every

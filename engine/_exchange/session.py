@@ -33,7 +33,6 @@ The rules (README "The exchange"):
 
 from __future__ import annotations
 
-import contextvars
 import enum
 import math
 import time
@@ -53,6 +52,7 @@ from taketurns._errors import (
     TurnError,
 )
 from taketurns._exchange.harness import Harness, Rollout
+from taketurns._exchange.holding import HOLDING as _HOLDING
 from taketurns._exchange.rubric import Rubric
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import ErrorInfo, Trace
@@ -156,14 +156,6 @@ def _condition_of(exc: Exception) -> str | None:
     if any(isinstance(leaf, ModelEndpointError) for leaf in leaves):
         return "model_error"
     return None
-
-
-# The sessions whose turn() or close() holds the lock in this context: set once the
-# lock is taken, so the holder's own task and every task it spawns (trio copies the
-# context) see it, and a turn()/close() from there is refused instead of waiting.
-_HOLDING: contextvars.ContextVar[tuple[ChatSession, ...]] = contextvars.ContextVar(
-    "taketurns_holding_sessions", default=()
-)
 
 
 class ChatSession:
@@ -481,19 +473,7 @@ class ChatSession:
                 self._closed.set()
 
     def _scoring_timed_out(self) -> None:
-        trace = self._trace
-        for scorer in self.rubric.rewards:
-            trace.rewards.setdefault(scorer.name, 0.0)
-        for scorer in self.rubric.metrics:
-            trace.metrics.setdefault(scorer.name, 0.0)
-        trace.errors.append(
-            ErrorInfo(
-                "scoring",
-                f"finalize and scoring took longer than {self.timeouts.scoring_s}s "
-                "(timeouts.scoring_s); unfinished rewards score 0.0",
-                "ScoringError",
-            )
-        )
+        self.rubric.timed_out(self._trace, self.timeouts.scoring_s)
 
     async def __aenter__(self) -> ChatSession:
         return self

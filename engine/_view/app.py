@@ -151,7 +151,9 @@ def create_app(library: Library, *, allowed_hosts: Collection[str] | None = None
     @app.get("/run/<run_id>/episode/<int:line>")
     async def episode(run_id: str, line: int) -> Any:
         run = find(run_id)
-        page = await find_episodes(run, EpisodeFilter(), line, 1, expand=True, max_scan=1)
+        page = await find_episodes(
+            run, EpisodeFilter(), line, 1, expand=True, max_scan=1, budget_s=None
+        )
         if not page.episodes or page.episodes[0][0] != line:
             raise NotFound(f"run {run_id!r} has no episode record on line {line + 1}")
         return _html(pages.episode_page(run, line, page.episodes[0][1]))
