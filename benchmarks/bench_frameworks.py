@@ -19,7 +19,6 @@ import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import trio
 

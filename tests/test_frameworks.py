@@ -238,16 +238,26 @@ def test_user_sim_three_turns_on_retail_tools(tmp_path: Path, framework: str) ->
 # --- retail-lite's tools as the framework's function tools ------------------------------
 
 
-async def test_retail_tools_score_as_the_tools_harness_does(framework: str) -> None:
+@pytest.mark.parametrize("model", ["clerk", "builtin/tools"])
+async def test_retail_tools_score_as_the_tools_harness_does(framework: str, model: str) -> None:
+    """retail-lite's tools as the framework's function tools, called mid-segment: the
+    same calls, turns, rewards and metrics as the ``tools`` harness, with a scripted
+    clerk that earns 1.0 and with the built-in ``tools`` policy."""
+    from test_retail import Clerk
+
     taskset = RetailLite()
     rubric = taskset.rubric()
-    tools_agent = Agent("a", AgentConfig(model="builtin/tools", harness="tools"), rubric=rubric)
     options = {"agent": example(framework)}
-    config = AgentConfig(model="builtin/tools", harness=framework, harness_options=options)
-    seat = Agent("a", config, rubric=rubric)
+    configs = [
+        AgentConfig(model=model, harness="tools"),
+        AgentConfig(model=model, harness=framework, harness_options=options),
+    ]
+    earned = 0.0
     for task in taskset.tasks(6):
         traces = []
-        for agent in (tools_agent, seat):
+        for config in configs:
+            client = Clerk() if model == "clerk" else None
+            agent = Agent("a", config, rubric=rubric, client=client)
             resources = taskset.resources(task)
             with trio.fail_after(60):
                 trace = await agent.run(task, tools=resources.tools, state=resources.state)
@@ -261,6 +271,9 @@ async def test_retail_tools_score_as_the_tools_harness_does(framework: str) -> N
         assert called == [m.name for m in expected.messages if isinstance(m, ToolMessage)]
         assert called  # a tool ran mid-segment
         assert len(got.turns) == len(expected.turns)
+        earned += got.reward
+    if model == "clerk":
+        assert earned == 6.0
 
 
 # --- the gate, limits, failures, cancellation -----------------------------------------
