@@ -19,7 +19,8 @@ validated (options, env, tasks) and run with ``-n 1`` unless ``DRY_ONLY`` says w
 a synopsis (placeholders: ``DIR``, ``[...]``, ``...``) must name an existing command
 and known flags; an override must be accepted by some env (with a taskset where it is
 a taskset's). ``taketurns serve`` is parsed, not started (it serves until stopped);
-``taketurns view`` (which serves too) must only name its flags.
+``taketurns view`` (which serves too) and ``taketurns exploitability`` (which its
+page's commands run) must only name their flags.
 """
 
 from __future__ import annotations
@@ -219,7 +220,7 @@ DRY_ONLY = {
     "plays it",
 }
 # a placeholder value in an inline example -> what stands for it here
-VALUES = {"f.jsonl": "examples/qa.jsonl", "M": "builtin/judge"}
+VALUES = {"f.jsonl": "examples/qa.jsonl", "M": "builtin/judge", "NAME": "kuhn_poker"}
 # the reader's own taskset file the prose names (`taketurns eval ./my_tasks.py:MyTasks`)
 MY_TASKS = """
 from taketurns import Task, Taskset
@@ -278,8 +279,9 @@ def test_an_inline_command_is_valid(workdir: Path, command: str) -> None:
     (workdir / "my_tasks.py").write_text(MY_TASKS)
     words = shlex.split(command)
     sub = words[1]
-    assert sub in ("eval", "envs", "report", "serve", "export", "view"), command
-    if _is_synopsis(command) or sub in ("report", "serve", "export", "view") or len(words) == 2:
+    assert sub in ("eval", "envs", "report", "serve", "export", "view", "exploitability"), command
+    named_only = ("report", "serve", "export", "view", "exploitability")
+    if _is_synopsis(command) or sub in named_only or len(words) == 2:
         # a synopsis or a long-running server: the command and its flags exist
         for word in words[2:]:
             if word.startswith("--") and "." not in word and not word.startswith("--env"):
