@@ -4,8 +4,9 @@
 ``--env.game=NAME`` or a game string with parameters (``goofspiel(num_cards=4)``);
 one seat per player, ``player0`` .. ``player3`` (one model in self-play, or a model
 per seat, any harness). Chance outcomes are drawn from the episode's RNG
-(``agents.rng``: the run's ``--seed`` reproduces every deal). A seat to act is shown
-only what OpenSpiel says it knows (``openspiel_games.view_of``: its own
+(``agents.rng``: the run's ``--seed`` reproduces every deal; a game that samples
+its own, ``negotiation``, gets its ``rng_seed`` from the episode's seed). A seat to
+act is shown only what OpenSpiel says it knows (``openspiel_games.view_of``: its own
 ``information_state_string`` and/or ``observation_string``, brackets as parentheses)
 and its legal actions as bracketed names; a reply counts when it names exactly one of
 them. A reply that does not count is re-prompted and then forfeited by the rules
@@ -182,7 +183,7 @@ class OpenSpiel(PolicyProbe, Env):
 
     async def _play(self, seats: _Seats, agents: Agents) -> None:
         """Play the game to its end, a forfeit or a failure (module docstring)."""
-        state = self.game.new_initial_state()
+        state = games.seeded(self.game, agents.seed).new_initial_state()
         while not state.is_terminal():
             if state.is_chance_node():
                 state.apply_action(games.chance_draw(state, agents.rng))
