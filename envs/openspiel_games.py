@@ -40,6 +40,7 @@ __all__ = [
     "nash_conv",
     "parse_action",
     "pyspiel",
+    "seeded",
     "shown",
     "view_of",
 ]
@@ -117,7 +118,29 @@ def load(game: str, *, field: str = "game") -> Any:
         raise OptionError(field, game, f"a game OpenSpiel loads ({_one_line(exc)})") from None
     if loaded.num_players() < 2:
         raise OptionError(field, game, "a game of two or more players (this one has one seat)")
+    if _samples_itself(loaded) and "rng_seed" not in known:
+        raise OptionError(
+            field, game, "a game whose chance the run's seed can draw (this one samples its "
+            "own, with no rng_seed parameter)",
+        )  # fmt: skip
     return loaded
+
+
+def _samples_itself(game: Any) -> bool:
+    mode = game.get_type().chance_mode
+    return bool(mode == pyspiel().GameType.ChanceMode.SAMPLED_STOCHASTIC)
+
+
+def seeded(game: Any, seed: int) -> Any:
+    """``game`` itself, or, for a game that samples its own chance outcomes
+    (``negotiation``), the same game loaded with ``rng_seed`` = ``seed`` (31 bits), so
+    that the episode's seed draws them."""
+    if not _samples_itself(game):
+        return game
+    params = {k: v for k, v in game.get_parameters().items() if k != "rng_seed"}
+    return pyspiel().load_game(
+        game.get_type().short_name, {**params, "rng_seed": seed & 0x7FFFFFFF}
+    )
 
 
 def _one_line(error: BaseException) -> str:
@@ -197,7 +220,8 @@ def view_of(state: Any, player: int, view: str) -> str:
 
 
 def chance_draw(state: Any, rng: Random) -> int:
-    """A chance outcome of ``state`` drawn from ``rng`` by OpenSpiel's probabilities."""
+    """A chance outcome of ``state`` drawn from ``rng`` by OpenSpiel's probabilities
+    (a game that samples its own outcomes offers one: ``seeded`` seeds it)."""
     outcomes = state.chance_outcomes()
     u, total = rng.random(), 0.0
     for action, probability in outcomes:

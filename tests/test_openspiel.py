@@ -131,17 +131,28 @@ async def test_the_run_seed_reproduces_every_deal(tmp_path: Path) -> None:
 
 
 def own_trajectory(game: object, history: Sequence[int], seat: int) -> tuple[str, ...]:
-    """What ``seat`` knew at each of its decision points: its information states."""
+    """What ``seat`` knew at each of its decision points: its information states
+    (OpenSpiel records a simultaneous node's joint action as one action a player)."""
     state = game.new_initial_state()  # type: ignore[attr-defined]
-    seen = []
-    for action in history:
-        if not state.is_chance_node() and state.current_player() == seat:
+    seen, actions = [], list(history)
+    while actions:
+        if state.is_chance_node():
+            state.apply_action(actions.pop(0))
+            continue
+        if state.is_simultaneous_node() or state.current_player() == seat:
             seen.append(state.information_state_string(seat))
-        state.apply_action(action)
+        if state.is_simultaneous_node():
+            n = state.num_players()
+            state.apply_actions(actions[:n])
+            del actions[:n]
+        else:
+            state.apply_action(actions.pop(0))
     return tuple(seen)
 
 
-@pytest.mark.parametrize("game", ["kuhn_poker", "leduc_poker", "liars_dice"])
+@pytest.mark.parametrize(
+    "game", ["kuhn_poker", "leduc_poker", "liars_dice", "goofspiel(num_cards=4,imp_info=True)"]
+)
 async def test_no_request_holds_another_seats_private_state(tmp_path: Path, game: str) -> None:
     """Every request a seat got is a function of its own information alone: episodes
     where a seat knew the same things (whatever the others held) sent it the same
@@ -347,3 +358,16 @@ def test_without_openspiel_the_config_lists_and_the_env_names_the_extra(
 
     with pytest.raises(ConfigError, match=r"pip install 'taketurns\[openspiel\]'"):
         OpenSpiel(config)
+
+
+async def test_a_game_that_samples_its_own_chance_is_seeded_by_the_episode(
+    tmp_path: Path,
+) -> None:
+    def asked(episodes: list[Episode]) -> list[str]:
+        ordered = sorted(episodes, key=lambda e: e.task.idx)
+        return [text_of(seats(e)[0].turns[0].request[-1].content) for e in ordered]
+
+    first = asked(await played(tmp_path / "a", "negotiation", n=6, seed=1))
+    assert first == asked(await played(tmp_path / "b", "negotiation", n=6, seed=1))
+    assert first != asked(await played(tmp_path / "c", "negotiation", n=6, seed=2))
+    assert len(set(first)) > 1  # the pools and values differ from game to game

@@ -1,7 +1,7 @@
 """Playing (task, rollout) pairs as episodes in this trio loop: the local backend,
 and the loop every worker (Ray or process) runs on its shard.
 
-Structure (DESIGN.md "who owns what")::
+Structure (docs/design.md "Structured concurrency: who owns what")::
 
     play_pairs (env.setup ... env.finalize, shielded)
      └─ services nursery: interception server (if a harness needs one), the shared
@@ -108,6 +108,7 @@ async def _serve_pairs(
                 port=config.interception_port,
                 public_url=config.interception_public_url,
                 max_body_bytes=config.interception_max_body_bytes,
+                journal_dir=plan.services.get("run_dir"),
             )
             plan.services["interception"] = await services.start(server.run)
         if on_started is not None:

@@ -36,6 +36,7 @@ from taketurns._exchange.tools import Tool
 from taketurns._exchange.trace import Trace
 from taketurns._models.messages import Message, SystemMessage
 from taketurns._models.model import ModelResponse
+from taketurns._procs import journal
 from taketurns._procs.sandbox import Sandbox
 
 __all__ = ["Harness", "Prompt", "Rollout", "can_chat"]
@@ -136,6 +137,7 @@ class Rollout:
         the session closes."""
         if self._scratch is None:
             self._scratch = Path(tempfile.mkdtemp(prefix="taketurns-"))
+            journal.record(self.services.get("run_dir"), self._scratch)  # for a SIGKILL
         return self._scratch
 
     # the session's side of the handle: it opens each segment, reads back what the
@@ -162,7 +164,8 @@ class Harness(abc.ABC):
     ``takes_text = True``, one whose ``resume`` continues natively ``resumes = True``
     (module docstring). ``aclose`` (finalize) runs at every close. ``launch`` and
     ``resume`` may raise anything: the session records the error and ends the run;
-    ``RolloutStopped`` ends it with that stop condition. Harness instances are shared
+    ``RolloutStopped`` (control flow, a ``BaseException``: an ``except Exception``
+    lets it through) ends it with that stop condition. Harness instances are shared
     between rollouts: keep per-rollout state on the ``Rollout`` or in its scratch
     directory, and release what is shared in ``shutdown``."""
 
