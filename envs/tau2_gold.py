@@ -49,12 +49,11 @@ class GoldScript:
         """The seat's next message: its next gold action as a tool call, else text."""
         if self.next < len(self.actions) and self.actions[self.next].requestor == seat:
             action = self.actions[self.next]
-            if action.name in offered:
+            name = _offered_as(action.name, offered)
+            if name is not None:
                 self.next += 1
                 arguments = json.dumps(action.arguments)
-                return AssistantMessage(
-                    tool_calls=[ToolCall(f"gold_{self.next}", action.name, arguments)]
-                )
+                return AssistantMessage(tool_calls=[ToolCall(f"gold_{self.next}", name, arguments)])
         return AssistantMessage(self._text(seat))
 
     def _text(self, seat: str) -> str:
@@ -69,6 +68,14 @@ class GoldScript:
         if pending is not None and pending.requestor == "user":
             parts.append(f"Please {pending.name} with {json.dumps(pending.arguments)}.")
         return " ".join(parts) or "Is there anything else I can help you with?"
+
+
+def _offered_as(name: str, offered: set[str]) -> str | None:
+    """The name the seat's model sees tool ``name`` under: itself in process, an agent
+    CLI's MCP name (``mcp__tau2__NAME``) over MCP."""
+    if name in offered:
+        return name
+    return next((o for o in sorted(offered) if o.endswith(f"__{name}")), None)
 
 
 class GoldModel(ModelClient):

@@ -1,7 +1,7 @@
 """The endpoint gate: a rollout's interception endpoint is open only while one of its
 segments runs. Real hypercorn server on an ephemeral loopback port, real sessions, and
 (for the adversary) a real ``program`` harness whose program leaves a child behind.
-Real clock (NOTES.md: autojump + sockets gives false timeouts)."""
+Real clock (docs/design.md "Testing": autojump + sockets gives false timeouts)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@
 ``taketurns compare A B [--json]``;
 ``taketurns rescore DIR [-o NEW] [--overwrite] [--env.<field>=V ...]``;
 ``taketurns replay DIR [--episode ID ...] [-o OUT] [--overwrite] [--env.<field>=V ...]``;
-``taketurns view [DIR ...] [--host H] [--port P]`` (``_view.command``)
+``taketurns view [DIR ...] [--host H] [--port P]`` (``_view.command``);
+``taketurns exploitability ENV [-k K] [--model M] ...`` (``_cli.exploitability``)
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
@@ -325,7 +326,9 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     async def run() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                url = await nursery.start(partial(serve, model, host=args.host, port=args.port))
+                url = await nursery.start(
+                    partial(serve, model, host=args.host, port=args.port, names=args.name)
+                )
                 console.print(f"serving builtin/{args.policy} at {url} (Ctrl-C stops)")
                 print(url, flush=True)
                 async for _ in signals:
@@ -352,6 +355,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return rescore_command(args, extra, console)
         if args.command == "replay":
             return replay_command(args, extra, console)
+        if args.command == "exploitability":
+            from taketurns._cli.exploitability import exploitability_command
+
+            return exploitability_command(args, extra, console, _load_config, _open_run_dir)
         if extra:
             raise ConfigError([unknown_argument(item, args.command) for item in extra])
         if args.command == "serve":

@@ -162,7 +162,8 @@ class Harness(abc.ABC):
     ``takes_text = True``, one whose ``resume`` continues natively ``resumes = True``
     (module docstring). ``aclose`` (finalize) runs at every close. ``launch`` and
     ``resume`` may raise anything: the session records the error and ends the run;
-    ``RolloutStopped`` ends it with that stop condition. Harness instances are shared
+    ``RolloutStopped`` (control flow, a ``BaseException``: an ``except Exception``
+    lets it through) ends it with that stop condition. Harness instances are shared
     between rollouts: keep per-rollout state on the ``Rollout`` or in its scratch
     directory, and release what is shared in ``shutdown``."""
 

@@ -1,7 +1,7 @@
 """What a reward means: the one place that decides whether an episode's result is the
 model's behaviour (``ok``) or was spoiled by the infrastructure (failed, with a cause).
 
-The line (DESIGN.md "Outcomes"). An episode **fails** when:
+The line (docs/design.md "Outcomes"). An episode **fails** when:
 
 - ``env``:       the env's own ``run`` raised (episode stop ``env_error``);
 - ``model``:     a trace ended because the model endpoint failed after the client's

@@ -3,7 +3,7 @@
 HTML: ``/`` (the runs), ``/run/<id>`` (a run; its filter and ``offset`` in the
 query), ``/run/<id>/figures`` (the tables and figures, swapped in live),
 ``/run/<id>/episode/<line>`` (one transcript), ``/compare?run=A&run=B...``.
-JSON (README "taketurns view"): ``/api/runs``, ``/api/runs/<id>``,
+JSON (docs/viewer.md): ``/api/runs``, ``/api/runs/<id>``,
 ``/api/runs/<id>/summary``, ``/api/runs/<id>/episodes?offset=&limit=`` (and the
 filters), ``/api/compare?run=A&run=B``; server-sent events: ``/api/events`` (the
 runs table's rows) and ``/api/runs/<id>/events`` (a run's live numbers).
