@@ -21,9 +21,15 @@ vocab_only=True)``: the tokenizer and metadata, no weights) and the server's own
   the reply byte for byte and its length is ``usage.completion_tokens``: never a
   re-tokenization of the reply's text.
 
-Not recoverable through this server (see the README): the end-of-generation token
-that ended a reply (the server drops it before reporting; it appears as the first
-token the next prompt inserts) and its logprob.
+Not recoverable through this server: the end-of-generation token that ended a reply
+(the server drops it before reporting; it appears as the first token the next prompt
+inserts) and its logprob. A reply that ended on it (``finish_reason`` ``stop``) says so:
+``stop_token`` ``dropped``.
+
+The final-turn check: the reply is rendered into a next prompt (the request's messages
+and the reply, through the same template) and the tokens at the completion's positions
+are compared with the sampled ones; where they differ they are kept as
+``retokenized`` (``taketurns._exchange.divergence``).
 """
 
 from __future__ import annotations
@@ -39,22 +45,25 @@ from typing import Any
 import attrs
 
 from taketurns._models.model import ModelResponse
+from taketurns._models.wire import messages_to_wire
 
 __all__ = ["GgufTokens", "gguf_tokens"]
 
 _SEARCH_STEPS = 100_000  # bound on the completion-id search (a pathological reply gives up)
-_cache: dict[Path, GgufTokens] = {}
+_cache: dict[tuple[Path, str | None], GgufTokens] = {}
 _lock = threading.Lock()
 
 
-def gguf_tokens(path: Path) -> GgufTokens:
-    """The (cached) token view of the GGUF at ``path``; closed at interpreter exit."""
+def gguf_tokens(path: Path, chat_format: str | None = None) -> GgufTokens:
+    """The (cached) token view of the GGUF at ``path`` served with ``chat_format``
+    (None: the GGUF's own template); closed at interpreter exit."""
     with _lock:
-        if path not in _cache:
+        key = (path, chat_format)
+        if key not in _cache:
             if not _cache:
                 atexit.register(_close_all)
-            _cache[path] = GgufTokens(path)
-        return _cache[path]
+            _cache[key] = GgufTokens(path, chat_format)
+        return _cache[key]
 
 
 def _close_all() -> None:
@@ -77,10 +86,12 @@ def _capture(*, prompt: Any, **_: Any) -> Any:
 
 class GgufTokens:
     """Prompt and completion ids of chat requests to llama-cpp-python's server for
-    the GGUF at ``path`` (module docstring). Loading takes the vocabulary only
-    (and indexes every token's text: about half a second for 49k tokens)."""
+    the GGUF at ``path``, rendered with ``chat_format`` as the server is started
+    with (None: the GGUF's own template; module docstring). Loading takes the
+    vocabulary only (and indexes every token's text: about half a second for 49k
+    tokens)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, chat_format: str | None = None) -> None:
         import llama_cpp
         from llama_cpp.server.types import CreateChatCompletionRequest
 
@@ -88,7 +99,12 @@ class GgufTokens:
         self._request_model = CreateChatCompletionRequest
         with _quiet_stderr():  # llama.cpp warns of a context it never uses, in C
             self._llama = llama_cpp.Llama(
-                str(path), vocab_only=True, verbose=False, n_ctx=8, n_batch=8
+                str(path),
+                vocab_only=True,
+                verbose=False,
+                n_ctx=8,
+                n_batch=8,
+                chat_format=chat_format,
             )
         # generation is intercepted: the chat handler's prompt ids are the result
         vars(self._llama)["create_completion"] = _capture
@@ -101,6 +117,11 @@ class GgufTokens:
         """The chat format the server picks for this GGUF (``chat_template.default``:
         the GGUF's own Jinja template)."""
         return self._llama.chat_format
+
+    @property
+    def chat_template(self) -> str:
+        """The GGUF's own Jinja chat template (empty when it has none)."""
+        return str(self._llama.metadata.get("tokenizer.chat_template", ""))
 
     def prompt_ids(self, body: Mapping[str, Any]) -> list[int] | None:
         """The prompt ids the server makes of the request ``body``, or None when its
@@ -150,7 +171,28 @@ class GgufTokens:
             completion = self.completion_ids(text, pieces)
             if completion is not None and len(completion) != response.usage.completion_tokens:
                 completion = None
-        return attrs.evolve(response, prompt_token_ids=prompt, token_ids=completion)
+        again = None
+        if prompt is not None and completion is not None:
+            again = self.retokenized(body, response, len(prompt), completion)
+        return attrs.evolve(
+            response,
+            prompt_token_ids=prompt,
+            token_ids=completion,
+            stop_token="dropped" if response.finish_reason == "stop" else None,
+            retokenized=again,
+        )
+
+    def retokenized(
+        self, body: Mapping[str, Any], response: ModelResponse, start: int, completion: list[int]
+    ) -> list[int] | None:
+        """The tokens a next prompt holds at the completion's positions (``start`` on)
+        once the reply is rendered into it, when they differ from ``completion``."""
+        reply = messages_to_wire((response.message,))[0]
+        after = self.prompt_ids({**body, "messages": [*body.get("messages", ()), reply]})
+        if after is None:
+            return None
+        again = after[start : start + len(completion)]
+        return None if again == completion else again
 
     def _index(self) -> dict[str, tuple[tuple[int, bytes], ...]]:
         """Piece text (as the server writes it) -> the tokens with that text and

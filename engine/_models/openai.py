@@ -197,6 +197,10 @@ class OpenAIClient(ModelClient):
                 "this OpenAIClient is closed; make a new one for more calls", retryable=False
             )
         fields = _request_fields(request, join_text=self._join_text)
+        if self.tokens is not None and request.tools:
+            # llama-cpp-python's function-calling formats render tools only when asked
+            # to choose; "auto" is what OpenAI's API means when it is not sent
+            fields.setdefault("tool_choice", "auto")
         dropped = self._drop_refused(fields)
         body = orjson.dumps(fields)
         attempt = 0
