@@ -76,12 +76,18 @@ def _close_all() -> None:
 
 
 class _Captured(Exception):  # control flow: never escapes this module
-    def __init__(self, prompt: list[int]) -> None:
+    def __init__(self, prompt: list[int] | str) -> None:
         self.prompt = prompt
 
 
 def _capture(*, prompt: Any, **_: Any) -> Any:
-    raise _Captured(list(prompt))
+    # a Jinja template's handler passes token ids; chatml-function-calling, its text
+    raise _Captured(prompt if isinstance(prompt, str) else list(prompt))
+
+
+# chatml-function-calling, asked to choose, appends the choice it made under its
+# grammar ("message:\n") to the prompt before it samples a message
+_MESSAGE_CHOICE = "message:\n"
 
 
 class GgufTokens:
@@ -123,9 +129,24 @@ class GgufTokens:
         """The GGUF's own Jinja chat template (empty when it has none)."""
         return str(self._llama.metadata.get("tokenizer.chat_template", ""))
 
-    def prompt_ids(self, body: Mapping[str, Any]) -> list[int] | None:
+    def prompt_ids(self, body: Mapping[str, Any], *, count: int | None = None) -> list[int] | None:
         """The prompt ids the server makes of the request ``body``, or None when its
-        request model refuses the body."""
+        request model refuses the body. ``count``: the server's ``usage.prompt_tokens``;
+        a text prompt (chatml-function-calling's) that it does not count is tried with
+        the format's message choice appended, the prompt it samples a message after."""
+        prompt = self._render(body)
+        if not isinstance(prompt, str):
+            return prompt
+        ids = self._tokenize(prompt)
+        if count is not None and len(ids) != count:
+            ids = self._tokenize(prompt + _MESSAGE_CHOICE)
+        return ids
+
+    def _tokenize(self, text: str) -> list[int]:
+        """``text``'s ids as ``Llama.create_completion`` makes them of a text prompt."""
+        return list(self._llama.tokenize(text.encode("utf-8"), special=True))
+
+    def _render(self, body: Mapping[str, Any]) -> list[int] | str | None:
         try:
             request = self._request_model(**body)
         except ValueError:
@@ -162,7 +183,7 @@ class GgufTokens:
     ) -> ModelResponse:
         """``response`` with ``prompt_token_ids`` and ``token_ids`` set where they are
         exact: each must also match the server's usage count."""
-        prompt = self.prompt_ids(body)
+        prompt = self.prompt_ids(body, count=response.usage.prompt_tokens)
         if prompt is not None and len(prompt) != response.usage.prompt_tokens:
             prompt = None
         completion = None
@@ -178,9 +199,18 @@ class GgufTokens:
             response,
             prompt_token_ids=prompt,
             token_ids=completion,
-            stop_token="dropped" if response.finish_reason == "stop" else None,
+            stop_token=self._stop(response, completion),
             retokenized=again,
         )
+
+    def _stop(self, response: ModelResponse, completion: list[int] | None) -> str | None:
+        """``dropped`` for a reply the end-of-generation token ended: ``stop``, its ids
+        spelling exactly its text (a ``stop`` string ends it with the string's tokens
+        still in the ids, the text cut before them: no stop token then)."""
+        if response.finish_reason != "stop" or completion is None:
+            return None
+        text = response.message.content if isinstance(response.message.content, str) else ""
+        return "dropped" if self.detokenize(completion) == text.encode("utf-8") else None
 
     def retokenized(
         self, body: Mapping[str, Any], response: ModelResponse, start: int, completion: list[int]
@@ -188,6 +218,8 @@ class GgufTokens:
         """The tokens a next prompt holds at the completion's positions (``start`` on)
         once the reply is rendered into it, when they differ from ``completion``."""
         reply = messages_to_wire((response.message,))[0]
+        if reply.get("content") is None:
+            reply["content"] = ""  # as the client sends a tool call's
         after = self.prompt_ids({**body, "messages": [*body.get("messages", ()), reply]})
         if after is None:
             return None
