@@ -18,7 +18,6 @@ a public module exports is in it; ``taketurns.errors`` exports them all)::
     │                            400 (also a ValueError)
     ├── ScoringError             a reward, metric or stop hook failed
     ├── OutputError              writing the run directory failed (a full disk, ...)
-    ├── RolloutStopped           control flow: the boundary refused a model call
     ├── AsyncioCancelled         run_asyncio's asyncio side cancelled on its own
     ├── Interrupted              the eval was stopped by a signal
     ├── WorkerDied               how a worker process ended before its shard did
@@ -28,6 +27,11 @@ a public module exports is in it; ``taketurns.errors`` exports them all)::
 
 Errors inside a rollout are data on its trace; errors in an env's ``run`` fail
 the episode; neither stops the rest of an eval.
+
+Control flow is not an error, and is not in the tree: ``RolloutStopped`` (the model
+boundary refused a call; the segment ends with its stop condition) is a
+``BaseException``, as trio's ``Cancelled`` is, so that a harness's ``except
+Exception`` cannot swallow it.
 """
 
 from __future__ import annotations
@@ -57,8 +61,7 @@ __all__ = [
     "WorkerDied",
     "WorkerError",
     "WorkerLost",
-    "sole_error",
-]
+]  # the whole tree: taketurns.errors exports exactly this (sole_error is the core's)
 
 
 def sole_error(exc: BaseException) -> BaseException:
@@ -184,10 +187,13 @@ class OutputError(TaketurnsError):
         )
 
 
-class RolloutStopped(TaketurnsError):
+class RolloutStopped(BaseException):
     """Raised by the model boundary instead of making a call a limit or ``@stop`` hook
-    refuses. Harnesses let it propagate; the session turns it into ``Reply(stopped=True)``.
-    ``stop_condition`` names the limit or hook."""
+    refuses. Control flow, not an error: a ``BaseException`` (as ``trio.Cancelled``), so
+    a harness's ``except Exception`` lets it through; the segment ends with
+    ``Reply(stopped=True)``. ``stop_condition`` names the limit or hook. A harness that
+    ends its segment because of the engine's stop (a program told so by the
+    interception server) raises it too."""
 
     def __init__(self, stop_condition: str) -> None:
         self.stop_condition = stop_condition

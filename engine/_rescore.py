@@ -5,8 +5,11 @@ Each episode of the source ``episodes.jsonl`` is read back (``loads_episode``), 
 every trace of an episode that was ok or failed only in scoring (cause ``scoring``:
 a reward raised, which a fixed rubric may now score) has its ``rewards``, ``reward``,
 ``metrics``, judge calls and scoring errors cleared and is scored by
-``env.rubric(role).score(task, trace)``; then the episode's outcome is settled again
-(``Episode.settle``: a scorer that raises now fails it with cause ``scoring``).
+``env.rubric(role).score_within(task, trace, scoring_s)``, bounded by the role's
+``timeouts.scoring_s`` as the eval's close bounds it (a scorer the eval cut off is
+cut off again, and a hanging one does not hang the rescore); then the episode's
+outcome is settled again (``Episode.settle``: a scorer that raises now fails it with
+cause ``scoring``).
 Episodes that failed otherwise (the model, the harness, the env) are copied as they
 are. The env is built from the run's ``config.toml`` (plus overrides), set up and its
 services held open as in an eval, so judges call the run's endpoints; no agent
@@ -26,7 +29,7 @@ from typing import Any
 
 import trio
 
-from taketurns._config.options import EvalConfig
+from taketurns._config.options import EvalConfig, Timeouts
 from taketurns._eval.env import Env
 from taketurns._eval.episode import Episode
 from taketurns._output.recorded import recorded_episodes
@@ -107,7 +110,9 @@ async def _rescore(episode: Episode, env: Env, source: Path) -> None:
         trace.rewards, trace.reward, trace.metrics = {}, 0.0, {}
         trace.judge_calls = []
         trace.errors = [e for e in trace.errors if e.kind != "scoring"]
-        await env.rubric(trace.agent.name).score(episode.task, trace)
+        role = env.roles.get(trace.agent.name)
+        scoring_s = (role.timeouts if role is not None else Timeouts()).scoring_s
+        await env.rubric(trace.agent.name).score_within(episode.task, trace, scoring_s)
     episode.settle()
 
 

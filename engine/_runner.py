@@ -175,6 +175,7 @@ async def run_eval(
                     writer.brake,
                     seed=config.seed,
                     notes=plan.notes(),
+                    planned=planned,
                 )
                 if report and not writer.failure:
                     _write_report(run_dir, env, writer.failure)
@@ -300,16 +301,20 @@ def _finish(
     *,
     seed: int,
     notes: list[str],
+    planned: int | None = None,
 ) -> dict[str, Any]:
     """Sum up what was written (also when the run is cancelled from outside) and
     write the summary (``stopped``: why the brake stopped the run, if it did;
     ``seed``: the run's seed; ``notes``: what the model clients noted, e.g. an
-    endpoint that refuses ``seed``). A
+    endpoint that refuses ``seed``; ``planned``: the (task, rollout) pairs the run
+    plays, from the tasks the env has, which may be fewer than ``-n`` asked). A
     write failure is added to ``failure`` (the run's first error is the one that
     counts), never raised over another error."""
     summary = finished.result(wall_s=wall_s)
     summary["interrupted"] = interrupted
     summary["seed"] = seed
+    if planned is not None:
+        summary["planned"] = planned
     if notes:
         summary["notes"] = notes
     if brake.reason is not None:

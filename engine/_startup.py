@@ -22,7 +22,7 @@ import sys
 from pathlib import PurePath
 from types import FrameType
 
-__all__ = ["STARTING", "quit_while_starting", "started"]
+__all__ = ["STARTING", "is_the_command", "quit_while_starting", "started"]
 
 STARTING = b"interrupted while starting; nothing was run\n"
 
@@ -32,6 +32,11 @@ def _is_the_command(argv: list[str]) -> bool:
     if len(argv) > 1 and PurePath(argv[1]).name == "taketurns":
         return True
     return ("-m", "taketurns") in itertools.pairwise(argv)
+
+
+def is_the_command() -> bool:
+    """Whether this process was started as the command (not a library import)."""
+    return _is_the_command(list(getattr(sys, "orig_argv", [])))
 
 
 def quit_while_starting(signum: int, frame: FrameType | None) -> None:

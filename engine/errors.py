@@ -6,50 +6,5 @@ the HTTP face answers with (``BadRequest``, ``ModelServerError``), how an eval's
 output or its worker processes fail (``OutputError``, ``Worker*``), and a replay's
 divergence (``ReplayDiverged``)."""
 
-from taketurns._errors import (
-    AsyncioCancelled,
-    BadRequest,
-    ConfigError,
-    HarnessError,
-    Interrupted,
-    ModelEndpointError,
-    ModelServerError,
-    OptionError,
-    OutputError,
-    ReplayDiverged,
-    RolloutStopped,
-    ScoringError,
-    SessionClosed,
-    SessionError,
-    SessionOver,
-    TaketurnsError,
-    ToolArgumentError,
-    TurnError,
-    WorkerDied,
-    WorkerError,
-    WorkerLost,
-)
-
-__all__ = [
-    "AsyncioCancelled",
-    "BadRequest",
-    "ConfigError",
-    "HarnessError",
-    "Interrupted",
-    "ModelEndpointError",
-    "ModelServerError",
-    "OptionError",
-    "OutputError",
-    "ReplayDiverged",
-    "RolloutStopped",
-    "ScoringError",
-    "SessionClosed",
-    "SessionError",
-    "SessionOver",
-    "TaketurnsError",
-    "ToolArgumentError",
-    "TurnError",
-    "WorkerDied",
-    "WorkerError",
-    "WorkerLost",
-]
+from taketurns._errors import *  # noqa: F403 - the whole tree, as taketurns._errors lists it
+from taketurns._errors import __all__ as __all__

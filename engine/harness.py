@@ -5,7 +5,8 @@ pieces a harness, an env or a taskset is built from.
   ``Prompt``, ``can_chat``, ``NullHarness``, ``SessionState``; out of process,
   ``ServedHarness`` and the rollout's ``Endpoint`` on the interception server
 - the model contract: ``ModelClient`` (``complete(ModelRequest) -> ModelResponse``),
-  ``Usage``
+  ``Usage``; a scripted policy of a plugin's own served as ``builtin/<name>``:
+  ``register_builtin_policy``
 - messages in detail and on the wire: ``ToolCall``, ``TextPart``, ``ImagePart``,
   ``text_of``, ``to_wire``/``from_wire``, ``messages_to_wire``/``messages_from_wire``
 - what a trace records: ``Turn``, ``TurnReward``, ``ErrorInfo``, ``JudgeCall``,
@@ -15,9 +16,10 @@ pieces a harness, an env or a taskset is built from.
 - processes: ``start_owned``/``run_owned`` (the process owner), ``OwnedProcess``,
   ``Captured``, ``Sandbox``
 - envs and tasksets: ``open_taskset``, ``roles_of``, ``run_asyncio``,
-  ``parse_verdict``; option checks for config fields (``at_least``, ``int_between``,
-  ``one_of``); the id registries (``env_registry``, ``harness_registry``,
-  ``taskset_registry``)
+  ``parse_verdict``; ``PolicyProbe`` (an env whose policy ``taketurns
+  exploitability`` measures state by state); option checks for config fields
+  (``at_least``, ``int_between``, ``one_of``); the id registries (``env_registry``,
+  ``harness_registry``, ``taskset_registry``)
 
 The errors a harness raises are in ``taketurns.errors``.
 """
@@ -30,6 +32,7 @@ from taketurns._config.registry import harnesses as harness_registry
 from taketurns._config.registry import tasksets as taskset_registry
 from taketurns._eval.aio import run_asyncio
 from taketurns._eval.env import roles_of
+from taketurns._eval.probe import PolicyProbe
 from taketurns._eval.taskset import open_taskset
 from taketurns._exchange.harness import Harness, Prompt, Rollout, can_chat
 from taketurns._exchange.judge import parse_verdict
@@ -46,6 +49,7 @@ from taketurns._exchange.trace import (
     TurnReward,
     Usage,
 )
+from taketurns._models.builtin import register_policy as register_builtin_policy
 from taketurns._models.messages import ImagePart, TextPart, ToolCall, text_of
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse
 from taketurns._models.wire import from_wire, messages_from_wire, messages_to_wire, to_wire
@@ -92,6 +96,7 @@ __all__ = [
     "ModelResponse",
     "NullHarness",
     "OwnedProcess",
+    "PolicyProbe",
     "Prompt",
     "Rollout",
     "Sandbox",
@@ -115,6 +120,7 @@ __all__ = [
     "open_mcp_servers",
     "open_taskset",
     "parse_verdict",
+    "register_builtin_policy",
     "roles_of",
     "run_asyncio",
     "run_owned",

@@ -9,14 +9,17 @@ timeout) forfeits. A seat whose model endpoint or harness failed does not forfei
 the hand ends without a result and the episode is recorded failed.
 The payoff is written on both traces before the sessions close, so the ``payoff``
 reward scores it. Rules live in ``taketurns.envs.kuhn_rules``. The report adds the
-mean payoff by the card held, per seat (``report_figures``).
+mean payoff by the card held, per seat (``report_figures``). ``taketurns
+exploitability kuhn-poker`` asks the seats at each of the game's 12 information
+states (``PolicyProbe``) and measures the policy with OpenSpiel's ``kuhn_poker``
+(the ``openspiel`` extra), the same game (``tests/test_openspiel_crosscheck.py``).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -34,10 +37,18 @@ from taketurns import (
 )
 from taketurns.envs import kuhn_rules as rules
 from taketurns.envs import reprompts
-from taketurns.harness import int_between
+from taketurns.harness import PolicyProbe, int_between
 from taketurns.report import Figure, Series, bar_chart, num
 
-__all__ = ["KuhnConfig", "KuhnPoker", "ask_text", "payoff_by_card", "rules_prompt"]
+__all__ = [
+    "SPIEL_ACTIONS",
+    "KuhnConfig",
+    "KuhnPoker",
+    "ask_text",
+    "payoff_by_card",
+    "rules_prompt",
+    "spiel_key",
+]
 
 
 @attrs.define
@@ -92,7 +103,17 @@ def ask_text(history: Sequence[str]) -> str:
     return text if text is not None else _ask_text(history)
 
 
-class KuhnPoker(Env):
+# our actions as OpenSpiel's kuhn_poker names them (it has two: Pass and Bet)
+SPIEL_ACTIONS = {"check": "Pass", "fold": "Pass", "bet": "Bet", "call": "Bet"}
+
+
+def spiel_key(card: str, history: Sequence[str]) -> str:
+    """OpenSpiel's ``information_state_string`` of the seat holding ``card`` after
+    ``history`` (``kuhn_poker``: the card's rank 0-2, then ``p``/``b`` per action)."""
+    return str(rules.CARDS.index(card)) + "".join(SPIEL_ACTIONS[a][0].lower() for a in history)
+
+
+class KuhnPoker(PolicyProbe, Env):
     id = "kuhn-poker"
     config_class = KuhnConfig
     config: KuhnConfig
@@ -110,6 +131,9 @@ class KuhnPoker(Env):
         ]
 
     async def run(self, task: Task, agents: Agents) -> None:
+        if "probe" in task.info:
+            await self._probe(task, agents)
+            return
         seed = task.info["seed"]
         cards = rules.deal(seed)
         retries = self.config.invalid_retries
@@ -160,6 +184,53 @@ class KuhnPoker(Env):
             lambda text: rules.parse_action(text, legal),
             retries=self.config.invalid_retries,
         )
+
+    # --- the policy at each information state (``taketurns exploitability``)
+
+    def probe_tasks(self, samples: int) -> list[Task]:
+        """``samples`` tasks for each of the 12 information states (a seat, its card,
+        the betting so far), keyed as OpenSpiel's ``kuhn_poker`` keys them."""
+        states = [
+            (rules.to_act(history), card, history)
+            for history in rules.OPEN_HISTORIES
+            for card in rules.CARDS
+        ]
+        return [
+            Task(
+                idx=i * samples + j,
+                name=f"kuhn-probe-{i}-{j}",
+                prompt=None,
+                info={
+                    "probe": {
+                        "state": spiel_key(card, history),
+                        "seat": seat,
+                        "card": card,
+                        "history": list(history),
+                    }
+                },
+            )
+            for i, (seat, card, history) in enumerate(states)
+            for j in range(samples)
+        ]
+
+    async def _probe(self, task: Task, agents: Agents) -> None:
+        """Ask the probe's seat to act once at its state (``PolicyProbe``)."""
+        probe = task.info["probe"]
+        seat, card, history = probe["seat"], probe["card"], tuple(probe["history"])
+        prompt = rules_prompt(seat, card, self.config.invalid_retries, task.idx)
+        seat_task = Task(task.idx, task.name, None, prompt, task.answer, task.info)
+        async with agents[f"player{seat}"].chat(seat_task) as session:
+            session.trace.info.update(seat=seat, card=card, history=list(history))
+            answer = await self._ask(session, history)
+            action = None if answer.value is None else SPIEL_ACTIONS[answer.value]
+            session.trace.info["probe"] = {"state": probe["state"], "action": action}
+
+    def measure_policy(self, policy: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+        """NashConv and exploitability by OpenSpiel's ``kuhn_poker`` (the
+        ``openspiel`` extra): the same game, its states keyed by ``spiel_key``."""
+        from taketurns.envs import openspiel_games
+
+        return openspiel_games.nash_conv(openspiel_games.load("kuhn_poker"), policy)
 
     @reward(weight=1.0)
     def payoff(self, task: Task, trace: Trace) -> float:

@@ -1,4 +1,4 @@
-"""The README's "Writing an env" example: two agents trade lines for a few rounds.
+"""The example of docs/writing-envs.md: two agents trade lines for a few rounds.
 
 Run it without packaging it:
 
@@ -44,7 +44,7 @@ class Duel(Env):
     def spoke(self, task, trace):
         return float(bool(trace.last_text))
 
-    # its own part of report.html (README: "Its own part of the report")
+    # its own part of report.html (docs/writing-envs.md: "Its own part of the report")
     def report_figures(self, episodes):
         spoke = Counter(t.agent.name for e in episodes if e.ok for t in e.traces if t.last_text)
         names = sorted(spoke)

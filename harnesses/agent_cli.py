@@ -74,6 +74,21 @@ def refuse(option: str, value: Any, expected: str) -> HarnessError:
     return HarnessError(f"harness option {option} must be {expected}, not {value!r}")
 
 
+def check_bool(option: str, value: Any) -> bool:
+    """``value`` if it is a bool; else the refusal naming ``option``."""
+    if not isinstance(value, bool):
+        raise refuse(option, value, "true or false")
+    return value
+
+
+def check_choice(option: str, value: Any, choices: Sequence[str]) -> str | None:
+    """``value`` if it is None (the CLI's own default) or one of ``choices``; else the
+    refusal naming ``option`` and the choices."""
+    if value is not None and value not in choices:
+        raise refuse(option, value, f"one of {', '.join(choices)}")
+    return value
+
+
 def check_strings(option: str, value: Any) -> list[str]:
     if isinstance(value, str) or not all(isinstance(v, str) for v in value):
         raise refuse(option, value, "a list of strings")

@@ -43,6 +43,7 @@ from taketurns.harness import Endpoint, Prompt, Rollout
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
     AgentDirs,
+    check_bool,
     check_strings,
     prompt_text,
     refuse,
@@ -96,10 +97,8 @@ class ClaudeCodeHarness(AgentCLIHarness):
         )
         if permission_mode is not None and not isinstance(permission_mode, str):
             raise refuse("permission_mode", permission_mode, "a string")
-        if not isinstance(sub_agents, bool):
-            raise refuse("sub_agents", sub_agents, "true or false")
         self.permission_mode = permission_mode
-        self.sub_agents = sub_agents
+        self.sub_agents = check_bool("sub_agents", sub_agents)
 
     def _flags(self, rollout: Rollout) -> list[str]:
         home = self.dirs(rollout).home

@@ -52,8 +52,9 @@ from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
     AgentDirs,
     Finished,
+    check_bool,
+    check_choice,
     prompt_text,
-    refuse,
     split_system,
 )
 from taketurns.harnesses.agent_mcp import codex_mcp_args, rollout_servers
@@ -159,12 +160,8 @@ class CodexHarness(AgentCLIHarness):
         tail_chars: int = 2000,
     ) -> None:
         super().__init__(binary=binary, env=env, args=args, tail_chars=tail_chars)
-        if sandbox is not None and sandbox not in SANDBOXES:
-            raise refuse("sandbox", sandbox, f"one of {', '.join(SANDBOXES)}")
-        if not isinstance(sub_agents, bool):
-            raise refuse("sub_agents", sub_agents, "true or false")
-        self.sandbox = sandbox  # None: per rollout (rollout_sandbox)
-        self.sub_agents = sub_agents
+        self.sandbox = check_choice("sandbox", sandbox, SANDBOXES)  # None: per rollout
+        self.sub_agents = check_bool("sub_agents", sub_agents)
 
     def _config(self, rollout: Rollout) -> list[str]:
         endpoint = self.endpoint(rollout)

@@ -50,8 +50,9 @@ from taketurns.harness import Prompt, Rollout
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
     AgentDirs,
+    check_bool,
+    check_choice,
     prompt_text,
-    refuse,
     split_system,
 )
 from taketurns.harnesses.agent_mcp import gemini_mcp_config, rollout_servers
@@ -113,12 +114,8 @@ class GeminiCliHarness(AgentCLIHarness):
         tail_chars: int = 2000,
     ) -> None:
         super().__init__(binary=binary, env=env, args=args, tail_chars=tail_chars)
-        if approval_mode is not None and approval_mode not in APPROVAL_MODES:
-            raise refuse("approval_mode", approval_mode, f"one of {', '.join(APPROVAL_MODES)}")
-        if not isinstance(sub_agents, bool):
-            raise refuse("sub_agents", sub_agents, "true or false")
-        self.approval_mode = approval_mode
-        self.sub_agents = sub_agents
+        self.approval_mode = check_choice("approval_mode", approval_mode, APPROVAL_MODES)
+        self.sub_agents = check_bool("sub_agents", sub_agents)
 
     def _flags(self, rollout: Rollout) -> list[str]:
         argv = ["--output-format", "json", "--model", rollout.boundary.model]

@@ -59,6 +59,8 @@ that many are busy; default: as many as segments run at once).
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -146,6 +148,20 @@ class ProgramHarness(ServedHarness):
         self.persistent = persistent
         self.max_programs = max_programs
         self.pool: ProgramPool | None = None  # opened by the first pooled segment
+
+    def missing(self) -> str | None:
+        """The command's program when it cannot be found: a bare name not on PATH
+        (the harness's own ``env`` PATH when it sets one), or an absolute path that
+        is not an executable file. A relative path is the program's own business."""
+        program = self.command[0]
+        if "/" not in program:
+            if shutil.which(program, path=self.env.get("PATH")) is None:
+                return (
+                    f"its command's program {program!r} is not on PATH; install it or give its path"
+                )
+        elif os.path.isabs(program) and not os.access(program, os.X_OK):
+            return f"its command's program {program} is not an executable file"
+        return None
 
     def _files(self, rollout: Rollout) -> tuple[Path, int]:
         n = rollout.state.get("segments", 0)

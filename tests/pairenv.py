@@ -119,7 +119,7 @@ PLANNED_STOPS = {"completed", "env_error", "episode_timeout", "cancelled"}
 
 
 def expected_cause(e: dict[str, Any]) -> str | None:
-    """The outcome rule (DESIGN.md "Outcomes"), written out independently of the
+    """The outcome rule (docs/design.md "Outcomes"), written out independently of the
     engine's: the episode's own failure first, then each trace's in order."""
     if e["stop"] in ("env_error", "cancelled"):
         return "env" if e["stop"] == "env_error" else "cancelled"

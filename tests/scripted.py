@@ -97,7 +97,7 @@ class FailingHarness(ToolLoopHarness):
     (before or after its model calls, as ``after_calls`` says)."""
 
     def __init__(
-        self, fail_on: int = 0, error: Exception | None = None, *, after_calls: bool = False
+        self, fail_on: int = 0, error: BaseException | None = None, *, after_calls: bool = False
     ) -> None:
         super().__init__()
         self.fail_on = fail_on

@@ -300,6 +300,14 @@ def test_chat_on_a_text_only_harness_fails_at_once() -> None:
     assert agent.sessions == []
 
 
+def test_a_harness_class_without_an_id_is_named_by_its_class() -> None:
+    """Not ``'null'`` (the built-in null harness's id): errors and traces name it."""
+    agent = Agent("agent", client=ScriptedModel(), harness=TextHarness())
+    with pytest.raises(HarnessError, match=r"^harness 'TextHarness' cannot chat"):
+        agent.chat(PROMPTED)
+    assert agent.harness_id == "TextHarness"
+
+
 async def test_text_only_harness_still_runs_one_shot() -> None:
     harness = TextHarness()
     trace = await make_agent(ScriptedModel("4"), harness).run(PROMPTED)

@@ -2,7 +2,7 @@
 
 Real asyncio library calls (stdlib streams against a trio TCP echo server on
 loopback), cancellation both ways, errors, and no loop or thread left behind. Real
-sockets, so the real clock (NOTES.md: autojump + sockets gives false timeouts).
+sockets, so the real clock (docs/design.md "Testing": autojump + sockets gives false timeouts).
 """
 
 from __future__ import annotations

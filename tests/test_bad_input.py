@@ -130,6 +130,14 @@ ENV_OPTIONS = [
     ),
     (["--env.player0.harness_options.bogus=1"], ["env.player0.harness_options", "refused"]),
     (
+        ["--env.player0.harness_options=7"],
+        ["env.player0.harness_options = '7': expected a table of options, not a single value"],
+    ),
+    (
+        ["--env.player0.harness=program", '--env.player0.harness_options.command=["no-such-x"]'],
+        ["env.player0.harness = 'program'", "'no-such-x' is not on PATH"],
+    ),
+    (
         ["--env.player0.harness=program", "--env.player0.harness_options.persistent=yes"],
         ["env.player0.harness_options", "persistent must be true or false, not 'yes'"],
     ),
@@ -205,13 +213,46 @@ def test_malformed_taskset_options(here: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_usage_errors_exit_2(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["eval", "kuhn-poker", "-n", "abc"], ["eval", "--resume", "--overwrite"]):
-        with pytest.raises(SystemExit) as info:
-            main(argv)
-        assert info.value.code == 2
-        assert "error:" in capsys.readouterr().err
     refused(["eval", "-n", "1"], capsys, "name the env to run")
     refused(["eval", "no-such-env"], capsys, "unknown env 'no-such-env'", "kuhn-poker")
+    nothing_written(here)
+
+
+USAGE = [
+    (["eval", "kuhn-poker", "-n", "abc"], ["-n/--num-tasks: invalid int value: 'abc'"]),
+    (["eval", "kuhn-poker", "--seed", "banana"], ["--seed: invalid int value: 'banana'"]),
+    (["eval", "--resume", "--overwrite"], ["--overwrite: not allowed with argument --resume"]),
+    (["--resume", "eval", "kuhn-poker"], ["'--resume': a flag goes after the command"]),
+    (["-n", "5", "eval", "kuhn-poker"], ["'-n': a flag goes after the command: taketurns eval"]),
+    (["evl", "kuhn-poker"], ["'evl': unknown command; did you mean eval?"]),
+    (["view", "--port", "99999"], ["--port 99999: a port is 0-65535"]),
+    (["envs", "kuhn"], ["did you mean 'kuhn-poker'?"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "needles"), USAGE)
+def test_each_usage_error_is_one_right_line(
+    argv: list[str], needles: list[str], here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No usage block first, no wrong guess: ``error:`` and one line naming it."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "error:", err
+    assert len(err.splitlines()) == 2, err
+    for needle in needles:
+        assert needle in err, err
+    nothing_written(here)
+
+
+def test_a_harness_options_value_in_toml_is_refused_by_name(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (here / "run.toml").write_text("[env.player0]\nharness_options = 7\n")
+    refused(
+        ["eval", "kuhn-poker", "-C", "run.toml", "-o", "run"],
+        capsys,
+        "env.player0.harness_options = 7: expected a table of options",
+    )
     nothing_written(here)
 
 

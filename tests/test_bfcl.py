@@ -201,7 +201,7 @@ async def test_the_ground_truth_scores_what_bfcl_scores_it_on_800_tasks_but_one(
     assert len(ours) == len(theirs) == 800
     assert all(v["valid"] for v in theirs.values())  # BFCL passes its ground truth
     failed = {k: v["error_type"] for k, v in ours.items() if not v["valid"]}
-    # the one exception (README): miss_func_49's ground truth calls `tail` at turn 1,
+    # the one exception (docs/envs/bfcl.md): miss_func_49's ground truth calls `tail` at turn 1,
     # a function BFCL holds back until turn 3; BFCL's executor runs any method of the
     # backends, offered or not, while a model here can call only what it is offered
     assert failed == {"multi_turn_miss_func_49": "multi_turn:execution_response_mismatch"}

@@ -1,5 +1,6 @@
 """taketurns._models.openai.OpenAIClient against real loopback servers: the built-in model server
-and a scripted, misbehaving endpoint (tests/httpservers.py). Real clock (NOTES.md)."""
+and a scripted, misbehaving endpoint (tests/httpservers.py). Real clock (docs/design.md
+"Testing")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The close, lock and checkpoint contract of ``ChatSession`` (DESIGN.md "Guaranteed
-close and scoring" and the exchange's line 4), for every scorer shape the rubric
+"""The close, lock and checkpoint contract of ``ChatSession`` (docs/design.md "The
+exchange", lines 5-9), for every scorer shape the rubric
 accepts: closing is one shielded scope bounded by ``timeouts.scoring_s`` on every path;
 finalize and scoring run exactly once; the trace joins its owner even when scoring is
 cut off; a later ``close()`` returns at once. The lock serves callers FIFO and refuses a

@@ -10,7 +10,7 @@ latencies and failures. Episodes may have a timeout, or be cancelled from outsid
 
 Each example runs 1-3 episodes in its own ``trio.run`` on a fresh
 ``MockClock(autojump_threshold=0)``: with no real I/O a deadlock shows at once as
-``TooSlowError`` from ``trio.fail_after`` (NOTES.md). Every program must terminate
+``TooSlowError`` from ``trio.fail_after`` (docs/design.md "Testing"). Every program must terminate
 with every session it opened closed and scored exactly once, the limiters released,
 and never more than one model call in flight.
 """

@@ -1,8 +1,8 @@
 """The public surface, in tiers (issue 28): each public module's ``__all__`` is pinned
 here, complete and resolvable, and each name has one home (the everyday errors are
 also in the whole tree, ``taketurns.errors``); every module's own ``__all__``
-resolves; implementation modules are private (STYLE.md item 2), and the only public
-submodules are the deliberate ones."""
+resolves; implementation modules are private (docs/design.md "The public surface"), and
+the only public submodules are the deliberate ones."""
 
 from __future__ import annotations
 
@@ -59,11 +59,13 @@ TIERS: dict[str, list[str]] = {
     "taketurns.harness": [
         *("AgentStamp", "Captured", "Endpoint", "EpisodeInfo", "ErrorInfo", "Harness"),
         *("ImagePart", "JudgeCall", "McpConnection", "McpServer", "McpTool", "ModelClient"),
-        *("ModelRequest", "ModelResponse", "NullHarness", "OwnedProcess", "Prompt"),
+        *("ModelRequest", "ModelResponse", "NullHarness", "OwnedProcess", "PolicyProbe"),
+        "Prompt",
         *("Rollout", "Sandbox", "ServedHarness", "SessionState", "TextPart", "ToolCall"),
         *("Turn", "TurnReward", "Usage", "as_tools", "at_least", "can_chat", "env_registry"),
         *("from_wire", "harness_registry", "int_between", "messages_from_wire"),
         *("messages_to_wire", "one_of", "open_mcp_servers", "open_taskset", "parse_verdict"),
+        "register_builtin_policy",
         *("roles_of", "run_asyncio", "run_owned", "start_owned", "taskset_registry"),
         *("text_of", "to_wire", "tool_schema"),
     ],
@@ -208,7 +210,7 @@ def test_each_module_all_resolves(module_name: str) -> None:
         assert hasattr(module, name), f"{module_name}.__all__ lists missing {name!r}"
 
 
-# -- one error root (STYLE.md item 7, issue 23) ------------------------------------------------
+# -- one error root (docs/design.md "Errors", issue 23) -----------------------------------
 
 _BRANCH = re.compile(r"^(?P<indent>[ │]*)[├└]── (?P<name>\w+)")
 
@@ -233,8 +235,12 @@ def _drawn_tree() -> dict[str, str]:
     return {root: "", **parents}
 
 
+# control flow, not errors (issue 41): BaseExceptions, as trio's Cancelled, outside the tree
+CONTROL_FLOW = {"RolloutStopped"}
+
+
 def _exported_errors() -> dict[str, type[BaseException]]:
-    """Every exception class a public module exports, by name."""
+    """Every exception class a public module exports, by name (control flow apart)."""
     found: dict[str, type[BaseException]] = {}
     for face in FACES:
         module = importlib.import_module(face)
@@ -242,13 +248,27 @@ def _exported_errors() -> dict[str, type[BaseException]]:
             value = getattr(module, name)
             if inspect.isclass(value) and issubclass(value, BaseException):
                 assert found.setdefault(name, value) is value, name
-    return found
+    assert set(found) >= CONTROL_FLOW
+    return {name: cls for name, cls in found.items() if name not in CONTROL_FLOW}
 
 
 def test_the_errors_module_holds_the_whole_tree() -> None:
     import taketurns.errors
 
-    assert set(_exported_errors()) == set(taketurns.errors.__all__)
+    assert set(_exported_errors()) | CONTROL_FLOW == set(taketurns.errors.__all__)
+
+
+def test_control_flow_is_no_error_a_harness_can_swallow() -> None:
+    import taketurns._errors
+    import taketurns.errors
+
+    for name in CONTROL_FLOW:
+        cls = getattr(taketurns.errors, name)
+        assert issubclass(cls, BaseException), name
+        assert not issubclass(cls, Exception), name  # `except Exception` lets it through
+        assert cls.__module__ == "taketurns._errors", name
+        assert f"``{name}``" in (taketurns._errors.__doc__ or "").split("::", 1)[1], name
+        assert name not in _drawn_tree(), name
 
 
 def test_the_drawn_error_tree_is_the_exported_one() -> None:

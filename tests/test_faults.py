@@ -5,7 +5,7 @@ rewards that break, timeouts, cancellation and SIGINT.
 In every case the eval finishes (or exits cleanly on SIGINT), every planned episode is
 on disk exactly once (ok, or with its error and stop condition), and every session the
 env opened was closed and scored exactly once (``pairenv.check_run``). Real sockets, so
-the real clock (NOTES.md) with generous ``fail_after`` bounds.
+the real clock (docs/design.md "Testing") with generous ``fail_after`` bounds.
 """
 
 from __future__ import annotations

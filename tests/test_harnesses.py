@@ -1,6 +1,6 @@
 """The ``program``, ``stateful`` and ``tools`` harnesses, end to end: real subprocesses
 (the reference programs) talking to a real interception server over loopback HTTP,
-on the real clock (NOTES.md: autojump + sockets gives false timeouts).
+on the real clock (docs/design.md "Testing": autojump + sockets gives false timeouts).
 
 Scratch directories are created under a per-test temp dir (``tempfile.tempdir`` is
 pointed at ``tmp_path``), so "none is left" is checked without racing other runs."""

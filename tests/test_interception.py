@@ -1,4 +1,4 @@
-"""The interception server over real loopback HTTP (real clock: NOTES.md, autojump +
+"""The interception server over real loopback HTTP (real clock: docs/design.md "Testing", autojump +
 sockets gives false timeouts). Each rollout is a real ``Agent(...).chat(task)`` session
 whose harness registers it with the server and holds its segment open; the test body
 then plays the agent program, calling the rollout's endpoint as a subprocess would."""

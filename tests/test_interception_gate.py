@@ -1,7 +1,7 @@
 """The endpoint gate: a rollout's interception endpoint is open only while one of its
 segments runs. Real hypercorn server on an ephemeral loopback port, real sessions, and
 (for the adversary) a real ``program`` harness whose program leaves a child behind.
-Real clock (NOTES.md: autojump + sockets gives false timeouts)."""
+Real clock (docs/design.md "Testing": autojump + sockets gives false timeouts)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import trio
 from scripted import ScriptedModel, Sleep
 from segments import HoldingHarness, held_segment
 
-from taketurns import Agent, AgentConfig, Limits, Task
+from taketurns import Agent, AgentConfig, ChatSession, Limits, Task
+from taketurns.errors import SessionError
 from taketurns.harnesses.program import ProgramHarness
 from taketurns.http import EndpointState, InterceptionServer, open_interception_server
 
@@ -260,3 +261,99 @@ async def test_a_process_left_behind_by_a_segment_gets_409_and_adds_no_turn(
     assert len(session.trace.turns) == 2
     assert "sneak" not in str(session.trace.turns)
     assert session.trace.stop_condition == "user_closed"
+
+
+def _counting(seen: list[str]) -> httpx2.Client:
+    """An HTTP client for an SDK that records each request it sends."""
+    return httpx2.Client(event_hooks={"request": [lambda r: seen.append(str(r.url))]})
+
+
+async def test_a_409_is_final_for_the_official_sdks(server: InterceptionServer) -> None:
+    """OpenAI's and Anthropic's clients retry a bare 409; the gate's carry
+    ``x-should-retry: false``, which both honour: one request each, no retry."""
+    import anthropic
+    import openai
+
+    model = ScriptedModel(default="ok")
+    with trio.fail_after(LIMIT):
+        async with agent(server, model).chat(Task(0, prompt="go")) as session:
+            async with held_segment(session) as endpoint:
+                pass
+            sent: dict[str, list[str]] = {"openai": [], "anthropic": []}
+            oai = openai.OpenAI(
+                base_url=endpoint.base_url,
+                api_key=endpoint.secret,
+                max_retries=2,
+                http_client=_counting(sent["openai"]),
+            )
+            claude = anthropic.Anthropic(
+                base_url=endpoint.base_url.removesuffix("/v1"),
+                api_key=endpoint.secret,
+                max_retries=2,
+                http_client=_counting(sent["anthropic"]),
+            )
+
+            def ask_openai() -> None:
+                with pytest.raises(openai.ConflictError) as refused:
+                    oai.chat.completions.create(model="m", messages=[HELLO["messages"][0]])  # type: ignore[list-item]
+                assert refused.value.response.headers["x-should-retry"] == "false"
+
+            def ask_anthropic() -> None:
+                with pytest.raises(anthropic.ConflictError):
+                    claude.messages.create(**MESSAGES)  # type: ignore[arg-type]
+
+            await trio.to_thread.run_sync(ask_openai)
+            await trio.to_thread.run_sync(ask_anthropic)
+            oai.close()
+            claude.close()
+    assert {name: len(urls) for name, urls in sent.items()} == {"openai": 1, "anthropic": 1}
+
+
+async def test_the_memory_of_closed_rollouts_is_bounded(http: httpx2.AsyncClient) -> None:
+    """The last ``remember_closed`` closed rollouts' keys answer 409 (closed); an
+    older one is forgotten (401, unknown key): memory does not grow without bound."""
+    async with open_interception_server(graceful_timeout=0.1, remember_closed=2) as server:
+        endpoints = []
+        with trio.fail_after(LIMIT):
+            for i in range(3):
+                seat = agent(server, ScriptedModel(default="ok"))
+                async with seat.chat(Task(i, prompt="go")) as session, held_segment(session) as e:
+                    endpoints.append(e)
+            answers = []
+            for endpoint in endpoints:
+                bearer = {"authorization": f"Bearer {endpoint.secret}"}
+                url = f"{endpoint.base_url}/chat/completions"
+                answers.append((await http.post(url, json=HELLO, headers=bearer)).status_code)
+    assert answers == [401, 409, 409]
+
+
+async def test_a_served_tool_calling_back_into_its_own_session_is_refused(
+    server: InterceptionServer, http: httpx2.AsyncClient
+) -> None:
+    """A program's tool call runs the rollout's Python tool in the server's handler
+    task: the tool's ``turn()`` on its own session is refused at once with
+    ``SessionError``, as it is in process (not left waiting for the session's lock)."""
+    held: list[ChatSession] = []
+    seen: list[BaseException] = []
+
+    async def again(text: str) -> str:
+        """Ask the agent's own session for another turn."""
+        try:
+            await held[0].turn(text)
+        except SessionError as exc:
+            seen.append(exc)
+            return "refused"
+        return "taken"
+
+    model = ScriptedModel(default="ok")
+    with trio.fail_after(LIMIT):
+        async with agent(server, model).chat(Task(0, prompt="go"), tools=[again]) as session:
+            held.append(session)
+            async with held_segment(session) as endpoint:
+                bearer = {"authorization": f"Bearer {endpoint.secret}"}
+                body = {"id": "c1", "name": "again", "arguments": '{"text": "more"}'}
+                url = f"{endpoint.base_url}/tools/call"
+                answer = await http.post(url, json=body, headers=bearer)
+    assert answer.status_code == 200
+    assert answer.json()["content"] == "refused"
+    assert len(seen) == 1

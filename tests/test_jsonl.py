@@ -309,3 +309,25 @@ def test_eval_jsonl_without_a_path_names_the_option(tmp_path: Path, capsys) -> N
         in err
     )
     assert not out.exists()
+
+
+def test_a_taskset_shorter_than_n_is_counted_as_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """4 rows and ``-n 10``: the terminal says 4 tasks, and the viewer's row of the
+    finished run plans 4 episodes (not 10)."""
+    from taketurns._view.library import Library
+
+    f = write(tmp_path / "four.jsonl", *({"prompt": f"q{i}", "answer": "x"} for i in range(4)))
+    out = tmp_path / "runs" / "four"
+    argv = ["eval", "jsonl", "--env.taskset.path", str(f), "-n", "10", "-o", str(out)]
+    assert main([*argv, "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    said = " ".join((captured.out + captured.err).split())
+    assert ": 4 tasks x 1 rollouts" in said
+    library = Library([tmp_path / "runs"])
+    library.discover()
+    library.refresh()
+    run = library.get("four")
+    assert run is not None
+    assert (run.row()["planned"], run.row()["episodes"]) == (4, 4)

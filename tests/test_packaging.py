@@ -1,7 +1,7 @@
 """The distribution: one import package, ``taketurns``, that installs beside the PyPI
 packages that own the top-level names ``envs`` and ``harnesses`` without touching them;
 and an import graph free of cycles, with the core (engine/) never importing the built-in
-envs or harnesses (STYLE.md item 1).
+envs or harnesses (docs/design.md "The floors").
 
 The wheel is built from this checkout and installed into a fresh virtualenv (it sees
 the running interpreter's site-packages for taketurns' own dependencies, also when the

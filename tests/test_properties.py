@@ -1,8 +1,9 @@
 """Property tests of the session protocol (hypothesis).
 
 Each example makes its own resources and runs its own ``trio.run`` on a fresh
-``MockClock(autojump_threshold=0)``: no fixtures (NOTES.md). With the autojump clock, a
-deadlock surfaces at once as ``trio.TooSlowError`` from ``trio.fail_after``.
+``MockClock(autojump_threshold=0)``: no fixtures (docs/design.md "Testing"). With the
+autojump clock, a deadlock surfaces at once as ``trio.TooSlowError`` from
+``trio.fail_after``.
 """
 
 from __future__ import annotations

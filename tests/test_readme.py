@@ -1,14 +1,16 @@
-"""The README's claims, run: every command of its ``bash`` blocks and indented command
-blocks, its complete Python programs, and the code "Writing an env" shows (which must be
-``examples/duel.py``, the file its commands run).
+"""The manual's claims, run: README.md and every page under docs/, each checked alike:
+every command of its ``bash`` blocks and indented command blocks, its complete Python
+programs, and the code "Writing an env" shows (which must be ``examples/duel.py``, the
+file its commands run); every relative link and anchor between the pages resolves.
 
-Commands run in the order the README gives them, in one directory that holds a copy of
-``examples/`` and, as "Writing an env" says, ``duel.py`` beside it. Only ``taketurns``
-commands run (``pip install``, ``pytest``, ``npm`` and the like prepare the machine).
-A ``taketurns`` command that cannot run here in under a minute is listed in
-``NOT_RUN`` with its reason; an entry that no longer matches a README command fails
-the test, so the list cannot rot. Code blocks without a language are synopses
-(``ENV``, ``DIR`` placeholders), not commands.
+Commands run page by page (README.md first, then docs/ in path order), in the order a
+page gives them, in one directory that holds a copy of ``examples/`` and, as "Writing an
+env" says, ``duel.py`` beside it. Only ``taketurns`` commands run (``pip install``,
+``pytest``, ``npm`` and the like prepare the machine). A ``taketurns`` command that
+cannot run here in under a minute is listed in ``NOT_RUN`` with its reason; an entry
+that no longer matches a command of some page fails the test, so the list cannot rot.
+Code blocks without a language are synopses (``ENV``, ``DIR`` placeholders), not
+commands.
 
 The prose's examples are checked too (an override that is only inline text slipped
 through once): every inline code span holding a ``taketurns`` command or a dotted
@@ -16,7 +18,8 @@ override (``--env.…``, ``--sampling.…``). A concrete ``taketurns eval`` comm
 validated (options, env, tasks) and run with ``-n 1`` unless ``DRY_ONLY`` says why not;
 a synopsis (placeholders: ``DIR``, ``[...]``, ``...``) must name an existing command
 and known flags; an override must be accepted by some env (with a taskset where it is
-a taskset's). ``taketurns serve`` is parsed, not started (it serves until stopped).
+a taskset's). ``taketurns serve`` is parsed, not started (it serves until stopped);
+``taketurns view`` (which serves too) must only name its flags.
 """
 
 from __future__ import annotations
@@ -44,10 +47,18 @@ from taketurns._errors import ConfigError
 from taketurns._eval.plan import env_class, make_env
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+# every page of the manual, README.md first, by its path from the repository's root
+PAGES = {
+    path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+}
 
 # command prefix -> why it is not run here
 NOT_RUN = {
+    "taketurns exploitability openspiel --env.game=leduc_poker -k 20": "18,720 episodes and "
+    "21 NashConvs of Leduc: over a minute; tests/test_exploitability.py measures Kuhn",
+    "taketurns eval openspiel --env.game=tic_tac_toe -n 2 --model llamacpp/": "a real model "
+    "on 2 CPU cores: minutes; tests/test_real_model.py plays Kuhn on it",
     "taketurns eval wordle -n 20": "20 TextArena games at ~2 s each to build: over a "
     "minute; tests/test_textarena.py plays Wordle through the same env",
     "taketurns eval textarena --env.game=WordLadder-v0": "20 WordLadder games, as slow; "
@@ -66,10 +77,10 @@ NOT_RUN = {
 }
 
 
-def _blocks() -> Iterator[tuple[str, str]]:
-    """(language, text) of every code block: fenced (language as written, "" for
-    none) and indented by four spaces after a blank line ("indented")."""
-    lines = README.splitlines()
+def _blocks(text: str) -> Iterator[tuple[str, str]]:
+    """(language, text) of every code block of a page: fenced (language as written, ""
+    for none) and indented by four spaces after a blank line ("indented")."""
+    lines = text.splitlines()
     i = 0
     while i < len(lines):
         fence = re.match(r"^```(\w*)\s*$", lines[i])
@@ -87,10 +98,18 @@ def _blocks() -> Iterator[tuple[str, str]]:
             i += 1
 
 
-def _commands() -> list[list[str]]:
-    """Each command block's runnable commands (``a && b`` split), in README order."""
+def _all_blocks() -> Iterator[tuple[str, str, str]]:
+    """(page, language, text) of every code block of every page, in page order."""
+    for page, text in PAGES.items():
+        for lang, block in _blocks(text):
+            yield page, lang, block
+
+
+def _commands() -> list[tuple[str, list[str]]]:
+    """Each command block's page and runnable commands (``a && b`` split), in page
+    order."""
     blocks = []
-    for lang, text in _blocks():
+    for page, lang, text in _all_blocks():
         if lang not in ("bash", "sh", "shell", "indented"):
             continue
         joined = text.replace("\\\n", " ")  # a backslash continues the line
@@ -102,7 +121,7 @@ def _commands() -> list[list[str]]:
         ]
         if lang == "indented" and not all(c.startswith("taketurns ") for c in commands):
             continue  # an indented block of something else (an example, not a command)
-        blocks.append(commands)
+        blocks.append((page, commands))
     return blocks
 
 
@@ -131,7 +150,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def test_the_readme_has_the_commands_this_test_knows() -> None:
-    commands = [c for block in BLOCKS for c in block]
+    commands = [c for _, block in BLOCKS for c in block]
     assert any(c.startswith("taketurns eval ./duel.py:Duel") for c in commands)
     assert any(c.startswith("taketurns eval -C ") for c in commands)
     assert any("examples/qa.jsonl" in c for c in commands)
@@ -143,21 +162,23 @@ def _runs(here: Path) -> set[Path]:
     return {p.parent for p in here.rglob("episodes.jsonl")}
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[" ; ".join(b)[:80] for b in BLOCKS])
-def test_a_readme_command_block_runs(workdir: Path, block: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("page", "block"), BLOCKS, ids=[f"{p}: {' ; '.join(b)}"[:100] for p, b in BLOCKS]
+)
+def test_a_readme_command_block_runs(workdir: Path, page: str, block: list[str]) -> None:
     for command in block:
         if not command.startswith("taketurns ") or _skipped(command):
             continue
         argv = shlex.split(command)
         before = _runs(workdir)
-        assert main(argv[1:]) == 0, command
+        assert main(argv[1:]) == 0, (page, command)
         if argv[1] == "eval":
             (run,) = _runs(workdir) - before
-            assert list(read_episodes(run / "episodes.jsonl")), command
+            assert list(read_episodes(run / "episodes.jsonl")), (page, command)
 
 
 def _python_programs() -> list[str]:
-    return [text for lang, text in _blocks() if lang == "python" and "trio.run(" in text]
+    return [t for _, lang, t in _all_blocks() if lang == "python" and "trio.run(" in t]
 
 
 @pytest.mark.parametrize("program", _python_programs(), ids=lambda p: p.splitlines()[1][:60])
@@ -185,11 +206,11 @@ def test_a_readme_python_program_runs(workdir: Path, program: str) -> None:
 
 
 def test_the_env_the_readme_writes_is_the_example_its_commands_run() -> None:
-    envs = [t for lang, t in _blocks() if lang == "python" and "(Env):" in t]
-    assert envs, "the README shows no env"
+    envs = [(p, t) for p, lang, t in _all_blocks() if lang == "python" and "(Env):" in t]
+    assert envs, "the manual shows no env"
     example = (ROOT / "examples" / "duel.py").read_text()
-    for text in envs:
-        assert text.strip() in example, "README's env code differs from examples/duel.py"
+    for page, text in envs:
+        assert text.strip() in example, f"{page}'s env code differs from examples/duel.py"
 
 
 # --- the prose's inline examples -----------------------------------------------------
@@ -214,14 +235,19 @@ class MyTasks(Taskset):
 """
 
 
-def _prose() -> str:
-    """The README without its code blocks: the text whose inline spans are examples."""
-    return re.sub(r"^```.*?^```", "", README, flags=re.S | re.M)
+def _prose(text: str) -> str:
+    """A page without its code blocks: the text whose inline spans are examples."""
+    return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
 
 
 def _spans() -> list[str]:
-    """Inline code spans (on one line or wrapped) of the prose, whitespace collapsed."""
-    return [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", _prose())]
+    """Inline code spans (on one line or wrapped) of every page's prose, whitespace
+    collapsed."""
+    return [
+        " ".join(span.split())
+        for text in PAGES.values()
+        for span in re.findall(r"`([^`]+)`", _prose(text))
+    ]
 
 
 INLINE_COMMANDS = sorted({s for s in _spans() if s.startswith("taketurns ")})
@@ -256,8 +282,8 @@ def test_an_inline_command_is_valid(workdir: Path, command: str) -> None:
     (workdir / "my_tasks.py").write_text(MY_TASKS)
     words = shlex.split(command)
     sub = words[1]
-    assert sub in ("eval", "envs", "report", "serve", "export"), command
-    if _is_synopsis(command) or sub in ("report", "serve", "export") or len(words) == 2:
+    assert sub in ("eval", "envs", "report", "serve", "export", "view", "exploitability"), command
+    if _is_synopsis(command) or sub in ("report", "serve", "export", "view") or len(words) == 2:
         # a synopsis or a long-running server: the command and its flags exist
         for word in words[2:]:
             if word.startswith("--") and "." not in word and not word.startswith("--env"):
@@ -346,3 +372,76 @@ def test_an_inline_override_is_accepted(workdir: Path, span: str) -> None:
     if overrides:
         accepted = _accepted(overrides)
         assert accepted[0] in ("./duel.py:Duel", *envs.ids()), f"{span}: refused: {accepted}"
+
+
+# --- links between the pages ---------------------------------------------------------
+
+
+def _heading_slugs(text: str) -> set[str]:
+    """The anchors of a page's headings, as GitHub and the site (mkdocs' default
+    ``toc`` slugs) both spell them: a link must resolve in either."""
+    slugs = set()
+    for line in _prose(text).splitlines():
+        heading = re.match(r"^#{1,6} (.+)$", line)
+        if not heading:
+            continue
+        title = heading.group(1).replace("`", "").strip().lower()
+        github = re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
+        site = re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", title).strip())
+        slugs.add(github if github == site else f"{github} | {site}")
+    return slugs
+
+
+def _links() -> list[tuple[str, str]]:
+    """(page, target) of every relative Markdown link of every page's prose."""
+    return [
+        (page, target)
+        for page, text in PAGES.items()
+        for target in re.findall(r"\]\(([^)\s]+)\)", _prose(text))
+        if not re.match(r"[a-z]+:", target)
+    ]
+
+
+def test_the_pages_link_the_way_this_test_knows() -> None:
+    pages_linked = {(page, target.split("#")[0]) for page, target in _links()}
+    assert ("README.md", "docs/index.md") in pages_linked
+    assert ("docs/running.md", "harnesses/containment.md") in pages_linked
+    assert any("#" in target for _, target in _links())
+
+
+@pytest.mark.parametrize(("page", "target"), _links())
+def test_a_link_between_pages_resolves(page: str, target: str) -> None:
+    path, _, anchor = target.partition("#")
+    resolved = ((ROOT / page).parent / path).resolve() if path else ROOT / page
+    assert resolved.is_file(), f"{page}: no file {path}"
+    assert resolved.is_relative_to(ROOT / "docs") or page == "README.md", (
+        f"{page}: {path} is outside docs/, which the site does not publish"
+    )
+    if anchor:
+        text = resolved.read_text(encoding="utf-8")
+        assert anchor in _heading_slugs(text), (
+            f"{page}: {target}: no heading with that anchor on GitHub and on the site "
+            f"(the page's: {sorted(_heading_slugs(text))})"
+        )
+
+
+def test_every_page_is_in_the_sites_nav() -> None:
+    config = (ROOT / "mkdocs.yml").read_text()
+    nav = set(re.findall(r"^\s*- (?:[^:\n]+: )?(\S+\.md)$", config, re.M))
+    pages = {page.removeprefix("docs/") for page in PAGES if page != "README.md"}
+    assert pages == nav, f"not in mkdocs.yml's nav: {pages - nav}; no such page: {nav - pages}"
+
+
+def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs", reason="the docs extra (pip install -e '.[docs]')")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "design" / "index.html").is_file()

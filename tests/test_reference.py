@@ -54,7 +54,7 @@ def _restore_imports(tmp_path: Path) -> Iterator[None]:
 
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A directory holding duel.py (the README's example), the current directory."""
+    """A directory holding duel.py (docs/writing-envs.md's example), the current directory."""
     shutil.copy(EXAMPLES / "duel.py", tmp_path / "duel.py")
     monkeypatch.chdir(tmp_path)
     return tmp_path

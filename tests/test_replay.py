@@ -120,6 +120,9 @@ def test_a_changed_prompt_is_a_divergence_naming_episode_seat_and_turn(
         assert "recorded '…is refused: you get 1 retry per turn" in what
         assert "replayed '…is refused: you get 2 retries per turn" in what
     assert _summary(out)["replayed_from"]["diverged"] == 200
+    # one vocabulary: a divergence is its own cause, never an endpoint failure
+    assert _summary(out)["failed_by_cause"] == {"divergence": 200}
+    assert {r["cause"] for r in new.values()} == {"divergence"}
     err = capsys.readouterr().err
     assert "0 reproduced, 200 diverged, 0 failed" in err
     assert "diverged: episode kuhn-poker/0/0, seat player0, turn 0: the request differs" in err

@@ -117,6 +117,25 @@ def test_a_fixed_reward_rescores_a_scoring_failure(tmp_path: Path) -> None:
     assert _summary(again)["failed_by_cause"] == {"scoring": 16}
 
 
+def test_a_rescore_scores_within_the_scoring_deadline_as_the_eval_does(tmp_path: Path) -> None:
+    """A reward the eval cut off at ``timeouts.scoring_s`` is cut off again on
+    rescore (not scored 1.0 after its 3 s): one scoring path, one deadline."""
+    bounds = [f"--env.{p}.timeouts.scoring_s=0.2" for p in ("player0", "player1")]
+    run = tmp_path / "slow"
+    status = main(
+        ["eval", ENV, "-n", "1", "--env.slow_s=3", *bounds, "-o", str(run), "--no-progress"]
+    )
+    assert status == 1  # the cut-off reward fails the episode (cause scoring)
+    [before] = _records(run)
+    out = tmp_path / "again"
+    assert main(["rescore", str(run), "-o", str(out)]) == 1
+    [after] = _records(out)
+    for old, new in zip(before["traces"], after["traces"], strict=True):
+        assert old["rewards"]["slow"] == new["rewards"]["slow"] == 0.0
+        assert any("timeouts.scoring_s" in e["message"] for e in new["errors"])
+    assert after["cause"] == before["cause"] == "scoring"
+
+
 def test_bad_use_is_refused(base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rescore", str(base), "-o", str(tmp_path / "x"), "--model", "m"]) == 2
     assert "rescore takes only --env.<field>=V overrides" in capsys.readouterr().err

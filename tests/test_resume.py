@@ -181,3 +181,16 @@ def test_a_roles_endpoint_may_change_its_model_may_not() -> None:
         "env.player.model: 'x' in the stored config, 'y' now",
         "env.player.sampling.seed: 1 in the stored config, 2 now",
     ]
+
+
+def test_a_refused_resume_is_refused_before_the_endpoint_check(tmp_path: Path) -> None:
+    """A changed ``--seed`` on a run whose endpoint is now down: the refusal, not a
+    preflight timeout (the endpoint is never asked)."""
+    out = tmp_path / "run"
+    with serving(latency_ms=0) as (_, url):
+        args = ["-n", "2", "--model", "builtin/bracket", "--base-url", url, "-o", str(out)]
+        assert eval_cli(ENV, *args, "--env.crash_task=-1") == 0
+    proc = _eval("--resume", "-o", str(out), "--seed", "7", "--preflight-timeout", "2")
+    assert proc.returncode == 2, proc.stderr
+    assert "seed: 0 in the stored config, 7 now" in proc.stderr
+    assert "preflight" not in proc.stderr

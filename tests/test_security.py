@@ -9,7 +9,7 @@ loopback unless configured otherwise.
 
 Hypothesis drives a synchronous HTTP client from a worker thread
 (``trio.to_thread``) while the server runs in the test's trio loop: one server per
-test, fresh requests per example (NOTES.md: no per-example fixtures). Real clock.
+test, fresh requests per example (docs/design.md "Testing": no per-example fixtures). Real clock.
 """
 
 from __future__ import annotations

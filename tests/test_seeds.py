@@ -273,3 +273,42 @@ async def test_a_judges_calls_carry_seeds_that_follow_the_run(tmp_path: Path) ->
     assert all(isinstance(b["seed"], int) for b in judged["c1"])
     assert _by_conversation(judged["c1"]) == _by_conversation(judged["c64"])
     assert {b["seed"] for b in judged["c1"]}.isdisjoint(b["seed"] for b in judged["other"])
+
+
+# --- a session's seed is the user's choice, never the opening order ------------------------
+
+
+async def _first_seeds(order: list[int], keyed: bool) -> dict[str, int | None]:
+    """Open one session per entry of ``order`` from concurrent tasks, the k-th of
+    ``order`` opening k-th; the first call's seed of each, by what identifies it."""
+    from taketurns import Agent, AgentConfig, Task
+    from taketurns.harness import EpisodeInfo
+
+    base = Agent("user", AgentConfig(model="builtin/echo"))
+    agent = base.bind(EpisodeInfo("e/0/0", "x", 0, seed=123))
+    seeds: dict[str, int | None] = {}
+
+    async def one(rank: int, n: int) -> None:
+        await trio.sleep(rank)  # the autojump clock: a fixed, chosen opening order
+        task = Task(0 if keyed else n, prompt=f"hello {n}")
+        keys = {"seed_key": f"k{n}"} if keyed else {}
+        async with agent.chat(task, **keys) as session:
+            await session.turn()
+            seeds[str(n)] = session.trace.turns[0].seed
+
+    async with trio.open_nursery() as nursery:
+        for rank, n in enumerate(order):
+            nursery.start_soon(one, rank, n)
+    return seeds
+
+
+async def test_a_sessions_seed_does_not_depend_on_the_opening_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Sessions on different tasks (or with their own ``seed_key`` on one task)
+    opened from concurrent tasks get the same seeds in any opening order."""
+    for keyed in (False, True):
+        forward = await _first_seeds([1, 2, 3, 4], keyed)
+        backward = await _first_seeds([4, 3, 2, 1], keyed)
+        assert forward == backward
+        assert len(set(forward.values())) == 4

@@ -1,4 +1,5 @@
-"""taketurns._http.server over real loopback HTTP (real clock: NOTES.md, autojump + sockets)."""
+"""taketurns._http.server over real loopback HTTP (real clock: docs/design.md "Testing",
+autojump + sockets)."""
 
 from __future__ import annotations
 

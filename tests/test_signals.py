@@ -5,6 +5,7 @@ a real subprocess, signalled with ``os.kill`` once it reports where it is."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -176,3 +177,18 @@ def test_sigint_the_moment_main_takes_signals_back_is_one_line() -> None:
     )
     proc = _python(code)
     assert (proc.returncode, proc.stderr.strip()) == (130, INTERRUPTED)
+
+
+def test_a_second_sigint_while_the_command_exits_keeps_its_status(tmp_path: Path) -> None:
+    """The second Ctrl-C lands after the run wrote its summary and said so, while
+    Python finalizes: the exit status stays 130, never the signal's own (-2)."""
+    proc, _ = _start(tmp_path, "-n", "400", "-c", "2", "--model", "builtin/bracket?latency_ms=50")
+    _wait_for(tmp_path / "run" / "episodes.jsonl", proc)
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("interrupted"):
+            break
+    with contextlib.suppress(ProcessLookupError):  # already gone: nothing to test
+        os.kill(proc.pid, signal.SIGINT)
+    _interrupted(proc)

@@ -4,8 +4,9 @@ config refuses what it cannot play.
 
 Reference boards come from fresh engines the test makes itself with ``ta.make`` (one
 per game, reset per seed) and may peek at their secrets; the env never shows them.
-Needs the ``textarena`` extra and the nltk data (``NLTK_DATA``, or ``../shared/nltk_data``
-beside the repo); without either, or network to download the data, the module skips.
+Needs the ``textarena`` extra and the nltk data (``NLTK_DATA``, which ``.ci/run`` sets
+when the data lies beside the checkout); without either, or network to download the
+data, the module skips.
 """
 
 from __future__ import annotations
@@ -64,10 +65,7 @@ def _why_skip() -> str | None:
     try:
         socket.create_connection((host, 443), timeout=3).close()
     except OSError:
-        return (
-            "no nltk data (set NLTK_DATA, or put it in ../shared/nltk_data) and no network "
-            "to download it"
-        )
+        return "no nltk data (set NLTK_DATA to a folder holding it) and no network to download it"
     return None
 
 

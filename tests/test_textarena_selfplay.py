@@ -3,8 +3,8 @@ is told only its own observation, the engine rules on every move (invalid ones t
 its final result is the reward; a stopped seat forfeits, a failed seat fails the
 episode; seeds replay exactly; unsupported games are refused before any episode.
 
-Needs the ``textarena`` extra and the nltk data (``NLTK_DATA``, or
-``../shared/nltk_data`` beside the repo): without them the module fails, naming them.
+Needs the ``textarena`` extra and the nltk data (``NLTK_DATA``, which ``.ci/run`` sets
+when the data lies beside the checkout): without them the module fails, naming them.
 """
 
 from __future__ import annotations

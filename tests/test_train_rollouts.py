@@ -178,7 +178,7 @@ async def test_bad_arguments_are_refused() -> None:
 def test_in_flight_stays_bounded_whatever_the_sizes(
     concurrency: int, per_task: int, max_waiting: int, taken: int
 ) -> None:
-    # one trio run per example (NOTES.md: hypothesis + async fixtures do not mix)
+    # one trio run per example (docs/design.md "Testing": hypothesis + async fixtures do not mix)
     config, env = kuhn(concurrency=concurrency, model=SLOW)
     tasks = env.tasks(12)
 

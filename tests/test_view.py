@@ -90,7 +90,8 @@ def test_line_index_reads_only_what_was_appended(
         f.write(b'33}\n{"d":4}\n')
     reads.clear()
     assert index.extend()
-    assert reads == [(len(b'{"c":333}\n{"d":4}\n'), len(b'{"a":1}\n{"b":22}\n'))]
+    # only the new bytes: the half line's start was searched already (no newline)
+    assert reads == [(len(b'33}\n{"d":4}\n'), len(b'{"a":1}\n{"b":22}\n{"c":3'))]
     assert [raw for _, raw in index.read(1, 4)] == [b'{"b":22}', b'{"c":333}', b'{"d":4}']
     assert index.generation == 0
     # a resume tidies the file: a new one is renamed into place; the index starts over
@@ -100,6 +101,56 @@ def test_line_index_reads_only_what_was_appended(
     index.extend()
     assert index.generation == 1
     assert list(index.read(0, 10)) == [(0, b'{"e":5}')]
+
+
+def test_a_line_longer_than_a_step_is_indexed_reading_each_byte_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "episodes.jsonl"
+    long = b'{"a":"' + b"x" * 1000 + b'"}'
+    path.write_bytes(b'{"b":1}\n' + long + b'\n{"c":2}\n' + long + b"\n" + long[:300])
+    index = LineIndex(path)
+    reads: list[tuple[int, int]] = []
+    real = os.pread
+
+    def spy(fd: int, n: int, offset: int) -> bytes:
+        reads.append((n, offset))
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(lines_module.os, "pread", spy)
+    steps = 0
+    while not index.extend(limit=64):
+        steps += 1
+        assert steps < 100, "the index never got past the long line"
+    assert [raw for _, raw in index.read(0, 10)] == [b'{"b":1}', long, b'{"c":2}', long]
+    assert all(n <= 64 for n, _ in reads)  # bounded memory: one step at a time
+    assert sum(n for n, _ in reads) == path.stat().st_size  # no byte read twice
+    with path.open("ab") as f:  # the half-written last line is finished
+        f.write(long[300:] + b"\n")
+    while not index.extend(limit=64):
+        pass
+    assert [raw for _, raw in index.read(3, 10)] == [long, long]
+
+
+async def test_a_record_longer_than_the_index_step_is_served(runs: Path) -> None:
+    path = runs / "c" / "episodes.jsonl"
+    lines = path.read_bytes().splitlines()
+    record = json.loads(lines[1])
+    record["info"]["pad"] = "x" * (lines_module.CHUNK + (1 << 20))  # a long agent trace
+    lines[1] = json.dumps(record).encode()
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(
+            lambda task_status: serve([runs], port=0, task_status=task_status)
+        )
+        async with httpx2.AsyncClient(base_url=url, timeout=20) as http:
+            with trio.fail_after(30):
+                page = (await http.get("/api/runs/c/episodes", params={"limit": 3})).json()
+                assert [e["line"] for e in page["episodes"]] == [0, 1, 2]
+                assert page["episodes"][1]["record"]["info"]["pad"] == record["info"]["pad"]
+                shown = await http.get("/run/c/episode/2")
+                assert shown.status_code == 200
+        nursery.cancel_scope.cancel()
 
 
 # --- filters ------------------------------------------------------------------------------
@@ -219,6 +270,9 @@ async def test_api_runs_summary_and_episodes(
     assert ([e["line"] for e in last["episodes"]], last["next"]) == ([10, 11], None)
     failed = (await http.get("/api/runs/b/episodes", params={"cause": "failed"})).json()
     assert [e["line"] for e in failed["episodes"]] == [0]
+    bogus = await http.get("/api/runs/a/episodes", params={"cause": "modle"})
+    assert bogus.status_code == 400
+    assert "cause='modle': not a cause; did you mean 'model'?" in bogus.json()["error"]
     bad = await http.get("/api/runs/a/episodes", params={"limit": 0})
     assert bad.status_code == 400
     assert "limit=0: must be between 1 and 500" in bad.json()["error"]

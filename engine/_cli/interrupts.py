@@ -5,15 +5,22 @@ While an eval runs, its own watcher turns SIGINT/SIGTERM/SIGHUP into a clean sto
 summary and report after the episodes) Python raises ``KeyboardInterrupt`` wherever
 the process is, possibly inside trio's exception groups: ``quiet_interrupts`` turns
 it into one line and exit code 130.
+
+Once the command has its exit status, SIGINT is ignored while the process exits:
+Python resets its handler to the OS default while it finalizes (which takes most of
+a second after a run), and a second Ctrl-C landing there would end the process by
+the signal itself (a caller would see -2, not the 130 the command chose).
 """
 
 from __future__ import annotations
 
 import functools
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
-from taketurns._startup import started
+from taketurns._startup import is_the_command, started
 
 __all__ = ["INTERRUPTED", "is_interrupt", "quiet_interrupts"]
 
@@ -39,11 +46,20 @@ def quiet_interrupts(main: Callable[..., int]) -> Callable[..., int]:
             # Python's SIGINT handler again (taketurns._startup), inside the guard: a
             # signal the moment it is back is an interrupt like any later one
             started()
-            return main(*args, **kwargs)
+            status = main(*args, **kwargs)
         except BaseException as exc:
             if not is_interrupt(exc):
                 raise
             print(INTERRUPTED, file=sys.stderr, flush=True)
-            return 130
+            status = 130
+        _exiting()
+        return status
 
     return guarded
+
+
+def _exiting() -> None:
+    """The command decided its exit status: a Ctrl-C from here on changes nothing
+    (the module docstring). Only in the command's own process, main thread."""
+    if is_the_command() and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

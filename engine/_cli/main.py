@@ -7,7 +7,8 @@
 ``taketurns compare A B [--json]``;
 ``taketurns rescore DIR [-o NEW] [--overwrite] [--env.<field>=V ...]``;
 ``taketurns replay DIR [--episode ID ...] [-o OUT] [--overwrite] [--env.<field>=V ...]``;
-``taketurns view [DIR ...] [--host H] [--port P]`` (``_view.command``)
+``taketurns view [DIR ...] [--host H] [--port P]`` (``_view.command``);
+``taketurns exploitability ENV [-k K] [--model M] ...`` (``_cli.exploitability``)
 
 Any ``--a.b.c=V`` (or ``--a.b.c V``) is a dotted override of the config; dashes and
 underscores are interchangeable. Exit codes: 0 done, 1 some episodes failed (an infrastructure
@@ -38,7 +39,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from taketurns._cli.interrupts import quiet_interrupts
-from taketurns._cli.parser import FLAGS, parser, split_overrides, unknown_argument
+from taketurns._cli.parser import (
+    FLAGS,
+    parser,
+    refuse_leading_flag,
+    split_overrides,
+    unknown_argument,
+)
 from taketurns._cli.resume import OUTPUTS, compare, newest_run, run_dir_name
 from taketurns._cli.rundirs import compare_command, replay_command, rescore_command
 from taketurns._cli.served_model import asks_for_model, served_model
@@ -148,18 +155,7 @@ def _open_run_dir(
     try:
         text = dump_toml(attrs.evolve(config, output_dir=None)) + note
         if args.resume and run_dir.config_path.exists():
-            stored = _normalised(read_toml(run_dir.config_path), config)
-            refused, changed = compare(stored, tomllib.loads(text))
-            if refused:
-                raise ConfigError(
-                    [
-                        f"--resume: the config differs from {run_dir.config_path} in what "
-                        "the run computes; resume with the same options (or none: the stored "
-                        "config is reused; how it runs, e.g. -c, --base-url, timeouts, may "
-                        "change, and -n/-r may grow):",
-                        *refused,
-                    ]
-                )
+            changed = _resumed_changes(run_dir.config_path, config)
             run_dir.record_resume(changed)
             if changed:
                 run_dir.write_config(text)
@@ -169,6 +165,27 @@ def _open_run_dir(
         run_dir.unlock()
         raise
     return run_dir
+
+
+def _resumed_changes(stored_path: Path, config: EvalConfig) -> dict[str, Any]:
+    """What a resume changes in the stored config (how the run executes); a change in
+    what the run computes is refused with ``ConfigError``, one line per option. Sync
+    and cheap: checked before the endpoint preflight, so a refused resume is the
+    first thing the user sees, then again where the run directory is opened."""
+    text = dump_toml(attrs.evolve(config, output_dir=None))
+    stored = _normalised(read_toml(stored_path), config)
+    refused, changed = compare(stored, tomllib.loads(text))
+    if refused:
+        raise ConfigError(
+            [
+                f"--resume: the config differs from {stored_path} in what "
+                "the run computes; resume with the same options (or none: the stored "
+                "config is reused; how it runs, e.g. -c, --base-url, timeouts, may "
+                "change, and -n/-r may grow):",
+                *refused,
+            ]
+        )
+    return changed
 
 
 def _normalised(stored: dict[str, Any], config: EvalConfig) -> dict[str, Any]:
@@ -194,12 +211,15 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
 
         require_ray(config.env_id)
     tasks = env.tasks(config.num_tasks)  # a bad taskset file or missing data fails here
-    trio.run(partial(preflight, say=lambda text: console.print(text, highlight=False)), config, env)
     # the default directory is named after --model, else the first role's model
     model = config.model or next((r.model for r in plan.roles.values() if r.model), "none")
+    resumed = Path(args.output_dir or config.output_dir or ".") / "config.toml"
+    if args.resume and resumed.is_file():
+        _resumed_changes(resumed, config)  # a refused resume: before the preflight
+    trio.run(partial(preflight, say=lambda text: console.print(text, highlight=False)), config, env)
     run_dir = _open_run_dir(args, config, name, model, plan.sampling_note())
     console.print(
-        f"{'resuming' if args.resume else 'running'} {name}: {config.num_tasks} tasks x "
+        f"{'resuming' if args.resume else 'running'} {name}: {len(tasks)} tasks x "
         f"{config.rollouts} rollouts, {config.concurrency} at once ({config.backend}), "
         f"into {run_dir.path}",
         highlight=False,
@@ -308,7 +328,9 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     async def run() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                url = await nursery.start(partial(serve, model, host=args.host, port=args.port))
+                url = await nursery.start(
+                    partial(serve, model, host=args.host, port=args.port, names=args.name)
+                )
                 console.print(f"serving builtin/{args.policy} at {url} (Ctrl-C stops)")
                 print(url, flush=True)
                 async for _ in signals:
@@ -324,16 +346,21 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
 
 @quiet_interrupts
 def main(argv: Sequence[str] | None = None) -> int:
-    args, extra = parser().parse_known_args(argv)
     # soft_wrap: a message is never hard-wrapped (at 80 columns off a terminal)
     console = Console(stderr=True, soft_wrap=True)
     try:
+        refuse_leading_flag(sys.argv[1:] if argv is None else argv)
+        args, extra = parser().parse_known_args(argv)
         if args.command == "eval":
             return _eval(args, extra, console)
         if args.command == "rescore":
             return rescore_command(args, extra, console)
         if args.command == "replay":
             return replay_command(args, extra, console)
+        if args.command == "exploitability":
+            from taketurns._cli.exploitability import exploitability_command
+
+            return exploitability_command(args, extra, console, _load_config, _open_run_dir)
         if extra:
             raise ConfigError([unknown_argument(item, args.command) for item in extra])
         if args.command == "serve":

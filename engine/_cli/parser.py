@@ -170,10 +170,77 @@ def _version() -> str:
         return "(not installed)"
 
 
+# the eval flags ``exploitability`` takes (the others parse to None: the config's own)
+_EXPLOITABILITY_TAKES = (
+    "concurrency", "seed", "model", "base_url", "api_key_var", "request_timeout",
+)  # fmt: skip
+
+
+def _add_exploitability_command(sub: Any) -> None:
+    """The ``exploitability`` sub-command's arguments (``_cli.exploitability``)."""
+    cmd = sub.add_parser(
+        "exploitability",
+        help="NashConv and exploitability of a model's policy over a small game",
+        description="Ask each seat at every information state of the env's game K times "
+        "(seeded, through the engine like any turn), build the empirical tabular policy and "
+        "measure it (OpenSpiel's exploitability module for OpenSpiel games), with a "
+        "bootstrap 95% interval over the K answers of each state.",
+        epilog="Any other option is a dotted config override: --env.game=leduc_poker.",
+    )
+    cmd.add_argument("env", help="an env that can be asked at each information state")
+    k_help = "answers asked per information state (default: 100)"
+    cmd.add_argument("-k", "--samples", type=int, default=100, metavar="K", help=k_help)
+    r_help = "bootstrap resamples of the interval (default: 200; 0: none)"
+    cmd.add_argument("--resamples", type=int, default=200, metavar="R", help=r_help)
+    cmd.add_argument("-c", "--concurrency", type=int, metavar="C", help="episodes at once")
+    cmd.add_argument("--seed", type=int, metavar="S", help="the run's seed (default: 0)")
+    cmd.add_argument("--model", metavar="M", help="model name (default: builtin/bracket)")
+    cmd.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint")
+    cmd.add_argument("--api-key-var", metavar="VAR", help="environment variable of the key")
+    cmd.add_argument("--request-timeout", type=float, metavar="S", help="seconds per request")
+    cmd.add_argument("-C", "--config", metavar="TOML", help="config file")
+    o_help = "run directory (default: outputs/<env>-exploitability--<model>--<time>)"
+    cmd.add_argument("-o", "--output-dir", metavar="DIR", help=o_help)
+    cmd.add_argument("--overwrite", action="store_true", help="replace the run in -o DIR")
+    cmd.add_argument("--no-progress", action="store_true", help="no progress line")
+    cmd.set_defaults(resume=False, **{d: None for d in FLAGS if d not in _EXPLOITABILITY_TAKES})
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (``ConfigError``, printed
+    by ``main`` as every refused input is), never the usage block first."""
+
+    def error(self, message: str) -> Any:
+        command = self.prog.removeprefix("taketurns").strip()
+        listing = f"taketurns {command} --help" if command else "taketurns --help"
+        if message.startswith("argument command: invalid choice:"):
+            given = message.split("'")[1] if "'" in message else ""
+            hint = did_you_mean(given, COMMANDS, quote="")
+            raise ConfigError(
+                f"{given!r}: unknown command; {hint + ' ' if hint else ''}"
+                f"(commands: {', '.join(COMMANDS)}; taketurns --help)"
+            )
+        raise ConfigError(f"{message.removeprefix('argument ')} ({listing} lists the flags)")
+
+
+COMMANDS = ("eval", "envs", "report", "compare", "rescore", "replay", "export", "view", "serve")
+
+
+def refuse_leading_flag(argv: Sequence[str]) -> None:
+    """Refuse a flag given before the command (``taketurns -n 5 eval ...``): every
+    flag belongs to a command and goes after it."""
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        command = next((a for a in argv if a in COMMANDS), "eval")
+        raise ConfigError(
+            f"{argv[0]!r}: a flag goes after the command: taketurns {command} ... "
+            f"{argv[0]} (taketurns {command} --help lists its flags)"
+        )
+
+
 def parser() -> argparse.ArgumentParser:
     """The whole command line: ``eval``, ``envs``, ``report``, ``compare``, ``export``,
-    ``serve``, ``view``."""
-    top = argparse.ArgumentParser(
+    ``exploitability``, ``serve``, ``view``."""
+    top = _Parser(
         prog="taketurns",
         description="Run, record and score multi-turn LLM rollouts (trio-based).",
     )
@@ -256,6 +323,7 @@ def parser() -> argparse.ArgumentParser:
     )
     rpl.add_argument("--overwrite", action="store_true", help="replace the run in -o OUT")
     add_export_command(sub)
+    _add_exploitability_command(sub)
     view = sub.add_parser(
         "view",
         help="a local web app over run directories, live while evals run",
@@ -274,6 +342,14 @@ def parser() -> argparse.ArgumentParser:
         "--latency-ms", type=float, default=0.0, help="fixed latency per call (default: 0)"
     )
     srv.add_argument("--seed", type=int, default=0, help="(default: 0)")
+    srv.add_argument(
+        "--name",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="a model name to answer to besides builtin/<policy> and <policy> "
+        "(repeatable); any other name is refused (404), as a real endpoint does",
+    )
     srv.add_argument("--host", default="127.0.0.1", help="(default: 127.0.0.1)")
     srv.add_argument("--port", type=int, default=8000, help="0 picks a free port (default: 8000)")
     return top

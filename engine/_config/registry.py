@@ -70,7 +70,7 @@ class Registry:
         except ImportError as exc:
             raise ConfigError(
                 f"{self.kind} {id!r} could not be imported ({exc}); if it needs an optional "
-                "package, install it (the env's README entry names the pip extra)"
+                "package, install it (the env's page under docs/envs/ names the pip extra)"
             ) from exc
         self._items[id] = obj
         return name_class(obj, id)

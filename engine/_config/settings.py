@@ -89,6 +89,17 @@ def _sequence_hook(tp: Any) -> Any:
 settings.register_structure_hook_factory(_is_sequence, _sequence_hook)
 
 
+def _options_table(value: Any, _: Any) -> dict[str, Any]:
+    """An untyped table of options (``harness_options``, ``sampling.extra``): a single
+    value where it belongs is refused by name (``harness_options = 7``)."""
+    if not isinstance(value, Mapping):
+        raise OptionError("", value, "a table of options, not a single value")
+    return dict(value)
+
+
+settings.register_structure_hook_func(lambda tp: tp == dict[str, Any], _options_table)
+
+
 def _table_hook(cls: type) -> Any:
     """Config sections: a value where a table of options belongs is refused by name
     (``--env.player0=3``, ``sampling = "hot"``) instead of failing inside cattrs."""

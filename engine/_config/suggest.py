@@ -2,7 +2,8 @@
 
 One rule for every kind of name (``difflib``'s ratio, with dashes and underscores
 alike and case ignored): at most three candidates, best first, each at least 60%
-similar and within 0.1 of the best. Long lists are never dumped: a message names the
+similar and within 0.1 of the best; when none is, the candidates the word begins
+as a whole part of (``kuhn`` for ``kuhn-poker``). Long lists are never dumped: a message names the
 near misses and where the whole list is.
 """
 
@@ -23,7 +24,8 @@ def _folded(text: str) -> str:
 
 def close_matches(word: str, candidates: Iterable[str], *, n: int = 3) -> list[str]:
     """The candidates closest to ``word``: at most ``n``, best first, each within
-    0.1 of the best one's similarity (a clear winner is named alone)."""
+    0.1 of the best one's similarity (a clear winner is named alone); else those
+    ``word`` is the first dash-separated parts of (``kuhn`` -> ``kuhn-poker``)."""
     by_folded: dict[str, str] = {}
     for candidate in candidates:
         by_folded.setdefault(_folded(candidate), candidate)
@@ -31,7 +33,10 @@ def close_matches(word: str, candidates: Iterable[str], *, n: int = 3) -> list[s
     scored = []
     for key in difflib.get_close_matches(folded, list(by_folded), n=n, cutoff=0.6):
         scored.append((difflib.SequenceMatcher(None, folded, key).ratio(), key))
-    best = scored[0][0] if scored else 0.0
+    if not scored:
+        starting = [key for key in by_folded if folded and key.startswith(folded + "_")]
+        return [by_folded[key] for key in sorted(starting, key=len)[:n]]
+    best = scored[0][0]
     return [by_folded[key] for ratio, key in scored if ratio >= best - 0.1]
 
 

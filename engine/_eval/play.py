@@ -1,7 +1,7 @@
 """Playing (task, rollout) pairs as episodes in this trio loop: the local backend,
 and the loop every worker (Ray or process) runs on its shard.
 
-Structure (DESIGN.md "who owns what")::
+Structure (docs/design.md "Structured concurrency: who owns what")::
 
     play_pairs (env.setup ... env.finalize, shielded)
      └─ services nursery: interception server (if a harness needs one), the shared

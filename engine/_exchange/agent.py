@@ -109,7 +109,9 @@ class Agent:
         self.limits = config.limits
         if config.limits.max_segment_turns is None and harness.segment_turns is not None:
             self.limits = attrs.evolve(config.limits, max_segment_turns=harness.segment_turns)
-        self.harness_id: str = config.harness or type(harness).id or "null"
+        # a harness class with no `id` is named by its class (never "null": that is
+        # the built-in null harness)
+        self.harness_id: str = config.harness or type(harness).id or type(harness).__qualname__
         self.rubric = rubric if rubric is not None else Rubric()
         self._stamp = AgentStamp(self.name, self.model, self.harness_id, config.trainable)
         self.episode = episode
@@ -121,7 +123,9 @@ class Agent:
         self._sandbox = Sandbox(config.sandbox or "none", config.sandbox_network)
         self._on_close = on_close
         self._open_sessions: dict[int, ChatSession] = {}
-        self._opened = 0  # sessions opened so far (each gets its own seed)
+        # sessions opened so far on each task (by task idx): a session's seed is its
+        # task's and its rank among that task's sessions, never the opening order
+        self._opened: dict[int, int] = {}
         # what a cancellation that closes one of this agent's sessions means
         self.cancel_reason: Callable[[ChatSession], str] = _cancelled
 
@@ -140,7 +144,7 @@ class Agent:
         agent.episode = episode
         agent._on_close = on_close
         agent._open_sessions = {}
-        agent._opened = 0
+        agent._opened = {}
         agent.cancel_reason = _cancelled
         if sampling is not None:
             agent.sampling = self.sampling.over(sampling)
@@ -163,6 +167,7 @@ class Agent:
         mask_prompt: bool = False,
         tools: Sequence[Callable[..., Any] | Tool] | None = None,
         state: Mapping[str, Any] | None = None,
+        seed_key: int | str | None = None,
     ) -> ChatSession:
         """Open a session on ``task``; use as ``async with agent.chat(task) as s``.
 
@@ -170,15 +175,21 @@ class Agent:
         trace keeps a masked view (``task.idx`` for provenance); the rubric still
         scores the real row. ``tools`` (default: the agent's) are offered to tool
         harnesses; ``state`` goes on ``trace.state`` for the rubric (never persisted).
-        Raises ``HarnessError`` at once when the harness cannot hold a multi-turn
-        session (``can_chat``: as its class declares)."""
+        The session's model-call seeds derive from the episode's, the task and how
+        many sessions this agent opened on that task before (``_exchange.seeds``);
+        sessions opened concurrently on one task give each a ``seed_key`` of its
+        own so their seeds never depend on which opened first. Raises
+        ``HarnessError`` at once when the harness cannot hold a multi-turn session
+        (``can_chat``: as its class declares)."""
         if not can_chat(self.harness):
             raise HarnessError(
                 f"harness {self.harness_id!r} cannot chat: it has no native resume (its "
                 "class does not declare resumes = True) and its launch takes text "
                 "(takes_text = True); use agent.run(task) or a chat-capable harness"
             )
-        return self._open(task, mask_prompt=mask_prompt, tools=tools, state=state)
+        return self._open(
+            task, mask_prompt=mask_prompt, tools=tools, state=state, seed_key=seed_key
+        )
 
     def _open(
         self,
@@ -187,6 +198,7 @@ class Agent:
         mask_prompt: bool,
         tools: Sequence[Callable[..., Any] | Tool] | None,
         state: Mapping[str, Any] | None,
+        seed_key: int | str | None = None,
     ) -> ChatSession:
         episode = self.episode or EpisodeInfo("", "", task.idx)
         view = attrs.evolve(task, prompt=None) if mask_prompt else task
@@ -196,9 +208,13 @@ class Agent:
         trace.timing.started_at = time.time()
         # the model calls' seeds derive from the episode's, unless the role pins one
         seed = None
+        opened = self._opened.get(task.idx, 0)
+        self._opened[task.idx] = opened + 1
         if "seed" not in self._request_fields:
-            seed = session_seed(episode.seed, self.name, self._opened)
-        self._opened += 1
+            own = task.idx == episode.task_idx  # the episode's task: its pinned seeds
+            seed = session_seed(
+                episode.seed, self.name, opened, None if own else task.idx, seed_key
+            )
         boundary = ModelBoundary(
             trace,
             self.client,

@@ -162,7 +162,8 @@ class Harness(abc.ABC):
     ``takes_text = True``, one whose ``resume`` continues natively ``resumes = True``
     (module docstring). ``aclose`` (finalize) runs at every close. ``launch`` and
     ``resume`` may raise anything: the session records the error and ends the run;
-    ``RolloutStopped`` ends it with that stop condition. Harness instances are shared
+    ``RolloutStopped`` (control flow, a ``BaseException``: an ``except Exception``
+    lets it through) ends it with that stop condition. Harness instances are shared
     between rollouts: keep per-rollout state on the ``Rollout`` or in its scratch
     directory, and release what is shared in ``shutdown``."""
 
@@ -202,6 +203,12 @@ class Harness(abc.ABC):
     async def aclose(self, rollout: Rollout) -> None:  # noqa: B027 - optional hook
         """Finalize the rollout at session close, once (in the close's shielded scope
         bounded by ``timeouts.scoring_s``, before the scorers). Default: nothing."""
+
+    def missing(self) -> str | None:
+        """What this machine lacks to run the harness (its program not on PATH, say),
+        in words that name the fix; None when nothing is. The eval refuses a role
+        whose harness misses something before any episode. Default: None."""
+        return None
 
     async def shutdown(self) -> None:
         """Release what the harness holds across its rollouts (a pool of programs,

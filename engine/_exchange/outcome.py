@@ -1,7 +1,7 @@
 """What a reward means: the one place that decides whether an episode's result is the
 model's behaviour (``ok``) or was spoiled by the infrastructure (failed, with a cause).
 
-The line (DESIGN.md "Outcomes"). An episode **fails** when:
+The line (docs/design.md "Outcomes"). An episode **fails** when:
 
 - ``env``:       the env's own ``run`` raised (episode stop ``env_error``);
 - ``model``:     a trace ended because the model endpoint failed after the client's
@@ -13,7 +13,10 @@ The line (DESIGN.md "Outcomes"). An episode **fails** when:
 - ``scoring``:   a reward, metric or ``@stop`` hook raised or timed out (an error of
                  kind ``scoring``): the rewards were not measured;
 - ``cancelled``: the episode was cancelled before it ended (Ctrl-C, SIGTERM/SIGHUP,
-                 the eval cancelled from outside): it was never played out.
+                 the eval cancelled from outside): it was never played out;
+- ``divergence``: (``taketurns replay`` only) the replayed episode left its record:
+                 the env asked a seat for a call the record does not hold. Not an
+                 endpoint failure, though the seat's run ended as one.
 
 Everything else is an **outcome**, whatever the reward: limits (``max_turns``, token
 budgets), ``@stop`` hooks, the user closing, ``agent_completed``, and timeouts that
@@ -35,7 +38,9 @@ from typing import Any
 from taketurns._config.options import CAUSES
 
 __all__ = [
+    "ALL_CAUSES",
     "CAUSES",
+    "DIVERGENCE",
     "RETRYABLE_CAUSES",
     "cause_of",
     "describe_cause",
@@ -44,6 +49,8 @@ __all__ = [
     "trace_cause",
 ]
 
+DIVERGENCE = "divergence"  # a replay's cause (``_replay``); an eval never records it
+ALL_CAUSES = (*CAUSES, DIVERGENCE)  # every cause a record may hold
 # causes an episode retry may cure by default (a flaky endpoint, a crashed program)
 RETRYABLE_CAUSES = ("model", "harness")
 
@@ -56,6 +63,7 @@ _DESCRIBED = {
     "harness": "the harness crashed",
     "scoring": "scoring failed",
     "cancelled": "cancelled",
+    DIVERGENCE: "the replay diverged from the record",
 }
 
 

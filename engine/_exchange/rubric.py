@@ -144,6 +144,33 @@ class Rubric:
             total = self._record(trace, i, value, total)
         return True
 
+    async def score_within(self, task: Task, trace: Trace, scoring_s: float) -> None:
+        """``score`` bounded by ``scoring_s`` seconds from now, as a session's close
+        bounds it (``timeouts.scoring_s``): scorers still running then are cancelled,
+        and what was left unscored is recorded by ``timed_out``. Not shielded: a
+        cancellation from outside stops it (``rescore`` scores this way)."""
+        finished = False
+        with trio.move_on_after(scoring_s) as scope:
+            finished = await self.score(task, trace, deadline=scope.deadline)
+        if not finished:
+            self.timed_out(trace, scoring_s)
+
+    def timed_out(self, trace: Trace, scoring_s: float) -> None:
+        """Record on ``trace`` that scoring was cut off at ``scoring_s``: the rewards
+        and metrics not scored by then score 0.0, and a scoring error says why."""
+        for scorer in self.rewards:
+            trace.rewards.setdefault(scorer.name, 0.0)
+        for scorer in self.metrics:
+            trace.metrics.setdefault(scorer.name, 0.0)
+        trace.errors.append(
+            ErrorInfo(
+                "scoring",
+                f"finalize and scoring took longer than {scoring_s}s "
+                "(timeouts.scoring_s); unfinished rewards score 0.0",
+                "ScoringError",
+            )
+        )
+
     def _record(self, trace: Trace, i: int, value: float, total: float) -> float:
         """Write scorer ``i``'s value (rewards first, then metrics); returns the
         weighted reward so far."""

@@ -9,10 +9,18 @@ scheduled in. The chain::
     run seed S
      ├─ the env's tasks           (env.seed: S, unless the env config sets its own)
      └─ episode_seed(S, task, rollout)      -> agents.rng, agents.seed (the env's RNG)
-         └─ session_seed(episode, agent, n)    (the n-th session that agent opened)
+         └─ session_seed(episode, agent, n, task, key)
+                                   (the n-th session that agent opened on that task,
+                                    or the session opened with that ``seed_key``)
              └─ call_seed(session, i)          -> the ``seed`` of the i-th model call
      └─ judge_seed(S, judge, prompt)        -> the ``seed`` of an LLM judge's call (the
                                                same judgement, the same seed: cached)
+
+A session's seed depends only on what the user chose: the task it is opened on and the
+number of sessions that agent opened on the same task before it, or an explicit
+``seed_key`` (``agent.chat(task, seed_key=...)``). Sessions opened from concurrent
+tasks on different tasks get the same seeds whatever the order they open in; several
+opened concurrently on one task take a ``seed_key`` each to be independent of timing.
 
 A call's seed is 31 bits (0 .. 2**31 - 1): every endpoint that takes a ``seed`` takes
 that (llama.cpp's is 32-bit). The others are 63 bits.
@@ -53,10 +61,21 @@ def episode_seed(run_seed: int, task_idx: int, rollout: int) -> int:
     return derive("episode", run_seed, task_idx, rollout)
 
 
-def session_seed(episode: int, agent: str, opened: int) -> int:
-    """The seed of the ``opened``-th session (from 0) agent ``agent`` opened in the
-    episode seeded ``episode``."""
-    return derive("session", episode, agent, opened)
+def session_seed(
+    episode: int,
+    agent: str,
+    opened: int,
+    task: int | None = None,
+    key: int | str | None = None,
+) -> int:
+    """The seed of a session agent ``agent`` opened in the episode seeded ``episode``:
+    with a ``key`` (the caller's ``seed_key``), that key's; else the ``opened``-th
+    session (from 0) it opened on task ``task`` (None: the episode's own task)."""
+    if key is not None:
+        return derive("session", episode, agent, "key", key)
+    if task is None:
+        return derive("session", episode, agent, opened)
+    return derive("session", episode, agent, "task", task, opened)
 
 
 def call_seed(session: int, call: int) -> int:

@@ -1,6 +1,6 @@
 """``ChatSession``: the exchange. Whoever calls ``turn(message)`` is the user.
 
-The rules (README "The exchange"):
+The rules (docs/exchange.md):
 
 - Each ``turn()`` runs exactly one harness segment under the session's lock, a
   ``trio.Lock`` always taken with ``async with``: concurrent callers are served FIFO and
@@ -24,20 +24,40 @@ The rules (README "The exchange"):
   the segment emitted are removed; a cancelled opening leaves the session fresh). The
   model calls it made stay on ``trace.turns``, its time on ``timing.agent_s``; a
   natively resuming harness's own program may have seen the message.
-- A segment cut off by its own deadline (``segment_timeout``/``rollout_timeout``, or
-  ``model_error`` when it caught a model request in flight: ``ModelBoundary.timed_out``)
-  or by ``close()`` ends with that condition even when the harness's cleanup then
-  raises (the cleanup's error is kept on the trace as a ``timeout``/``cancelled``
-  error, not a harness failure).
+- How a segment ends, and the stop condition that means, is decided in one place:
+  ``Segment`` (``taketurns._exchange.segment``), which owns the segment's cancel scope,
+  its deadline and every way it is cut (its deadline, ``close()``, a refused call, an
+  outer scope) and returns one ``Outcome``.
+
+The session's state (``SessionState``) changes only as this table says (a hypothesis
+test drives it: ``tests/test_segment.py``). Every change is made holding the lock,
+but close's first step (CLOSING), which must win over a running segment::
+
+    state     call / event                     next      (and)
+    FRESH     turn() (the opening)             RUNNING   one Segment runs
+    READY     turn(message)                    RUNNING   one Segment runs
+    RUNNING   the segment answered             READY     Reply
+    RUNNING   the segment stopped              OVER      Reply(stopped=True)
+    RUNNING   cancelled from outside           FRESH     the opening rolled back
+                                               / READY   a later turn rolled back
+    OVER      turn(...)                        OVER      raises SessionOver
+    FRESH, READY, RUNNING, OVER  close()       CLOSING   a RUNNING segment is cut
+    CLOSING   turn(...)                        CLOSING   raises SessionClosed
+    CLOSING   the segment ends (any way)       CLOSING   the turn returns its Reply
+    CLOSING   finalize and scoring done        CLOSED    the trace joins its owner
+    CLOSING   close()                          CLOSING   waits for CLOSED
+    CLOSED    close()                          CLOSED    returns the trace
+    CLOSED    turn(...)                        CLOSED    raises SessionClosed
+
+A turn() refused for its message (``TypeError``, ``TurnError``) or for re-entry
+(``SessionError``) changes nothing.
 """
 
 from __future__ import annotations
 
-import contextvars
 import enum
-import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -45,15 +65,15 @@ import attrs
 import trio
 
 from taketurns._errors import (
-    ModelEndpointError,
-    RolloutStopped,
     SessionClosed,
     SessionError,
     SessionOver,
     TurnError,
 )
 from taketurns._exchange.harness import Harness, Rollout
+from taketurns._exchange.holding import HOLDING as _HOLDING
 from taketurns._exchange.rubric import Rubric
+from taketurns._exchange.segment import Segment, leaves
 from taketurns._exchange.task import Task
 from taketurns._exchange.trace import ErrorInfo, Trace
 from taketurns._models.messages import (
@@ -94,10 +114,14 @@ class Reply:
 
 
 class SessionState(enum.Enum):
+    """Where a session is in its life (the transition table is the module docstring's)."""
+
     FRESH = "fresh"  # opened, no turn taken yet
     READY = "ready"  # waiting for the user's next message
+    RUNNING = "running"  # a segment runs (its turn() holds the lock)
     OVER = "over"  # the run ended instead of answering; close() still owed
-    CLOSED = "closed"
+    CLOSING = "closing"  # close() began: finalize and scoring run (or wait for the lock)
+    CLOSED = "closed"  # closed: the trace is final and has joined its owner
 
 
 def _as_messages(message: object) -> list[Message]:
@@ -137,35 +161,6 @@ def _from_dict(raw: Mapping[str, object], where: str) -> Message:
         ) from None
 
 
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    """The exceptions in ``exc``, exception groups flattened."""
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield exc
-
-
-def _condition_of(exc: Exception) -> str | None:
-    """The stop condition a segment's error means: a refusal's own condition, a model
-    endpoint failure, or None (a harness failure)."""
-    leaves = list(_leaves(exc))
-    for leaf in leaves:
-        if isinstance(leaf, RolloutStopped):
-            return leaf.stop_condition
-    if any(isinstance(leaf, ModelEndpointError) for leaf in leaves):
-        return "model_error"
-    return None
-
-
-# The sessions whose turn() or close() holds the lock in this context: set once the
-# lock is taken, so the holder's own task and every task it spawns (trio copies the
-# context) see it, and a turn()/close() from there is refused instead of waiting.
-_HOLDING: contextvars.ContextVar[tuple[ChatSession, ...]] = contextvars.ContextVar(
-    "taketurns_holding_sessions", default=()
-)
-
-
 class ChatSession:
     """Created by ``Agent.chat``; not constructed directly. The rules are the module
     docstring's.
@@ -178,13 +173,10 @@ class ChatSession:
     segment is recorded on the trace and reported as ``Reply(stopped=True)``."""
 
     __slots__ = (
-        "_close_reason",
         "_closed",
-        "_closing",
-        "_done",
         "_lock",
         "_on_close",
-        "_segment_scope",
+        "_segment",
         "_state",
         "_trace",
         "cancel_reason",
@@ -217,13 +209,10 @@ class ChatSession:
         self.mask_prompt = mask_prompt
         self._trace = trace
         self._on_close = on_close
-        self._lock = trio.Lock()
+        self._lock = trio.Lock()  # every state change below is made holding it, but close's first
         self._state = SessionState.FRESH
-        self._closing = False
-        self._close_reason = "user_closed"
-        self._closed: trio.Event | None = None  # made when a close() has to wait
-        self._done = False  # the first close() has finished
-        self._segment_scope: trio.CancelScope | None = None
+        self._segment: Segment | None = None  # the running segment (state RUNNING)
+        self._closed: trio.Event | None = None  # made when a close() has to wait for CLOSED
         self.discard = False  # set by Agent.run for a retried attempt: not scored
         # what a cancellation means when it closes the session (the episode knows; it
         # is given the session, so it need not hold one: no reference cycle)
@@ -250,9 +239,10 @@ class ChatSession:
         async with self._lock:  # FIFO behind the waiters; a checkpoint, taken or not
             holding = _HOLDING.set((*_HOLDING.get(), self))
             try:
-                if self._state is SessionState.CLOSED or self._closing:
+                state = self._state
+                if state is SessionState.CLOSING or state is SessionState.CLOSED:
                     raise SessionClosed()
-                if self._state is SessionState.OVER:
+                if state is SessionState.OVER:
                     raise SessionOver(self._trace.stop_condition)
                 return await self._take_turn(message)
             finally:
@@ -271,22 +261,36 @@ class ChatSession:
         )
 
     async def _take_turn(self, message: UserInput | None) -> Reply:
-        """Accept the user's message, run the segment; a turn cancelled from outside
-        is rolled back (module docstring)."""
+        """FRESH/READY -> RUNNING: accept the user's message, run one ``Segment``, and
+        move to READY (answered) or OVER (stopped), unless a close() came in (CLOSING
+        stays). A turn cancelled from outside is rolled back to where it was."""
         rollout = self.rollout
         first = self._state is SessionState.FRESH
         before = len(self._trace.messages)
         new = self._accept(message)
-        self._state = SessionState.READY
+        text = self._prompt_text(new) if first and self.harness.takes_text else None
+        self._segment = segment = Segment(self.harness, rollout, self.timeouts)
+        self._state = SessionState.RUNNING
         try:
-            return await self._run_segment(first, new)
-        except BaseException:  # cancelled (segment errors are caught inside): roll back
+            outcome = await segment.run(first, new, text)
+        except BaseException:  # cancelled from outside (the segment decides the rest)
             del self._trace.messages[before:]
             rollout.start_segment()
             if first:
-                self._state = SessionState.FRESH
                 rollout.synthesized_system = False
+            if self._state is SessionState.RUNNING:
+                self._state = SessionState.FRESH if first else SessionState.READY
             raise
+        finally:
+            self._segment = None
+        messages, condition = outcome.messages, outcome.stop_condition
+        if condition is None:
+            if self._state is SessionState.RUNNING:
+                self._state = SessionState.READY
+            return Reply(last_text(messages), messages)
+        if self._state is SessionState.RUNNING:
+            self._state = SessionState.OVER
+        return Reply(last_text(messages), messages, True, condition)
 
     def _accept(self, message: UserInput | None) -> list[Message]:
         """The new messages, appended to the conversation (nothing appended when the
@@ -321,83 +325,10 @@ class ChatSession:
         conversation.extend(new)
         return new
 
-    def _deadline(self, now: float) -> tuple[float, str | None]:
-        deadline, which = math.inf, None
-        if self.timeouts.segment_s is not None:
-            deadline, which = now + self.timeouts.segment_s, "segment_timeout"
-        if self.timeouts.rollout_s is not None:
-            left = now + self.timeouts.rollout_s - self._trace.timing.agent_s
-            if left < deadline:
-                deadline, which = left, "rollout_timeout"
-        return deadline, which
-
-    async def _run_segment(self, first: bool, new: list[Message]) -> Reply:
-        rollout, trace = self.rollout, self._trace
-        boundary = rollout.boundary
-        boundary.segment_start = len(trace.turns)
-        condition = None if boundary.unlimited else await boundary.refusal()
-        if condition is None and self._closing:
-            condition = self._close_reason  # close() came in while a stop hook ran
-        start = trio.current_time()
-        deadline, which = self._deadline(start)
-        if condition is None and deadline <= start:
-            condition = which
-        if condition is not None:
-            return self._end(condition, ())  # the lock's acquire was the checkpoint
-        rollout.start_segment()
-        cleanup: Exception | None = None  # raised by the harness while being cut off
-        try:
-            with trio.CancelScope(deadline=deadline) as scope:
-                self._segment_scope = scope
-                async with self.harness.open_segment(rollout):
-                    await self._launch_or_resume(first, new)
-        except Exception as exc:
-            # a refusal or an endpoint failure is already on the trace (the boundary
-            # recorded it); an error raised while the segment was being cut off is its
-            # cleanup failing (the cut decides, below); anything else is the harness failing
-            condition = _condition_of(exc)
-            if condition is None and scope.cancel_called:
-                cleanup = exc
-            elif condition is None:
-                trace.errors.append(ErrorInfo.of("harness", exc))
-                condition = "harness_error"
-        finally:
-            self._segment_scope = None
-            trace.timing.agent_s += trio.current_time() - start
-        if condition is None and (scope.cancelled_caught or cleanup is not None):
-            # the one place a cut-off segment's condition is decided: a close() cut it,
-            # or its own deadline did (``which``); a timeout that caught a model request
-            # in flight is the endpoint's failure
-            condition = self._close_reason if self._closing else boundary.timed_out(which, deadline)
-            if cleanup is not None:
-                kind = "cancelled" if self._closing else "timeout"
-                trace.errors.append(ErrorInfo.of(kind, cleanup))
-        if condition is None and trace.stop_condition is not None:
-            condition = trace.stop_condition  # a refusal the harness swallowed
-        if condition is not None:
-            return self._end(condition, rollout.segment_messages())
-        messages = rollout.segment_messages()
-        return Reply(last_text(messages), messages)
-
-    async def _launch_or_resume(self, first: bool, new: list[Message]) -> None:
-        harness, rollout = self.harness, self.rollout
-        if not first:
-            await harness.resume(rollout, new)
-        elif harness.takes_text:
-            await harness.launch(rollout, self._prompt_text(new))
-        else:
-            await harness.launch(rollout, rollout.relaunch_prompt())
-
     def _prompt_text(self, new: list[Message]) -> str:
         if isinstance(self.task.prompt, str) and self.speaks_first:
             return self.task.prompt
         return "\n".join(text_of(m.content) for m in new)
-
-    def _end(self, condition: str, messages: tuple[Message, ...]) -> Reply:
-        if self._trace.stop_condition is None:
-            self._trace.stop_condition = condition
-        self._state = SessionState.OVER
-        return Reply(last_text(messages), messages, True, self._trace.stop_condition)
 
     async def close(self, *, reason: str = "user_closed") -> Trace:
         """Close the session: idempotent. If the run is still open it is stamped with
@@ -409,15 +340,14 @@ class ChatSession:
         cancellation pending when close is done is raised then (nothing is lost)."""
         if self in _HOLDING.get():
             await self._refuse("close")  # before anything of the close is done
-        if self._closing:
+        if self._state is SessionState.CLOSING or self._state is SessionState.CLOSED:
             await self._wait_closed()
             return self._trace
-        self._closing = True  # first: whatever happens next, this is the one close
-        self._close_reason = reason
+        self._state = SessionState.CLOSING  # first: whatever happens next, the one close
         start = trio.current_time()
         try:
-            if self._segment_scope is not None:
-                self._segment_scope.cancel()
+            if self._segment is not None:  # RUNNING: cut it, wherever it is
+                self._segment.close(reason)
             start = await self._finalize_and_score(reason)
         finally:
             self._joined(start)
@@ -435,7 +365,8 @@ class ChatSession:
             async with self._lock:
                 holding = _HOLDING.set((*_HOLDING.get(), self))
                 try:
-                    self._mark_closed(reason)
+                    if self._trace.stop_condition is None:
+                        self._trace.stop_condition = reason
                     start = trio.current_time()
                     scope.deadline = start + self.timeouts.scoring_s
                     try:
@@ -453,21 +384,17 @@ class ChatSession:
 
     async def _wait_closed(self) -> None:
         """A later close(): returns once the first one is done; a checkpoint."""
-        if self._done:
+        if self._state is SessionState.CLOSED:
             await trio.lowlevel.checkpoint()
             return
         if self._closed is None:
             self._closed = trio.Event()
         await self._closed.wait()
 
-    def _mark_closed(self, reason: str) -> None:
-        if self._trace.stop_condition is None:
-            self._trace.stop_condition = reason
-        self._state = SessionState.CLOSED
-
     def _joined(self, start: float) -> None:
-        """The last step of close, whatever happened: bookkeeping, the trace joins
-        its owner, and waiting ``close()`` calls are released."""
+        """The last step of close, whatever happened: CLOSING -> CLOSED, bookkeeping,
+        the trace joins its owner, and waiting ``close()`` calls are released."""
+        self._state = SessionState.CLOSED
         try:
             self.rollout.remove_scratch()
             trace = self._trace
@@ -476,24 +403,11 @@ class ChatSession:
             if self._on_close is not None:
                 self._on_close(self)
         finally:
-            self._done = True
             if self._closed is not None:
                 self._closed.set()
 
     def _scoring_timed_out(self) -> None:
-        trace = self._trace
-        for scorer in self.rubric.rewards:
-            trace.rewards.setdefault(scorer.name, 0.0)
-        for scorer in self.rubric.metrics:
-            trace.metrics.setdefault(scorer.name, 0.0)
-        trace.errors.append(
-            ErrorInfo(
-                "scoring",
-                f"finalize and scoring took longer than {self.timeouts.scoring_s}s "
-                "(timeouts.scoring_s); unfinished rewards score 0.0",
-                "ScoringError",
-            )
-        )
+        self.rubric.timed_out(self._trace, self.timeouts.scoring_s)
 
     async def __aenter__(self) -> ChatSession:
         return self
@@ -506,7 +420,7 @@ class ChatSession:
     ) -> None:
         if exc is None:
             reason = "user_closed"
-        elif all(isinstance(leaf, trio.Cancelled) for leaf in _leaves(exc)):
+        elif all(isinstance(leaf, trio.Cancelled) for leaf in leaves(exc)):
             reason = self.cancel_reason(self)
         else:
             reason = "env_error"

@@ -30,7 +30,11 @@ no turn is recorded after it.
 Refusals, none of which reaches a trace: no or unknown secret 401; another
 rollout's secret on a rollout's URL 401; a rollout between segments or closed 409;
 malformed body 400 naming the problem; body over ``max_body_bytes`` 413. A refusal
-made before the body was read (401, 409, unknown paths) closes the connection.
+made before the body was read (401, 409, unknown paths) closes the connection. A 409
+is final: it carries ``x-should-retry: false``, which OpenAI's and Anthropic's SDKs
+honour (they retry a bare 409). A closed rollout's secret is remembered (answered
+409, not 401) for the last ``remember_closed`` rollouts closed: a long trainer's
+memory of them is bounded.
 
 Retries: a request marked as a retry (``x-stainless-retry-count`` > 0) with the same
 body as an earlier request of the same rollout waits for that request if it is in
@@ -77,6 +81,7 @@ from quart_trio import QuartTrio
 
 from taketurns._errors import ModelEndpointError, RolloutStopped
 from taketurns._exchange.harness import Rollout
+from taketurns._exchange.holding import HOLDING
 from taketurns._exchange.tools import as_tools
 from taketurns._http.chat_completions import (
     ChatCompletions,
@@ -137,6 +142,9 @@ class _Registration:
     state: EndpointState = EndpointState.IDLE
     # the running segment's nursery for model calls: set exactly while ``OPEN``
     segment: trio.Nursery | None = None
+    # the sessions the running segment's turn holds (``holding``): a served tool runs
+    # with them held, so its call back into its own session is refused, as in process
+    holding: tuple[object, ...] = ()
 
     def refusal(self) -> Failure | None:
         """Why a request of this rollout is refused now, or None while a segment runs."""
@@ -192,6 +200,7 @@ class InterceptionServer:
         public_url: str | None = None,
         max_body_bytes: int = 32 * 1024 * 1024,
         graceful_timeout: float = 0.5,
+        remember_closed: int = 65_536,
     ) -> None:
         self.host = host
         self.port = port
@@ -204,7 +213,9 @@ class InterceptionServer:
         self.unix_path: str | None = None
         self._by_secret: dict[str, _Registration] = {}
         self._by_id: dict[str, _Registration] = {}
-        self._closed: set[str] = set()
+        # digests of the last ``remember_closed`` closed rollouts' secrets, oldest first
+        self.remember_closed = remember_closed
+        self._closed: dict[str, None] = {}
         self._nursery: trio.Nursery | None = None
 
     # -- rollouts -------------------------------------------------------------------
@@ -245,6 +256,7 @@ class InterceptionServer:
             async with trio.open_nursery() as nursery:
                 calls: trio.Nursery = await nursery.start(_hold_calls)
                 registration.open(calls)
+                registration.holding = HOLDING.get()
                 try:
                     yield
                 finally:
@@ -269,7 +281,9 @@ class InterceptionServer:
         if registration is not None:
             registration.end(EndpointState.CLOSED)
         if self._by_secret.pop(endpoint.secret, None) is not None:
-            self._closed.add(_digest(endpoint.secret))
+            self._closed[_digest(endpoint.secret)] = None
+            while len(self._closed) > self.remember_closed:
+                del self._closed[next(iter(self._closed))]  # the oldest is forgotten
 
     def _authenticate(self, rollout_id: str | None, dialect: Dialect) -> _Registration | Response:
         secret = dialect.secret(request.headers, request.args)  # type: ignore[arg-type]  # a Headers mapping
@@ -386,7 +400,11 @@ class InterceptionServer:
             text = f"Error: no tool named {call.name!r}; tools: {known}"
             message = ToolMessage(call.id, text, call.name)
         else:
-            message = await tool.call(call)
+            held = HOLDING.set(registration.holding)  # as if called from the segment
+            try:
+                message = await tool.call(call)
+            finally:
+                HOLDING.reset(held)
         return {
             "role": "tool",
             "tool_call_id": message.tool_call_id,
@@ -419,6 +437,12 @@ class InterceptionServer:
         @app.get("/health")
         async def health() -> Any:
             return {"status": "ok"}
+
+        @app.after_request
+        async def final(response: Response) -> Response:
+            if response.status_code == 409:  # a refusal no retry can change
+                response.headers["x-should-retry"] = "false"
+            return response
 
         answer_http_errors(app, lambda exc: f"{exc.name}: {exc.description}")
         return app

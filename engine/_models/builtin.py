@@ -23,6 +23,8 @@
   text holds ``<reference>R</reference>`` and ``<response>T</response>`` it answers
   ``VERDICT: CORRECT`` if R (stripped, case-folded) appears in T, else ``VERDICT:
   INCORRECT``; without both tags its answer holds no verdict.
+- a plugin's own, registered with ``register_policy`` (public as
+  ``taketurns.harness.register_builtin_policy``).
 
 Token counts are whitespace word counts: cheap, deterministic, good enough for limits.
 Asked for tokens as a vLLM server is (``logprobs`` or ``return_token_ids`` in the
@@ -56,7 +58,7 @@ from taketurns._models.messages import (
 from taketurns._models.model import ModelClient, ModelRequest, ModelResponse, Usage
 from taketurns._models.tokens import completion_ids, logprobs_of, prompt_ids
 
-__all__ = ["POLICIES", "BuiltinModel", "is_builtin"]
+__all__ = ["POLICIES", "BuiltinModel", "is_builtin", "register_policy"]
 
 PREFIX = "builtin/"
 _OPTION = re.compile(r"\[([^\[\]\n]{1,40})\](?!\()")  # a markdown link is no option
@@ -173,6 +175,19 @@ def judge(request: ModelRequest, seed: int) -> AssistantMessage:
 
 Policy = Callable[[ModelRequest, int], AssistantMessage]
 POLICIES: dict[str, Policy] = {"echo": echo, "bracket": bracket, "tools": tools, "judge": judge}
+
+
+def register_policy(name: str, policy: Policy) -> None:
+    """Serve ``policy`` as ``builtin/<name>`` (a plugin's scripted policy, e.g. a game
+    solver's: registered when its module is imported). ``policy(request, seed)``
+    returns the assistant message, deterministically for the same request and seed.
+    Raises ``ValueError`` for a name already taken by another policy or one that is
+    not a plain word (letters, digits, ``-``, ``_``)."""
+    if not re.fullmatch(r"[A-Za-z0-9][\w-]*", name):
+        raise ValueError(f"register_policy: {name!r} is not a policy name (letters, digits, -, _)")
+    if POLICIES.get(name, policy) is not policy:
+        raise ValueError(f"register_policy: builtin/{name} is already another policy")
+    POLICIES[name] = policy
 
 
 def _words(messages: Sequence[Message]) -> int:

@@ -39,7 +39,7 @@ from taketurns._eval.episode import Episode
 from taketurns._eval.plan import Plan
 from taketurns._eval.play import play_pairs
 from taketurns._exchange.agent import Agent
-from taketurns._exchange.outcome import describe_cause
+from taketurns._exchange.outcome import DIVERGENCE, describe_cause
 from taketurns._exchange.trace import EpisodeInfo, Trace
 from taketurns._output.recorded import Recorded, open_recorded, recorded_episodes
 from taketurns._replay.difference import Difference, record_differences
@@ -198,6 +198,9 @@ def _settle(replay: EpisodeReplay, episode: Episode) -> ReplayResult:
     replay.finish()
     differences = record_differences(original, episode)
     if stopped_by is not None:
+        # the seat's run ended as an endpoint failure would; the cause is the divergence
+        if episode.cause == "model":
+            episode.cause = DIVERGENCE
         result = ReplayResult(DIVERGED, episode, original, stopped_by, differences)
     elif failure is not None:
         result = ReplayResult(FAILED, episode, original, None, differences, failure)

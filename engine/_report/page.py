@@ -33,6 +33,7 @@ from taketurns._report.markup import (
     num,
     shown,
 )
+from taketurns._report.measures import measures_section
 from taketurns._report.scan import Scan
 from taketurns._report.style import REPORT_CSS, REPORT_JS
 from taketurns._report.transcript import render_transcripts
@@ -370,6 +371,7 @@ def _tables(scan: Scan, summary: Json) -> str:
         f'<table id="summary-agents"><thead><tr><th></th>{head}</tr></thead>'
         f"<tbody>{body}</tbody></table>"
         f'<table id="summary-episodes"><tbody>{ep_body}</tbody></table></div></section>'
+        f"{measures_section(summary)}"
     )
 
 

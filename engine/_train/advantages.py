@@ -3,7 +3,7 @@
 For one task's group of episodes, per trainable agent role: the advantage of a trace
 is its reward minus the mean reward of that role's traces in the group (optionally
 divided by their standard deviation), computed over ``ok`` episodes only — a failed
-episode's reward measures the infrastructure, not the model (DESIGN.md "Outcomes"),
+episode's reward measures the infrastructure, not the model (docs/design.md "Outcomes"),
 so it neither gets an advantage nor moves the mean. Roles are separate: the two
 seats of a zero-sum self-play game each get their own advantages (pooled, their
 rewards would cancel).

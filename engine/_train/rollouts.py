@@ -13,7 +13,7 @@ episodes make one group per policy (``group.policy``), each with that policy's
 advantages and samples only; the trainer tags each policy's weights on its own
 (``source.policy_versions[policy]``), and staleness is measured per policy.
 
-Structure (DESIGN.md "who owns what")::
+Structure (docs/design.md "Structured concurrency: who owns what")::
 
     open_rollouts (env.setup ... env.finalize, shielded; the plan's clients closed)
      └─ model servers the config names (llamacpp/ models, model_server), then the
@@ -27,7 +27,8 @@ while ``max_waiting`` finished groups wait for the consumer; the episodes alread
 flight still finish, so a stalled consumer holds at most ``max_waiting`` groups plus
 those the in-flight episodes complete. Leaving the ``async with`` (normally, by an
 exception, or cancelled) cancels every episode in flight: each is closed and scored
-as ``cancelled`` (DESIGN.md "Guaranteed close and scoring") and kept: in
+as ``cancelled`` (docs/design.md, "Structured concurrency": guaranteed close and
+scoring) and kept: in
 ``source.cut_off`` while its group is incomplete, in ``source.undelivered`` with its
 group when it was the group's last episode; nothing is lost. Episode retries are the eval's
 (``_eval.play.play_with_retries``): an episode's attempts share its one slot, and
@@ -35,7 +36,7 @@ only the last attempt is written and joins its group.
 
 From asyncio: run the trainer's trio side in a thread (``trio.run`` in
 ``loop.run_in_executor``), handing groups over a queue, or host asyncio inside trio
-with ``trio_asyncio``; see README "For RL trainers".
+with ``trio_asyncio``; see docs/train/index.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 HTML: ``/`` (the runs), ``/run/<id>`` (a run; its filter and ``offset`` in the
 query), ``/run/<id>/figures`` (the tables and figures, swapped in live),
 ``/run/<id>/episode/<line>`` (one transcript), ``/compare?run=A&run=B...``.
-JSON (README "taketurns view"): ``/api/runs``, ``/api/runs/<id>``,
+JSON (docs/viewer.md): ``/api/runs``, ``/api/runs/<id>``,
 ``/api/runs/<id>/summary``, ``/api/runs/<id>/episodes?offset=&limit=`` (and the
 filters), ``/api/compare?run=A&run=B``; server-sent events: ``/api/events`` (the
 runs table's rows) and ``/api/runs/<id>/events`` (a run's live numbers).
@@ -151,7 +151,9 @@ def create_app(library: Library, *, allowed_hosts: Collection[str] | None = None
     @app.get("/run/<run_id>/episode/<int:line>")
     async def episode(run_id: str, line: int) -> Any:
         run = find(run_id)
-        page = await find_episodes(run, EpisodeFilter(), line, 1, expand=True, max_scan=1)
+        page = await find_episodes(
+            run, EpisodeFilter(), line, 1, expand=True, max_scan=1, budget_s=None
+        )
         if not page.episodes or page.episodes[0][0] != line:
             raise NotFound(f"run {run_id!r} has no episode record on line {line + 1}")
         return _html(pages.episode_page(run, line, page.episodes[0][1]))

@@ -24,6 +24,8 @@ DEFAULT_DIR = Path("outputs")
 
 
 def view_command(args: argparse.Namespace, console: Console) -> int:
+    if not 0 <= args.port <= 65535:  # before the folders: the first thing wrong is named
+        raise ConfigError(f"--port {args.port}: a port is 0-65535 (0 picks a free one)")
     roots = [Path(d) for d in args.dirs] or [DEFAULT_DIR]
     missing = [str(r) for r in roots if not r.is_dir()]
     if missing:

@@ -11,13 +11,27 @@ from typing import Any
 
 import attrs
 
+from taketurns._config.suggest import did_you_mean
 from taketurns._errors import BadRequest
-from taketurns._exchange.outcome import record_cause
+from taketurns._exchange.outcome import ALL_CAUSES, record_cause
 
 __all__ = ["EpisodeFilter"]
 
 ANY_FAILURE = "failed"  # the cause filter's value for "any cause"
 NO_FAILURE = "ok"
+
+
+def _cause(args: Mapping[str, str]) -> str:
+    """The ``cause`` filter: empty, ``ok``, ``failed`` or one cause; else refused."""
+    text = (args.get("cause") or "").strip()
+    accepted = (NO_FAILURE, ANY_FAILURE, *ALL_CAUSES)
+    if text and text not in accepted:
+        hint = did_you_mean(text, accepted)
+        raise BadRequest(
+            f"cause={text!r}: not a cause; {hint + ' ' if hint else ''}"
+            f"give one of {', '.join(accepted)}"
+        )
+    return text
 
 
 def _number(args: Mapping[str, str], name: str) -> float | None:
@@ -55,7 +69,7 @@ class EpisodeFilter:
         return cls(
             agent=(args.get("agent") or "").strip(),
             stop=(args.get("stop") or "").strip(),
-            cause=(args.get("cause") or "").strip(),
+            cause=_cause(args),
             min_reward=_number(args, "min_reward"),
             max_reward=_number(args, "max_reward"),
             text=(args.get("q") or "").strip(),

@@ -5,9 +5,11 @@ the lines themselves read back by number with ``pread``.
 ``extend`` reads only what was appended since it last ran (the byte offset where the
 last complete line ended is kept), never the whole file again. A line is complete
 once its newline is written (the writer appends whole batches, but a reader may see
-a write half done). When the file is replaced or shrinks (a ``--resume`` tidies it:
-``RunDir.tidy`` renames a new file into place) the index starts over and
-``generation`` grows, so followers know to start over too.
+a write half done). A line of any length is indexed in bounded memory and time: a
+step that finds no newline remembers how far it looked (``scanned``), and the next
+step reads on from there, never the same bytes again. When the file is replaced or
+shrinks (a ``--resume`` tidies it: ``RunDir.tidy`` renames a new file into place) the
+index starts over and ``generation`` grows, so followers know to start over too.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class LineIndex:
         self.path = path
         self.starts = array("q")
         self.end = 0  # byte offset just past the last complete line indexed
+        self.scanned = 0  # bytes after ``end`` already searched for a newline
         self.generation = 0
         self._inode: int | None = None
 
@@ -47,20 +50,24 @@ class LineIndex:
             return True
         try:
             st = os.fstat(fd)
-            if st.st_ino != self._inode or st.st_size < self.end:
+            if st.st_ino != self._inode or st.st_size < self.end + self.scanned:
                 self._reset(st.st_ino)
-            data = os.pread(fd, min(limit, max(st.st_size - self.end, 0)), self.end)
+            at = self.end + self.scanned
+            data = os.pread(fd, min(limit, max(st.st_size - at, 0)), at)
         finally:
             os.close(fd)
         last = data.rfind(b"\n")
-        if last < 0:
+        if last < 0:  # a line longer than this step: read on from here next time
+            self.scanned += len(data)
             return len(data) < limit
-        starts, base = self.starts, self.end
-        at, find = 0, data.find
-        while at <= last:
-            starts.append(base + at)
-            at = find(b"\n", at) + 1
-        self.end = base + last + 1
+        starts, find = self.starts, data.find
+        starts.append(self.end)  # the line begun at ``end`` (maybe steps ago) ends here
+        pos = find(b"\n") + 1
+        while pos <= last:
+            starts.append(at + pos)
+            pos = find(b"\n", pos) + 1
+        # the bytes after the last newline hold none: the next step reads on after them
+        self.end, self.scanned = at + last + 1, len(data) - last - 1
         return len(data) < limit
 
     def _reset(self, inode: int | None) -> None:
@@ -68,7 +75,7 @@ class LineIndex:
             self.generation += 1
         self._inode = inode
         self.starts = array("q")
-        self.end = 0
+        self.end = self.scanned = 0
 
     def read(self, first: int, stop: int) -> Iterator[tuple[int, bytes]]:
         """(line number from 0, raw line without its newline) for lines

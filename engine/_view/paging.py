@@ -5,7 +5,9 @@ is extended only as far as the page needs, the rest in the background).
 A filtered page over a large file is found by a bounded scan: at most ``MAX_SCAN``
 lines per request; when the scan stops short, ``next`` says where the next request
 continues, so a search over half a million episodes is a series of quick requests,
-never one that holds the server."""
+never one that holds the server. Indexing is bounded too: a page request indexes for
+at most ``INDEX_BUDGET_S`` seconds (a long-lined file is indexed a step at a time, see
+``lines``), and a page cut short by it says where to continue, as a short scan does."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ __all__ = ["MAX_LIMIT", "Page", "find_episodes"]
 MAX_LIMIT = 500
 MAX_SCAN = 20_000
 CHECKPOINT = 1000  # lines a page request reads between checkpoints
+INDEX_BUDGET_S = 2.0  # seconds a page request may spend extending the line index
 
 
 @attrs.frozen
@@ -61,10 +64,12 @@ async def find_episodes(
     *,
     expand: bool,
     max_scan: int = MAX_SCAN,
+    budget_s: float | None = INDEX_BUDGET_S,
 ) -> Page:
     """See the module docstring. ``expand``: records as ``parse_record`` rebuilds them
-    (each turn's request in full, for transcripts); otherwise as stored."""
-    await run.index_lines(offset + (limit if flt.empty else max_scan))
+    (each turn's request in full, for transcripts); otherwise as stored. ``budget_s``:
+    how long the index may be extended for this page (None: as far as it needs)."""
+    await run.index_lines(offset + (limit if flt.empty else max_scan), budget_s)
     generation = run.index.generation
     total = len(run.index)
     found: list[tuple[int, dict[str, Any]]] = []
@@ -88,7 +93,7 @@ async def find_episodes(
                 break
     else:
         n = stop - 1
-    following = n + 1
+    following = max(n + 1, offset)  # the index may not have reached ``offset`` yet
     await trio.lowlevel.checkpoint()
     indexed_all = run.indexed_all
     return Page(

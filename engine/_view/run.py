@@ -207,6 +207,11 @@ class RunView:
 
     @property
     def planned(self) -> int | None:
+        """The (task, rollout) pairs the run plays: its summary's count once written
+        (a taskset shorter than ``-n`` plays fewer), else what the config asks."""
+        written = (self.summary_file or {}).get("planned")
+        if isinstance(written, int):
+            return written
         n, r = self.config.get("num_tasks"), self.config.get("rollouts", 1)
         return n * r if isinstance(n, int) and isinstance(r, int) else None
 
