@@ -21,10 +21,10 @@ vocab_only=True)``: the tokenizer and metadata, no weights) and the server's own
   the reply byte for byte and its length is ``usage.completion_tokens``: never a
   re-tokenization of the reply's text.
 
-Not recoverable through this server (docs/train/samples.md): the end-of-generation token that ended a reply
-(the server drops it before reporting; it appears as the first token the next prompt
-inserts) and its logprob. A reply that ended on it (``finish_reason`` ``stop``) says so:
-``stop_token`` ``dropped``.
+Not recoverable through this server (docs/train/samples.md): the end-of-generation
+token that ended a reply (the server drops it before reporting; it appears as the first
+token the next prompt inserts) and its logprob. A reply that ended on it
+(``finish_reason`` ``stop``) says so: ``stop_token`` ``dropped``.
 
 The final-turn check: the reply is rendered into a next prompt (the request's messages
 and the reply, through the same template) and the tokens at the completion's positions
