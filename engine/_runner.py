@@ -57,6 +57,7 @@ from taketurns._output.progress import EvalProgress
 from taketurns._output.records import episode_line
 from taketurns._output.rundir import RunDir, Tidied
 from taketurns._output.summary import Summarizer, digest
+from taketurns._procs import journal
 
 __all__ = ["EvalRun", "run_eval"]
 
@@ -118,6 +119,7 @@ async def run_eval(
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
     writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
     tidied = _tidy(run_dir, writer.finished, notify)
+    journal.sweep(run_dir.path)  # a SIGKILLed run's scratch and socket directories
     _keep_config(run_dir, config, notify, plan.sampling_note())
     plan.services["run_dir"] = str(run_dir.path)  # hidden from every sandbox
     for warning in plan.sandbox_warnings():
@@ -156,6 +158,7 @@ async def run_eval(
                                     writer.record_lines,
                                     lambda: bar.phase("eval"),
                                     writer.stop_admitting,
+                                    writer.worker_lost,
                                 )
                         nursery.cancel_scope.cancel()
                 interrupted = writer.cancel.cancelled_caught and not writer.failure
@@ -174,13 +177,15 @@ async def run_eval(
                     writer.failure,
                     writer.brake,
                     seed=config.seed,
-                    notes=plan.notes(),
+                    notes=plan.notes() + writer.lost,
+                    workers_lost=len(writer.lost),
                     planned=planned,
                 )
                 if report and not writer.failure:
                     _write_report(run_dir, env, writer.failure)
                 bar.phase("done")
     finally:
+        journal.sweep(run_dir.path)  # every episode is over: nothing listed is in use
         run_dir.unlock()
     if writer.failure:
         raise writer.failure[0]
@@ -259,6 +264,15 @@ class _Writer:
         self.local = True
         self.stop_admitting = trio.Event()  # the local backend admits no more episodes
         self.braked = trio.CancelScope()  # a worker backend is stopped (as by a signal)
+        self.lost: list[str] = []  # a line per worker a worker backend lost
+
+    def worker_lost(self, line: str) -> None:
+        """A worker backend lost a worker (and runs its pairs again): say so now, and
+        in the summary (``workers_lost``, ``notes``)."""
+        self.lost.append(line)
+        say = self.live.say
+        if say is not None:
+            say(line)
 
     def record_lines(self, batch: list[tuple[bytes, dict[str, Any]]]) -> None:
         if self.failure:
@@ -302,11 +316,13 @@ def _finish(
     seed: int,
     notes: list[str],
     planned: int | None = None,
+    workers_lost: int = 0,
 ) -> dict[str, Any]:
     """Sum up what was written (also when the run is cancelled from outside) and
     write the summary (``stopped``: why the brake stopped the run, if it did;
     ``seed``: the run's seed; ``notes``: what the model clients noted, e.g. an
-    endpoint that refuses ``seed``; ``planned``: the (task, rollout) pairs the run
+    endpoint that refuses ``seed``, and each worker a worker backend lost;
+    ``workers_lost``: how many; ``planned``: the (task, rollout) pairs the run
     plays, from the tasks the env has, which may be fewer than ``-n`` asked). A
     write failure is added to ``failure`` (the run's first error is the one that
     counts), never raised over another error."""
@@ -317,6 +333,8 @@ def _finish(
         summary["planned"] = planned
     if notes:
         summary["notes"] = notes
+    if workers_lost:
+        summary["workers_lost"] = workers_lost
     if brake.reason is not None:
         summary["stopped"] = brake.reason
     try:
@@ -343,14 +361,16 @@ async def _on_backend(
     record_lines: Callable[[list[tuple[bytes, dict[str, Any]]]], None],
     on_started: Callable[[], None],
     stop_admitting: trio.Event,
+    on_lost: Callable[[str], None],
 ) -> None:
     """Play ``todo`` where ``config.backend`` says; each finished episode reaches
     ``record_lines`` as its JSONL line and summary digest. ``on_started``: the local
-    backend's setup is done (worker backends set up in each worker)."""
+    backend's setup is done (worker backends set up in each worker); ``on_lost``: a
+    worker backend lost a worker and runs its pairs again."""
     if config.backend == "ray":
-        await run_on_ray(config, env, todo, record_lines)
+        await run_on_ray(config, env, todo, record_lines, on_lost=on_lost)
     elif config.backend == "processes":
-        await run_on_processes(config, env, todo, record_lines)
+        await run_on_processes(config, env, todo, record_lines, on_lost=on_lost)
     else:
 
         def record(episode: Episode) -> None:
