@@ -17,9 +17,10 @@ pieces a harness, an env or a taskset is built from.
   ``Captured``, ``Sandbox``
 - envs and tasksets: ``open_taskset``, ``roles_of``, ``run_asyncio``,
   ``parse_verdict``; ``PolicyProbe`` (an env whose policy ``taketurns
-  exploitability`` measures state by state); option checks for config fields
-  (``at_least``, ``int_between``, ``one_of``); the id registries (``env_registry``,
-  ``harness_registry``, ``taskset_registry``)
+  exploitability`` measures state by state); ``load_reference`` (import what
+  ``./file.py:name`` or ``package.module:name`` names, as envs are named); option
+  checks for config fields (``at_least``, ``int_between``, ``one_of``); the id
+  registries (``env_registry``, ``harness_registry``, ``taskset_registry``)
 
 The errors a harness raises are in ``taketurns.errors``.
 """
@@ -27,6 +28,7 @@ The errors a harness raises are in ``taketurns.errors``.
 import typing
 
 from taketurns._config.options import at_least, int_between, one_of
+from taketurns._config.reference import load_reference
 from taketurns._config.registry import envs as env_registry
 from taketurns._config.registry import harnesses as harness_registry
 from taketurns._config.registry import tasksets as taskset_registry
@@ -114,6 +116,7 @@ __all__ = [
     "from_wire",
     "harness_registry",
     "int_between",
+    "load_reference",
     "messages_from_wire",
     "messages_to_wire",
     "one_of",
