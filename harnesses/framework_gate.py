@@ -23,9 +23,9 @@ own stop condition or endpoint failure, never a harness error.
 
 Why not the interception server over loopback (what out-of-process agents use)? Both
 work (the benchmark measures both: ``benchmarks/bench_frameworks.py``); in process a
-call costs no HTTP server hop (hypercorn + quart ~1.6-2.4 ms of CPU a request, NOTES.md)
-and no socket, secret or second HTTP client per rollout, and the gate, the recording
-and the refusals are the same.
+call costs no HTTP server hop (hypercorn + quart ~1.6-2.4 ms of CPU a request,
+docs/design.md "Dependencies") and no socket, secret or second HTTP client per rollout,
+and the gate, the recording and the refusals are the same.
 """
 
 from __future__ import annotations
