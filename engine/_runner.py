@@ -57,6 +57,7 @@ from taketurns._output.progress import EvalProgress
 from taketurns._output.records import episode_line
 from taketurns._output.rundir import RunDir, Tidied
 from taketurns._output.summary import Summarizer, digest
+from taketurns._procs import journal
 
 __all__ = ["EvalRun", "run_eval"]
 
@@ -118,6 +119,7 @@ async def run_eval(
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
     writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
     tidied = _tidy(run_dir, writer.finished, notify)
+    journal.sweep(run_dir.path)  # a SIGKILLed run's scratch and socket directories
     _keep_config(run_dir, config, notify)
     plan.services["run_dir"] = str(run_dir.path)  # hidden from every sandbox
     for warning in plan.sandbox_warnings():
@@ -181,6 +183,7 @@ async def run_eval(
                     _write_report(run_dir, env, writer.failure)
                 bar.phase("done")
     finally:
+        journal.sweep(run_dir.path)  # every episode is over: nothing listed is in use
         run_dir.unlock()
     if writer.failure:
         raise writer.failure[0]

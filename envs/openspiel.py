@@ -352,26 +352,52 @@ class OpenSpiel(PolicyProbe, Env):
         return 1.0 if trace.info.get("terminal") else 0.0
 
     def report_sections(self, episodes: Iterable[Episode]) -> list[Section]:
-        """The moves per seat: how often each seat made each move (ok episodes)."""
+        """The moves per seat (how often each seat made each move) and, for a probe
+        run (``taketurns exploitability``), the empirical policy by information state
+        (ok episodes only)."""
         counts: dict[int, Counter[str]] = defaultdict(Counter)
+        policy: dict[tuple[int, str], Counter[str]] = defaultdict(Counter)
         for episode in episodes:
             if not episode.ok:
                 continue
             for trace in episode.traces:
-                seat = trace.info.get("seat")
-                if isinstance(seat, int):
-                    probe = trace.info.get("probe")
-                    made = [probe.get("action")] if isinstance(probe, dict) else ()
-                    counts[seat].update(str(m) for m in (trace.info.get("moves") or made) if m)
-        rows = []
-        for seat in sorted(counts):
-            total = sum(counts[seat].values())
-            for move, n in counts[seat].most_common():
-                rows.append((f"player{seat}", move, n, f"{n / total:.1%}"))
+                seat, probe = trace.info.get("seat"), trace.info.get("probe")
+                if not isinstance(seat, int):
+                    continue
+                made = [probe.get("action")] if isinstance(probe, dict) else ()
+                counts[seat].update(str(m) for m in (trace.info.get("moves") or made) if m)
+                if isinstance(probe, dict):
+                    policy[(seat, str(probe.get("state")))][str(probe.get("action"))] += 1
+        rows = [
+            (f"player{seat}", move, n, f"{n / sum(counts[seat].values()):.1%}")
+            for seat in sorted(counts)
+            for move, n in counts[seat].most_common()
+        ]
         if not rows:
             return []
         body = table(["seat", "move", "times", "share of the seat's moves"], rows, tag_column=0)
-        return [Section(f"{self.game}: moves per seat", body, id="openspiel-moves")]
+        found = [Section(f"{self.game}: moves per seat", body, id="openspiel-moves")]
+        if policy:
+            found.append(_policy_section(str(self.game), policy))
+        return found
+
+
+def _policy_section(game: str, policy: Mapping[tuple[int, str], Counter[str]]) -> Section:
+    """The empirical policy of a probe run: each state's answers (``None``: did not
+    count), at most ``MAX_POLICY_ROWS`` states."""
+    rows = [
+        (f"player{seat}", games.shown(state), ", ".join(
+            f"{a} {n / sum(answers.values()):.0%}" for a, n in answers.most_common()
+        ), sum(answers.values()))
+        for (seat, state), answers in sorted(policy.items())[:MAX_POLICY_ROWS]
+    ]  # fmt: skip
+    body = table(["seat", "information state", "answers", "asked"], rows, tag_column=0, mono=[1])
+    return Section(
+        f"{game}: the empirical policy by information state", body, id="openspiel-policy"
+    )
+
+
+MAX_POLICY_ROWS = 1_000
 
 
 openspiel_cfr.register()

@@ -53,6 +53,7 @@ from taketurns import (
     Env,
     EnvConfig,
     Episode,
+    Judge,
     OptionError,
     Reply,
     Rubric,
@@ -66,6 +67,7 @@ from taketurns import (
 )
 from taketurns.env import int_between, one_of
 from taketurns.envs.episode_mcp import python_or_mcp
+from taketurns.envs.tau2_judge import Tau2JudgeConfig, nl_rubric
 from taketurns.envs.tau2_package import DOMAINS, package_version, tasks, tau2
 from taketurns.envs.tau2_world import GREETING, World
 from taketurns.report import Section
@@ -112,7 +114,8 @@ class Tau2Config(EnvConfig):
     comma-separated list of task ids (default: the split's tasks, in tau2's order);
     ``policy``: ``model`` (the seats' models), ``gold`` (the gold script) or ``idle``
     (do nothing); ``max_steps`` / ``max_errors``: tau2's caps (its runner's defaults);
-    ``tools``: the assistant's tools ``python`` (in process) or ``mcp``."""
+    ``tools``: the assistant's tools ``python`` (in process) or ``mcp``; ``judge``:
+    the judge of tau2's NL assertions (none while ``judge.model`` is unset)."""
 
     assistant: Tau2Assistant = attrs.field(factory=Tau2Assistant)
     user: Tau2User = attrs.field(factory=Tau2User)
@@ -123,6 +126,7 @@ class Tau2Config(EnvConfig):
     max_steps: int = attrs.field(default=200, validator=int_between(1, 100_000))
     max_errors: int = attrs.field(default=10, validator=int_between(1, 100_000))
     tools: str = attrs.field(default="python", validator=python_or_mcp)
+    judge: Tau2JudgeConfig = attrs.field(factory=lambda: Tau2JudgeConfig())
 
 
 class Tau2Bench(Env):
@@ -136,6 +140,7 @@ class Tau2Bench(Env):
         self.by_id = {row.id: row for row in self.rows}
         self.version = package_version()
         self.face: Any = None  # with tools = "mcp": the Tau2Face while served
+        self.judge = Judge.of(self.config.judge)
 
     def _rows(self) -> tuple[Any, ...]:
         """The split's tasks (or ``task_ids``'), but those that open with a message
@@ -172,7 +177,12 @@ class Tau2Bench(Env):
     def rubric(self, role: str) -> Rubric:
         """tau2's reward on the assistant; the user's trace has the stop hooks only."""
         own = Rubric.of(self)
-        return own if role == "assistant" else Rubric(stops=own.stops)
+        if role != "assistant":
+            return Rubric(stops=own.stops)
+        return own if self.judge is None else own + nl_rubric(self.judge, self._row)
+
+    def judges(self) -> Sequence[Judge]:
+        return () if self.judge is None else (self.judge,)
 
     def services(self) -> contextlib.AbstractAsyncContextManager[None]:
         """With ``tools = "mcp"``: the MCP server of this eval's environments."""

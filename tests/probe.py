@@ -13,7 +13,16 @@ directories, looking for ``Your card:``), the host's home directories, other
 processes' ``/proc/<pid>/environ`` (looking for the host's ``tt-host-canary-``),
 writing outside its scratch (``TT_ESCAPE``, ``/etc``, ``/usr``), connecting to a host
 port (``TT_FORBIDDEN_PORT``), and leaving ``setsid`` and double-forked children
-(marked ``TT_PROBE_MARK``) behind.
+(marked ``TT_PROBE_MARK``) behind; and, launch-style leaks: reading the files listed
+in ``TT_CANARIES`` (a canary in the user's folder and in ``TMPDIR``, a ``.env``) and
+listing the folders in ``TT_FOLDERS`` (the user's cwd, ``TMPDIR``), connecting to the
+host Unix sockets in ``TT_HOST_SOCKETS`` (``os.pathsep``-separated), reading
+``/etc/shadow``; it reports its uid and the size of ``/dev/shm``.
+
+``TT_PROBE_HOG`` (``fork``, ``memory``, ``disk``, ``shm``, or one by Kuhn card:
+``J=fork,Q=memory,K=disk``): after probing, a bounded
+runaway (``HOG_FORKS`` processes, ``HOG_MB`` of memory or of files), each ended by
+the sandbox's resource limits well before its bound.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ import urllib.request
 from pathlib import Path
 
 CANARY = "tt-host-canary-"
+HOG_FORKS = 400
+HOG_MB = 768
 HOMES = ("/root", "/home")
 
 
@@ -116,8 +127,86 @@ def leave_children() -> int:
     return 2
 
 
+def _listed(name: str) -> list[str]:
+    return [p for p in os.environ.get(name, "").split(os.pathsep) if p]
+
+
+def canaries() -> list[str]:
+    """The files of ``TT_CANARIES`` it could read."""
+    return [p for p in _listed("TT_CANARIES") if _read(Path(p)) is not None]
+
+
+def folders() -> dict[str, list[str] | None]:
+    """What each of ``TT_FOLDERS`` lists (None: it does not exist)."""
+    seen: dict[str, list[str] | None] = {}
+    for folder in _listed("TT_FOLDERS"):
+        try:
+            seen[folder] = sorted(os.listdir(folder))
+        except OSError:
+            seen[folder] = None
+    return seen
+
+
+def host_sockets() -> list[str]:
+    found = []
+    for path in _listed("TT_HOST_SOCKETS"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(2)
+            try:
+                sock.connect(path)
+            except OSError:
+                continue
+            found.append(path)
+    return found
+
+
+def shm_bytes() -> int:
+    try:
+        fs = os.statvfs("/dev/shm")
+    except OSError:
+        return 0
+    return fs.f_blocks * fs.f_frsize
+
+
+def hog(kind: str, own: Path) -> None:
+    """A bounded runaway: the sandbox's limits should end it first."""
+    if kind == "fork":
+        for _ in range(HOG_FORKS):
+            subprocess.Popen(["sleep", "60"])
+    elif kind == "memory":
+        hoard = []
+        for _ in range(HOG_MB):
+            hoard.append(bytearray(1024 * 1024))  # zero-filled: resident
+            time.sleep(0.002)
+    elif kind in ("disk", "shm"):
+        where = own if kind == "disk" else Path("/dev/shm")
+        block = os.urandom(1024 * 1024)
+        for n in range(HOG_MB):
+            (where / f"filler-{n}").write_bytes(block)
+            time.sleep(0.002)
+    time.sleep(30)  # the watchdog ends it
+
+
+def hog_kind(option: str, prompt: str) -> str:
+    """``TT_PROBE_HOG``: a kind, or ``J=fork,Q=memory,K=disk`` (by the Kuhn card the
+    prompt deals)."""
+    if "=" not in option:
+        return option
+    for pair in option.split(","):
+        card, kind = pair.split("=", 1)
+        if f"Your card: {card}" in prompt:
+            return kind
+    return ""
+
+
 def probe(own: Path) -> dict[str, object]:
     return {
+        "canaries": canaries(),
+        "folders": folders(),
+        "sockets": host_sockets(),
+        "shadow": _read(Path("/etc/shadow")) is not None,
+        "uid": os.getuid(),
+        "shm_bytes": shm_bytes(),
         "pids_seen": len([n for n in os.listdir("/proc") if n.isdigit()]),
         "foreign": foreign_scratch(own),
         "homes": host_homes(),
@@ -152,9 +241,14 @@ def own_scratch() -> Path:
 def main(argv: list[str]) -> None:
     if "--report" in argv:
         print("PROBE " + json.dumps(probe(own_scratch())))
+        if os.environ.get("TT_PROBE_HOG"):
+            hog(os.environ["TT_PROBE_HOG"], own_scratch())
         return
     prompt = json.loads(Path(argv[argv.index("--prompt-file") + 1]).read_text())
     report = probe(own_scratch())
+    kind = hog_kind(os.environ.get("TT_PROBE_HOG", ""), json.dumps(prompt["messages"]))
+    if kind:
+        hog(kind, own_scratch())
     text = ask_model(prompt["messages"])
     encoded = base64.b64encode(json.dumps(report).encode()).decode()  # no brackets
     answer = {"role": "assistant", "content": f"{text}\nPROBE {encoded}"}

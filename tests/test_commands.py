@@ -105,9 +105,13 @@ def test_serve_answers_over_http() -> None:
             url = proc.stdout.readline().strip()
             assert url.startswith("http://127.0.0.1:")
             assert url.endswith("/v1")
-            body = {"model": "x", "messages": [{"role": "user", "content": "say this"}]}
+            body = {"model": "echo", "messages": [{"role": "user", "content": "say this"}]}
             answer = httpx2.post(f"{url}/chat/completions", json=body, timeout=30).json()
             assert answer["choices"][0]["message"]["content"] == "say this"
+            # a name it does not serve is refused, as a real endpoint refuses it
+            other = httpx2.post(f"{url}/chat/completions", json={**body, "model": "x"}, timeout=30)
+            assert other.status_code == 404
+            assert other.json()["error"]["code"] == "model_not_found"
         finally:
             proc.send_signal(signal.SIGINT)
             assert proc.wait(timeout=30) == 0

@@ -39,6 +39,11 @@ from taketurns.harnesses.program import ProgramHarness
 from taketurns.http import InterceptionServer
 
 PROBE = Path(__file__).with_name("probe.py")
+# the probe as an agent CLI's shell runs it: its source on the command line (the
+# sandbox holds no file of the checkout's but the package and what the agent's own
+# command line names)
+_SOURCE = base64.b64encode(PROBE.read_bytes()).decode()
+PROBE_SHELL = f"{sys.executable} -c \"import base64; exec(base64.b64decode('{_SOURCE}'))\" --report"
 LIMIT = 60
 
 
@@ -70,6 +75,22 @@ def listener() -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen(16)
         yield sock.getsockname()[1]
+
+
+@pytest.fixture
+def host_sockets(tmp_path: Path) -> Iterator[list[str]]:
+    """Listening host Unix sockets, in a visible and in a hidden folder."""
+    paths = [tmp_path / "sockets" / "host.sock", tmp_path / ".hidden" / "s"]
+    servers = []
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(path))
+        server.listen(64)
+        servers.append(server)
+    yield [str(p) for p in paths]
+    for server in servers:
+        server.close()
 
 
 # -- Kuhn self-play, both seats on the probe ----------------------------------------------
@@ -348,11 +369,32 @@ def test_ctrl_c_on_the_eval_leaves_nothing(tmp_path: Path, scratch_root: Path) -
     assert leftovers(temp) == []
 
 
-def test_a_killed_eval_process_leaves_no_process(tmp_path: Path, scratch_root: Path) -> None:
-    process, mark, _temp = start_hanging_eval(tmp_path)
-    process.kill()  # no cleanup runs in it: the supervisors see their lifelines cut
+def test_a_killed_eval_process_leaves_nothing_after_its_resume(
+    tmp_path: Path, scratch_root: Path
+) -> None:
+    """SIGKILL: no cleanup runs in the eval; the supervisors see their lifelines cut
+    and kill their trees. What it had made in its temp directory (the rollouts'
+    scratch, naming the cards, and the interception socket's directory) is swept by
+    the next run in its directory, from the journal there."""
+    process, mark, temp = start_hanging_eval(tmp_path)
+    process.kill()
     process.communicate(timeout=LIMIT)
     assert none_left(mark) == []
+    left = sorted(os.listdir(temp))
+    assert any(n.startswith("taketurns-") for n in left), left
+    assert any(n.startswith("interception-") for n in left), left
+    argv = ["eval", "--resume", "-o", str(tmp_path / "run"), "--episode-timeout", "2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "taketurns", *argv, "--no-progress"],
+        env={**os.environ, "TMPDIR": str(temp)},
+        capture_output=True,
+        text=True,
+        timeout=4 * LIMIT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert none_left(mark) == []
+    assert sorted(os.listdir(temp)) == []
 
 
 def test_a_killed_worker_leaves_nothing(tmp_path: Path, scratch_root: Path) -> None:
@@ -395,21 +437,24 @@ def shell_call(harness: str, command: str, n: int = 1) -> Any:
     """The model's ``n``-th call of the CLI's own shell tool, running ``command``."""
     from scripted import tool_call
 
-    if harness == "codex":
+    if harness in ("codex", "acp-codex"):
         return tool_call(f"call_probe{n}", "exec_command", json.dumps({"cmd": command}))
     arguments = {"command": command, "description": "Probe"}
     if harness == "gemini-cli":
         return tool_call(f"call_probe{n}", "run_shell_command", json.dumps(arguments))
+    if harness == "opencode":
+        return tool_call(f"call_probe{n}", "bash", json.dumps(arguments))
     return tool_call(f"toolu_probe{n}", "Bash", json.dumps(arguments))
 
 
-@pytest.mark.parametrize("harness", ["codex", "claude-code", "gemini-cli"])
+@pytest.mark.parametrize("harness", ["codex", "claude-code", "gemini-cli", "opencode", "acp-codex"])
 async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
     harness: str,
     server: InterceptionServer,
     scratch_root: Path,
     tmp_path: Path,
     listener: int,
+    host_sockets: list[str],
 ) -> None:
     from scripted import ScriptedModel
 
@@ -421,13 +466,16 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
     other = scratch_root / "taketurns-opponent"  # another rollout's scratch, with a card
     other.mkdir()
     (other / "session.json").write_text("Your card: K. Act now.")
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-fake\n")
     env = {
         "TT_ESCAPE": str(tmp_path / "escaped"),
         "TT_FORBIDDEN_PORT": str(listener),
         "TT_PROBE_MARK": mark,
+        "TT_CANARIES": str(tmp_path / ".env"),
+        "TT_HOST_SOCKETS": os.pathsep.join(host_sockets),
     }
-    command = f"{sys.executable} {PROBE} --report"
-    if harness == "gemini-cli":
+    command = PROBE_SHELL
+    if harness in ("gemini-cli", "opencode"):
         # its shell tool (no pty here) returns when the command's output pipes close,
         # which the children the probe leaves would hold: they get a file instead
         command = f"{command} > probe.out 2>&1; cat probe.out"
@@ -437,11 +485,14 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
         options["allowed_tools"] = ["Bash"]
     if harness == "gemini-cli":
         options["approval_mode"] = "yolo"  # headless, its shell tool needs approval
+    kind = harness
+    if harness == "acp-codex":  # an ACP adapter, codex's
+        kind, options["agent"] = "acp", "codex"
     agent = Agent(
         "agent",
         AgentConfig(model="builtin/echo"),
         client=model,
-        harness=make_harness(harness, options, field="env.agent"),
+        harness=make_harness(kind, options, field="env.agent"),
         services={"interception": server},
     )
     with trio.fail_after(LIMIT):
@@ -462,6 +513,9 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
     assert report["environ"] == []
     assert report["wrote"] == []
     assert report["connected"] == []
+    assert report["sockets"] == report["canaries"] == []
+    assert report["shadow"] is False
+    assert report["uid"] == 65534
     assert report["children"] == 2
     assert "Your card: K" not in json.dumps(session.trace.messages, default=str)
     assert not (tmp_path / "escaped").exists()
@@ -591,7 +645,7 @@ async def test_kuhn_codex_against_claude_code_probing_through_their_shells(
         "TT_FORBIDDEN_PORT": str(listener),
         "TT_PROBE_MARK": mark,
     }
-    probe = f"{sys.executable} {PROBE} --report"
+    probe = PROBE_SHELL
     options = {
         "player0": {"env": env_vars},
         "player1": {"env": env_vars, "allowed_tools": ["Bash"]},

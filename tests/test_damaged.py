@@ -40,12 +40,22 @@ def _bent(line: bytes, edit: str) -> bytes:
         trace["metrics"] = {"m": "high"}
     elif edit == "usage":
         trace["usage"] = {"total_tokens": "many"}
+    elif edit == "null traces":
+        record["traces"] = None
+    elif edit == "null rewards":
+        trace["rewards"] = None
+    elif edit == "negative rollout":
+        record["rollout"] = -5
     else:
         record["errors"] = ["boom"]
     return orjson.dumps(record)
 
 
-@pytest.mark.parametrize("edit", ["reward", "turns", "traces", "metrics", "usage", "errors"])
+EDITS = ["reward", "turns", "traces", "metrics", "usage", "errors"]
+EDITS += ["null traces", "null rewards", "negative rollout"]
+
+
+@pytest.mark.parametrize("edit", EDITS)
 def test_a_record_of_the_wrong_shape_is_set_aside_by_resume_and_report(
     tmp_path: Path, edit: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -66,6 +76,10 @@ def test_a_record_of_the_wrong_shape_is_set_aside_by_resume_and_report(
     (aside,) = [json.loads(x) for x in (out / "damaged.jsonl").read_text().splitlines()]
     assert aside["line"] == 2
     assert orjson.loads(aside["text"]) == orjson.loads(lines[1])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 4  # the bent record is not counted
+    export = tmp_path / "export.jsonl"
+    assert main(["export", str(out), "-o", str(export)]) == 0  # no traceback further on
 
 
 def test_report_on_a_config_that_is_not_utf8_says_so_in_one_line(

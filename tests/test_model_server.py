@@ -34,7 +34,10 @@ from taketurns._errors import ConfigError
 from taketurns._models.server import ModelServer, parse_command
 from taketurns.errors import ModelServerError
 
-SERVE = f"{shlex.quote(sys.executable)} -m taketurns serve --host 127.0.0.1 --port {{port}}"
+SERVE = (
+    f"{shlex.quote(sys.executable)} -m taketurns serve --host 127.0.0.1 --port {{port}} "
+    "--name served-model"  # the name the evals below run (any other is refused)
+)
 
 
 def _server(command: str, tmp_path: Path, *, timeout: float = 60.0, **kw: object) -> ModelServer:

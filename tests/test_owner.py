@@ -127,8 +127,10 @@ def test_the_package_is_readable_when_it_lies_beside_the_scratch(
     scratch.mkdir()
     monkeypatch.setattr(sandbox, "_package_dirs", lambda: [str(package)])
     script = f"cat {package}/marker.txt; cat {other}/card.txt || echo hidden"
+    program = ["/bin/sh", "-c", script, str(other / "card.txt")]
     argv = sandbox.bwrap_argv(
-        ["/bin/sh", "-c", script, str(other / "card.txt")],
+        program,
+        program=program,
         scratch=scratch,
         cwd=scratch,
         sandbox=Sandbox(hide=(str(tmp_path),)),
@@ -186,6 +188,26 @@ async def test_kill_skips_the_grace(tmp_path: Path, mark: str) -> None:
         owned.kill()
         await owned.aclose()
         assert await owned.wait() == 128 + signal.SIGKILL
+        assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
+
+
+# a setsid child and a double-forked daemon (both out of the program's group), then a
+# hang deaf to SIGTERM
+DETACHED = (
+    "setsid sleep 301 & (setsid sh -c 'sleep 302 & exit 0' &); "
+    'trap "" TERM; echo ready >> LOG; exec sleep 300'
+)
+
+
+async def test_kill_kills_setsid_descendants_without_a_sandbox(tmp_path: Path, mark: str) -> None:
+    """``kill`` SIGKILLs the supervisor, which would leave the members that left the
+    program's group (and so its status-pipe kill) without a subreaper: they die too."""
+    with trio.fail_after(LIMIT):
+        owned = await start_shell(tmp_path, mark, DETACHED, grace_s=2 * LIMIT)
+        while len(sleeping(mark)) < 3:  # noqa: ASYNC110 - /proc sends no event
+            await trio.sleep(0.02)
+        owned.kill()
+        await owned.aclose()
         assert await settled(f"TT_OWNER_MARK={mark}", 0) == []
 
 

@@ -57,10 +57,10 @@ def test_a_model_given_anywhere_is_not_asked_for(
 ) -> None:
     out = tmp_path / "run"
     argv = ["eval", "kuhn-poker", "-n", "1", "--base-url", served, "-o", str(out), "--no-progress"]
-    assert main([*argv, "--model", "builtin/bracket"]) == 0
+    assert main([*argv, "--model", "builtin/echo"]) == 0
     assert "serves; --model picks another" not in capsys.readouterr().err
-    # every role names its own model: the server's list is not needed
-    roles = ["--env.player0.model=builtin/bracket", "--env.player1.model=builtin/bracket"]
+    # every role names its own model (one the server answers to): the list is not needed
+    roles = ["--env.player0.model=builtin/echo", "--env.player1.model=echo"]
     assert main([*argv, "--overwrite", *roles]) == 0
     assert "serves; --model picks another" not in capsys.readouterr().err
 
@@ -125,3 +125,29 @@ def test_a_bare_endpoint_model_names_base_url(
     argv = ["eval", "kuhn-poker", "--env.player1.model=gpt-4o", "-o", str(tmp_path / "r")]
     assert main(argv) == 2
     assert "env.player1.model = 'gpt-4o'" in capsys.readouterr().err
+
+
+def test_a_model_the_server_does_not_serve_fails_the_preflight(
+    served: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``taketurns serve`` answers only its own names (404 ``model_not_found`` for
+    another, as a real endpoint does): a wrong ``--model`` is refused before any
+    episode, not played."""
+    out = tmp_path / "run"
+    argv = ["eval", "kuhn-poker", "-n", "2", "--base-url", served, "--model", "gpt-x"]
+    assert main([*argv, "-o", str(out), "--no-progress"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "preflight: model 'gpt-x'" in err
+    assert "the model 'gpt-x' does not exist here; this server serves builtin/echo, echo" in err
+    assert not (out / "episodes.jsonl").exists()
+
+
+def test_an_unset_api_key_variable_is_warned_about(
+    served: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    argv = ["eval", "kuhn-poker", "-n", "1", "--base-url", served, "--model", "builtin/echo"]
+    argv += ["--api-key-var", "NO_SUCH_KEY_VAR", "-o", str(tmp_path / "run"), "--no-progress"]
+    assert main(argv) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warning: $NO_SUCH_KEY_VAR (the API key variable named) is not set" in err

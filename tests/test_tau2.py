@@ -190,3 +190,45 @@ def test_a_failed_database_check_keeps_the_diff_and_the_report_shows_it(
     report = (tmp_path / "run/report.html").read_text()
     assert "tau2: reward by task" in report
     assert report.count("Database diff") == 2
+
+
+def test_the_nl_assertions_go_through_the_runs_judge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the built-in judge says CORRECT when the <reference> (the assertion) is in the
+    # <response> (here: the whole conversation), one call per assertion
+    prompt = "<reference>{answer}</reference> <response>{conversation}</response>"
+    traces = run(
+        tmp_path, capsys, "--env.domain=mock", "--env.policy=gold",
+        "--env.judge.model=builtin/judge", f"--env.judge.prompt={prompt}", "-n", "7",
+    )  # fmt: skip
+    rows = {r.id: r for r in tau2().registry.get_tasks_loader("mock")()}
+    asked = 0
+    for trace in traces:
+        assertions = rows[trace["info"]["tau2"]["id"]].evaluation_criteria.nl_assertions or []
+        asked += len(assertions)
+        assert len(trace["judge_calls"]) == len(assertions)
+        verdicts = trace["info"]["tau2"]["nl_assertions"]
+        assert [v["nl_assertion"] for v in verdicts] == list(assertions)
+        assert trace["metrics"]["nl_assertion"] == float(all(v["met"] for v in verdicts))
+        assert trace["rewards"]["reward"] == 1.0  # tau2's reward leaves them out
+    assert asked >= 5
+
+
+def test_a_judge_that_gives_no_verdict_fails_the_scoring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the default template has no <reference>/<response>: the built-in judge answers
+    # without a verdict, which is the episode's scoring failing, never a 0
+    out = tmp_path / "run"
+    argv = ["eval", "tau2", "--env.domain=mock", "--env.policy=gold"]
+    code = main([*argv, "--env.judge.model=builtin/judge", "-n", "7", "-o", str(out)])
+    assert code != 0
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    rows = {r.id: r for r in tau2().registry.get_tasks_loader("mock")()}
+    for record in records:
+        judged = rows[record["task"]["info"]["id"]].evaluation_criteria.nl_assertions
+        assert record["ok"] is (not judged)
+        if judged:
+            assert record["cause"] == "scoring"
+    assert "holds no verdict" in capsys.readouterr().err

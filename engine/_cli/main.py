@@ -326,7 +326,9 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     async def run() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                url = await nursery.start(partial(serve, model, host=args.host, port=args.port))
+                url = await nursery.start(
+                    partial(serve, model, host=args.host, port=args.port, names=args.name)
+                )
                 console.print(f"serving builtin/{args.policy} at {url} (Ctrl-C stops)")
                 print(url, flush=True)
                 async for _ in signals:

@@ -342,6 +342,14 @@ def parser() -> argparse.ArgumentParser:
         "--latency-ms", type=float, default=0.0, help="fixed latency per call (default: 0)"
     )
     srv.add_argument("--seed", type=int, default=0, help="(default: 0)")
+    srv.add_argument(
+        "--name",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="a model name to answer to besides builtin/<policy> and <policy> "
+        "(repeatable); any other name is refused (404), as a real endpoint does",
+    )
     srv.add_argument("--host", default="127.0.0.1", help="(default: 127.0.0.1)")
     srv.add_argument("--port", type=int, default=8000, help="0 picks a free port (default: 8000)")
     return top

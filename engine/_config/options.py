@@ -217,6 +217,25 @@ class Timeouts:
     scoring_s: float = attrs.field(default=30.0, validator=_positive)
 
 
+_limit = int_between(1)
+
+
+@attrs.define
+class SandboxLimits:
+    """A sandbox's resource limits, per sandboxed process tree (one segment's program,
+    or one long-lived one): ``processes`` alive at once, ``memory_mb`` resident in
+    all, ``open_files`` per process, ``cpu_s`` CPU seconds in all, ``scratch_mb``
+    written to its scratch (and the size of its ``/tmp``), ``shm_mb`` the size of its
+    ``/dev/shm``. What passing one does: ``taketurns._procs.limits``."""
+
+    processes: int = attrs.field(default=256, validator=_limit)
+    memory_mb: int = attrs.field(default=4096, validator=_limit)
+    open_files: int = attrs.field(default=4096, validator=_limit)
+    cpu_s: int = attrs.field(default=3600, validator=_limit)
+    scratch_mb: int = attrs.field(default=2048, validator=_limit)
+    shm_mb: int = attrs.field(default=256, validator=_limit)
+
+
 def _no_sandbox(value: str | None) -> str:
     """``sandbox``: None (what ``none`` on the command line is) means ``none``."""
     return "none" if value is None else value
@@ -245,6 +264,8 @@ class AgentConfig:
         default="bwrap", converter=_no_sandbox, validator=_one_of("bwrap", "none")
     )
     sandbox_network: str = attrs.field(default="endpoint", validator=_one_of("endpoint", "host"))
+    # a sandbox's resource limits (taketurns._procs.limits): on by default
+    sandbox_limits: SandboxLimits = attrs.field(factory=SandboxLimits)
 
 
 @attrs.define

@@ -12,6 +12,7 @@ Nothing here starts a task: a ``Plan`` is plain objects, closed by ``aclose``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -135,6 +136,22 @@ def _client_for(
     return client(agent.base_url)
 
 
+def _unset_key(config: EvalConfig, own: AgentConfig, agent: AgentConfig) -> str | None:
+    """The warning for an API key variable the user named (``--api-key-var``, or the
+    role's ``api_key_var``) that is not set: the requests go without a key."""
+    named = own.api_key_var is not None or config.api_key_var != _DEFAULT_KEY_VAR
+    var = agent.api_key_var
+    if not named or not var or os.environ.get(var):
+        return None
+    return (
+        f"warning: ${var} (the API key variable named) is not set: requests to "
+        f"{agent.base_url} go without a key"
+    )
+
+
+_DEFAULT_KEY_VAR = attrs.fields(EvalConfig).api_key_var.default
+
+
 async def preflight(
     config: EvalConfig, env: Env, *, say: Callable[[str], None] | None = None
 ) -> None:
@@ -154,6 +171,9 @@ async def preflight(
         model = agent.model or DEFAULT_MODEL
         if say is not None:
             say(f"checking {agent.base_url} (model {model}; up to {limit:g} s)")
+            unset = _unset_key(config, env.roles[role], agent)
+            if unset is not None:
+                say(unset)
         client = _client_for(config, role, agent)
         try:
             with trio.move_on_after(limit) as scope:

@@ -108,6 +108,7 @@ async def _serve_pairs(
                 port=config.interception_port,
                 public_url=config.interception_public_url,
                 max_body_bytes=config.interception_max_body_bytes,
+                journal_dir=plan.services.get("run_dir"),
             )
             plan.services["interception"] = await services.start(server.run)
         if on_started is not None:

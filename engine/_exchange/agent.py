@@ -33,6 +33,7 @@ from taketurns._exchange.tools import Tool
 from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Trace
 from taketurns._models.builtin import BuiltinModel, is_builtin
 from taketurns._models.model import ModelClient
+from taketurns._procs.limits import TreeLimits
 from taketurns._procs.sandbox import Sandbox
 
 __all__ = ["Agent", "Agents"]
@@ -120,7 +121,8 @@ class Agent:
         self.limiter = limiter
         self.tools = tuple(tools)
         self.services = services
-        self._sandbox = Sandbox(config.sandbox or "none", config.sandbox_network)
+        limits = TreeLimits(**attrs.asdict(config.sandbox_limits))
+        self._sandbox = Sandbox(config.sandbox or "none", config.sandbox_network, limits=limits)
         self._on_close = on_close
         self._open_sessions: dict[int, ChatSession] = {}
         # sessions opened so far on each task (by task idx): a session's seed is its

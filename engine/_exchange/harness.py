@@ -36,6 +36,7 @@ from taketurns._exchange.tools import Tool
 from taketurns._exchange.trace import Trace
 from taketurns._models.messages import Message, SystemMessage
 from taketurns._models.model import ModelResponse
+from taketurns._procs import journal
 from taketurns._procs.sandbox import Sandbox
 
 __all__ = ["Harness", "Prompt", "Rollout", "can_chat"]
@@ -136,6 +137,7 @@ class Rollout:
         the session closes."""
         if self._scratch is None:
             self._scratch = Path(tempfile.mkdtemp(prefix="taketurns-"))
+            journal.record(self.services.get("run_dir"), self._scratch)  # for a SIGKILL
         return self._scratch
 
     # the session's side of the handle: it opens each segment, reads back what the

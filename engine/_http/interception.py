@@ -94,6 +94,7 @@ from taketurns._http.dialect import Dialect, Failure
 from taketurns._http.dialects import served_dialects
 from taketurns._models.messages import ToolCall, ToolMessage
 from taketurns._models.model import ModelRequest, ModelResponse
+from taketurns._procs import journal
 
 __all__ = ["Endpoint", "EndpointState", "InterceptionServer", "open_interception_server"]
 
@@ -189,6 +190,8 @@ def _unauthorized(message: str) -> Failure:
 
 class InterceptionServer:
     """Start with ``open_interception_server()`` (or ``nursery.start(server.run)``).
+    ``journal_dir``: the run directory whose temp journal names the socket directory
+    (``taketurns._procs.journal``: swept if the eval is SIGKILLed).
     ``register`` / ``unregister`` are synchronous and may be called from any task of
     the same trio run."""
 
@@ -201,8 +204,10 @@ class InterceptionServer:
         max_body_bytes: int = 32 * 1024 * 1024,
         graceful_timeout: float = 0.5,
         remember_closed: int = 65_536,
+        journal_dir: str | None = None,
     ) -> None:
         self.host = host
+        self.journal_dir = journal_dir  # a run directory: its socket dir is journaled
         self.port = port
         self.public_url = public_url
         self.max_body_bytes = max_body_bytes
@@ -456,6 +461,7 @@ class InterceptionServer:
         if len(socket_dir) > _SOCKET_DIR_MAX:  # a Unix socket's path has 108 bytes
             os.rmdir(socket_dir)
             socket_dir = tempfile.mkdtemp(prefix="interception-", dir="/tmp")
+        journal.record(self.journal_dir, socket_dir)  # swept after a SIGKILL
         config.bind.append(f"unix:{socket_dir}/model.sock")
         try:
             async with trio.open_nursery() as nursery:

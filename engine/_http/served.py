@@ -18,16 +18,16 @@ from taketurns._exchange.harness import Harness, Rollout
 from taketurns._exchange.mcp_servers import McpTool
 from taketurns._http.interception import Endpoint, InterceptionServer
 from taketurns._procs import owner
-from taketurns._procs.sandbox import Sandbox
+from taketurns._procs.sandbox import Sandbox, agent_paths
 
 __all__ = ["ServedHarness"]
 
 
 def _mcp_paths(rollout: Rollout, sandbox: Sandbox) -> tuple[str, ...]:
     """What the rollout's MCP servers need readable in its sandbox (an agent CLI
-    starts its stdio servers there): their commands' absolute paths and working
-    directories. Refuses an HTTP server where the sandbox's network is its model
-    endpoint only."""
+    starts its stdio servers there): their programs' install trees, the absolute
+    paths on their command lines, their working directories. Refuses an HTTP server
+    where the sandbox's network is its model endpoint only."""
     paths: list[str] = []
     for tool in rollout.tools:
         if not isinstance(tool, McpTool):
@@ -40,10 +40,21 @@ def _mcp_paths(rollout: Rollout, sandbox: Sandbox) -> tuple[str, ...]:
                 f"agent cannot reach (its network is its model endpoint only): set "
                 f"--env.{role}.sandbox_network=host"
             )
-        paths += [a for a in server.command or () if os.path.isabs(a)]
+        paths += agent_paths(server.command or (), os.environ.get("PATH"))
         if server.cwd is not None:
             paths.append(server.cwd)
     return (*sandbox.readable, *paths)
+
+
+def _stop_on_limit(rollout: Rollout, limit: str) -> None:
+    """A sandboxed tree passed a resource limit and was killed: the rollout ends with
+    stop condition ``resource_limit`` (an outcome: ``taketurns._procs.limits``), the
+    limit named in ``trace.info["resource_limit"]``; the harness then raises
+    ``RolloutStopped`` as for any stop the trace carries."""
+    trace = rollout.trace
+    trace.info.setdefault("resource_limit", limit)
+    if trace.stop_condition is None:
+        trace.stop_condition = "resource_limit"
 
 
 class ServedHarness(Harness):
@@ -106,10 +117,13 @@ class ServedHarness(Harness):
         if sandbox.kind == "bwrap":
             sandbox = attrs.evolve(sandbox, readable=_mcp_paths(rollout, sandbox))
         rollout.trace.info["sandbox"] = sandbox.describe()
+        if sandbox.kind == "bwrap":
+            rollout.trace.info["sandbox_limits"] = sandbox.limits.record()
         return {
             "sandbox": sandbox,
             "model_socket": server.unix_path,
             "model_port": urlsplit(endpoint.base_url).port,
+            "on_limit": lambda limit: _stop_on_limit(rollout, limit),
         }
 
     async def start_owned(

@@ -317,7 +317,7 @@ def episode_from(raw: dict[str, Any]) -> Episode:
 
 def parse_record(raw: bytes) -> dict[str, Any] | None:
     """One ``episodes.jsonl`` line as its record, or None when it is damaged: not
-    JSON, not an object, without an integer ``task.idx`` and ``rollout``, or valid
+    JSON, not an object, without a non-negative integer ``task.idx`` and ``rollout``, or valid
     JSON in the wrong shape (``_well_shaped``: ``"reward": "x"``, ``"turns": 5``)."""
     try:
         found = orjson.loads(raw)
@@ -327,7 +327,8 @@ def parse_record(raw: bytes) -> dict[str, Any] | None:
         return None
     task = found.get("task")
     idx = task.get("idx") if isinstance(task, dict) else None
-    if type(idx) is not int or type(found.get("rollout")) is not int:
+    rollout = found.get("rollout")
+    if type(idx) is not int or type(rollout) is not int or idx < 0 or rollout < 0:
         return None
     if not _well_shaped(found):
         return None
@@ -339,7 +340,9 @@ def parse_record(raw: bytes) -> dict[str, Any] | None:
 
 # The types of the fields the engine reads back (the summary, a resume, the report,
 # export), each checked when present: a record that has one of another type is
-# damaged, set aside like a torn line, never a traceback further on.
+# damaged, set aside like a torn line, never a traceback further on. Null is accepted
+# only where the record's own type is optional (``cause``, ``stop``,
+# ``stop_condition``): everything else structures into a list, a table or a value.
 _EPISODE_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,),
     "env": (str,),
@@ -348,23 +351,23 @@ _EPISODE_TYPES: dict[str, tuple[type, ...]] = {
     "stop": (str, type(None)),
     "attempts": (int,),
     "errors": (list,),
-    "traces": (list, type(None)),
-    "info": (dict, type(None)),
+    "traces": (list,),
+    "info": (dict,),
 }
 _TRACE_TYPES: dict[str, tuple[type, ...]] = {
     "agent": (dict,),
     "episode": (dict,),
     "task": (dict,),
-    "turns": (list, type(None)),
-    "messages": (list, type(None)),
-    "rewards": (dict, type(None)),
-    "metrics": (dict, type(None)),
+    "turns": (list,),
+    "messages": (list,),
+    "rewards": (dict,),
+    "metrics": (dict,),
     "stop_condition": (str, type(None)),
-    "errors": (list, type(None)),
-    "usage": (dict, type(None)),
-    "info": (dict, type(None)),
-    "judge_calls": (list, type(None)),
-    "turn_rewards": (list, type(None)),
+    "errors": (list,),
+    "usage": (dict,),
+    "info": (dict,),
+    "judge_calls": (list,),
+    "turn_rewards": (list,),
 }
 
 

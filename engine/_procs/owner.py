@@ -35,8 +35,10 @@ exits or is killed, the kernel kills everything in the namespace; a SIGKILLed bw
 leaves that init to ``aclose``, which kills it). ``sandbox = none``: every
 descendant of the program, however detached, is found (subreaper) and killed; what
 the program got *another* service to start (a systemd unit, a daemon over a socket)
-is not its descendant and survives. A supervisor SIGKILLed (by ``aclose`` past
-``KILL_S``, or by anyone else) with ``sandbox = none``: its program's process group
+is not its descendant and survives. ``kill`` stops and kills every descendant of the
+supervisor before the
+supervisor. A supervisor SIGKILLed (by ``aclose`` past ``KILL_S``, or by anyone
+else) with ``sandbox = none``: its program's process group
 dies on ``aclose``, but a descendant that had left that group (``setsid``,
 ``setpgid``) lost its subreaper: it is re-parented to the nearest subreaper above (the
 engine's process is none) or init, and survives; so does a program still between
@@ -53,7 +55,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,16 +99,25 @@ def command(
     cwd: Path,
     model_socket: str | None,
     model_port: int | None,
+    report: int | None = None,
+    search_path: str | None = None,
 ) -> list[str]:
     """The full argv: the supervisor around ``program``, in bwrap unless ``none``;
     ``status``: the descriptor the program's pid (``none``) or bwrap's info (the
     namespace init's host pid) is reported on; ``grace_s``: how long the program may
-    take to exit on SIGTERM before it is killed."""
+    take to exit on SIGTERM before it is killed; ``report``: where a sandbox's
+    supervisor writes the name of a resource limit the tree passed;
+    ``search_path``: the ``PATH`` ``program`` is started with."""
     supervised = [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", str(lifeline)]
     if status is not None and sandbox.kind == "none":  # a sandbox's pids are its own
         supervised += ["--status", str(status)]
     if grace_s > 0:
         supervised += ["--grace", repr(grace_s)]
+    if sandbox.kind == "bwrap":
+        supervised += ["--limits", sandbox.limits.argument()]
+        supervised += ["--scratch", os.path.realpath(scratch)]
+        if report is not None:
+            supervised += ["--report", str(report)]
     bridge = (
         sandbox.kind == "bwrap"
         and sandbox.network == "endpoint"
@@ -120,7 +131,14 @@ def command(
         return supervised
     socket = model_socket if bridge else None
     return bwrap_argv(
-        supervised, scratch=scratch, cwd=cwd, sandbox=sandbox, model_socket=socket, info_fd=status
+        supervised,
+        program=program,
+        scratch=scratch,
+        cwd=cwd,
+        sandbox=sandbox,
+        model_socket=socket,
+        search_path=search_path,
+        info_fd=status,
     )
 
 
@@ -132,12 +150,63 @@ def supervised(program: Sequence[str]) -> list[str]:
     return [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", "parent", "--", *program]
 
 
+_FREEZE_ROUNDS = 50  # scans of /proc before killing what was found (a tree forking fast)
+
+
+def _parents() -> dict[int, int]:
+    """Every live process's parent, from ``/proc``."""
+    found: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            found[int(name)] = int(stat[1])
+    return found
+
+
+def kill_descendants(root: int) -> None:
+    """SIGKILL every descendant of ``root`` (not ``root``), ``setsid`` and re-parented
+    ones included (``root`` is their subreaper): each found is SIGSTOPped at once, so
+    none forks or exits between the scans, and once a scan finds no one new (or after
+    ``_FREEZE_ROUNDS``) all are SIGKILLed. Costs a scan of ``/proc`` a round."""
+    stopped: set[int] = set()
+    for _ in range(_FREEZE_ROUNDS):
+        parents = _parents()
+        tree, frontier = set(), [root]
+        while frontier:
+            parent = frontier.pop()
+            kids = [pid for pid, ppid in parents.items() if ppid == parent]
+            tree.update(kids)
+            frontier += kids
+        new = tree - stopped
+        if not new:
+            break
+        for pid in new:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped |= new
+    for pid in stopped:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
 class OwnedProcess:
     """One owned process tree (see the module docstring). ``process`` is the
     outermost process (bwrap, or the supervisor); its ``stdin``/``stdout`` are the
     program's when piped."""
 
-    __slots__ = ("_lifeline", "_reported", "_status", "grace_s", "process", "sandboxed")
+    __slots__ = (
+        "_lifeline",
+        "_limit",
+        "_on_limit",
+        "_report",
+        "_reported",
+        "_status",
+        "grace_s",
+        "process",
+        "sandboxed",
+    )
 
     def __init__(
         self,
@@ -147,13 +216,31 @@ class OwnedProcess:
         *,
         sandboxed: bool,
         grace_s: float = 0.0,
+        report: int | None = None,
+        on_limit: Callable[[str], None] | None = None,
     ) -> None:
         self.process = process
         self._lifeline: int | None = lifeline
         self._status: int | None = status  # the status pipe's read end, non-blocking
         self._reported: int | None = None
+        self._report = report  # the limits report pipe's read end, non-blocking
+        self._limit: str | None = None
+        self._on_limit = on_limit
         self.sandboxed = sandboxed
         self.grace_s = grace_s
+
+    @property
+    def limit(self) -> str | None:
+        """The resource limit the tree passed (``taketurns._procs.limits``: the
+        supervisor killed it), or None. Reported once to ``on_limit``."""
+        if self._limit is None and self._report is not None:
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                hit = os.read(self._report, 256).decode().split("\n", 1)[0].strip()
+                if hit:
+                    self._limit = hit
+                    if self._on_limit is not None:
+                        self._on_limit(hit)
+        return self._limit
 
     @property
     def pid(self) -> int:
@@ -167,6 +254,7 @@ class OwnedProcess:
     async def wait(self) -> int:
         """Wait for the program to exit; its status (``128 + n`` for signal ``n``)."""
         code = await self.process.wait()
+        _ = self.limit  # reported before the caller sees the status
         return 128 - code if code < 0 else code
 
     def cut(self) -> None:
@@ -177,12 +265,18 @@ class OwnedProcess:
             self._lifeline = None
 
     def kill(self) -> None:
-        """Tell the supervisor to kill the tree at once, skipping the grace, without
-        waiting (a process about to exit: a second Ctrl-C); ``aclose`` still reaps.
-        A sandbox's namespace dies with its init, killed here."""
+        """Kill the whole tree at once, skipping the grace, without waiting (a process
+        about to exit: a second Ctrl-C; a model server that never got ready);
+        ``aclose`` still reaps. A sandbox's namespace dies with its init, killed here;
+        without one, every descendant of the supervisor (``setsid``'d ones included)
+        is stopped, then killed, before the supervisor (``kill_descendants``)."""
         self.cut()
         if self.process.returncode is not None:
             return  # reaped: its pid may be another process's by now
+        if not self.sandboxed:
+            # the supervisor, SIGKILLed, would leave its tree's setsid'd members
+            # without a subreaper: stop every descendant first, then kill them all
+            kill_descendants(self.process.pid)
         # SIGKILL, not a second stop: a signal the supervisor gets while it is still
         # starting could be taken as the first stop and wait out the whole grace
         self._hard_kill()  # ``aclose`` kills the program's group from the status pipe
@@ -207,7 +301,11 @@ class OwnedProcess:
                         os.kill(reported, signal.SIGKILL)
                     else:
                         os.killpg(reported, signal.SIGKILL)
+            _ = self.limit
             self._drop_status()
+            if self._report is not None:
+                os.close(self._report)
+                self._report = None
             for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
                 if stream is not None:
                     await stream.aclose()
@@ -256,6 +354,7 @@ async def start(
     stdout: Any = subprocess.DEVNULL,
     stderr: Any = subprocess.DEVNULL,
     grace_s: float = 0.0,
+    on_limit: Callable[[str], None] | None = None,
 ) -> OwnedProcess:
     """Start ``program`` in ``cwd`` with exactly ``env``, owned (module docstring).
     ``scratch``: the only writable directory when sandboxed (``cwd`` lies in it);
@@ -263,9 +362,12 @@ async def start(
     loopback port to bridge it to inside the sandbox. ``stdin``/``stdout``/``stderr``
     as for ``subprocess`` (a file, ``PIPE`` or ``DEVNULL``). ``grace_s``: how long
     the program may take to exit on SIGTERM when stopped before it is killed (0: no
-    SIGTERM, killed at once)."""
+    SIGTERM, killed at once). ``on_limit``: called with the limit's name when a
+    sandboxed tree passed one of its resource limits and was killed (at the latest
+    when ``wait`` returns)."""
     read_end, write_end = os.pipe()
     status_read, status_write = os.pipe()
+    report_read, report_write = os.pipe()
     try:
         argv = command(
             program,
@@ -277,6 +379,8 @@ async def start(
             cwd=cwd,
             model_socket=model_socket,
             model_port=model_port,
+            report=report_write,
+            search_path=env.get("PATH"),
         )
         process = await trio.lowlevel.open_process(
             argv,
@@ -285,19 +389,29 @@ async def start(
             stderr=stderr,
             cwd=str(cwd),
             env=dict(env),
-            pass_fds=(read_end, status_write),
+            pass_fds=(read_end, status_write, report_write),
             start_new_session=True,  # a terminal's Ctrl-C reaches the engine only
         )
     except BaseException:
         os.close(write_end)
         os.close(status_read)
+        os.close(report_read)
         raise
     finally:
         os.close(read_end)
         os.close(status_write)
+        os.close(report_write)
     os.set_blocking(status_read, False)
-    sandboxed = sandbox.kind != "none"
-    return OwnedProcess(process, write_end, status_read, sandboxed=sandboxed, grace_s=grace_s)
+    os.set_blocking(report_read, False)
+    return OwnedProcess(
+        process,
+        write_end,
+        status_read,
+        sandboxed=sandbox.kind != "none",
+        grace_s=grace_s,
+        report=report_read,
+        on_limit=on_limit,
+    )
 
 
 async def _collect(

@@ -5,7 +5,7 @@ Run as a plain script (``python -I -S supervisor.py ...``: standard library only
 only the interpreter and this file)::
 
     supervisor.py --lifeline FD|parent [--status FD] [--grace S] [--bridge PORT SOCKET]
-                  -- PROGRAM [ARGS...]
+                  [--limits NAME=N,... --report FD --scratch DIR] -- PROGRAM [ARGS...]
 
 It makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``: every orphaned
 descendant, ``setsid`` and double-forked ones included, becomes its child), starts
@@ -44,6 +44,14 @@ while the supervisor has no other thread.
 loopback): listen on ``127.0.0.1:PORT`` before PROGRAM starts and forward each
 connection to the Unix socket ``SOCKET`` (the interception server's, bind-mounted
 into the sandbox), so PROGRAM's model base URL stays ``http://127.0.0.1:PORT/...``.
+
+``--limits`` (inside a sandbox, where the supervisor is the PID namespace's init and
+``/proc`` shows exactly the tree; ``taketurns._procs.limits`` says what each limit
+means): the rlimits are set on the supervisor before PROGRAM starts (every process
+inherits them), and a watchdog thread polls the tree's process count, resident
+memory and CPU time, the size of ``--scratch DIR`` and the fill of ``/dev/shm`` and
+``/tmp``; past a limit it writes the limit's name as one line to the ``--report``
+descriptor and kills the tree.
 """
 
 from __future__ import annotations
@@ -64,6 +72,10 @@ PR_SET_CHILD_SUBREAPER = 36
 _CHUNK = 65536
 _ROUNDS = 1000  # kill rounds before giving up on a tree that keeps forking
 PARENT_POLL_S = 0.2
+POLL_S = 0.05  # the limits watchdog: processes, memory, CPU
+DISK_POLL_S = 0.5  # the limits watchdog: scratch, /dev/shm, /tmp
+_MB = 1024 * 1024
+_TMPFS = {"/dev/shm": "shm_mb", "/tmp": "scratch_mb"}
 
 
 def _subreaper() -> None:
@@ -157,6 +169,116 @@ def _watch_lifeline(lifeline: str, on_cut: Callable[[], None]) -> None:
     on_cut()
 
 
+def _apply_rlimits(limits: dict[str, int]) -> None:
+    import resource
+
+    wanted = {
+        resource.RLIMIT_NOFILE: limits["open_files"],
+        resource.RLIMIT_CPU: limits["cpu_s"],
+        resource.RLIMIT_FSIZE: limits["scratch_mb"] * _MB,
+        resource.RLIMIT_NPROC: limits["processes"],
+    }
+    for which, value in wanted.items():
+        _soft, hard = resource.getrlimit(which)
+        capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(which, (capped, capped))
+
+
+def _tree_usage() -> tuple[int, int, float]:
+    """The namespace's processes (the supervisor aside): count, resident bytes, CPU
+    seconds (with what its reaped descendants used)."""
+    page, tick = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK")
+    me = os.getpid()
+    count, resident, ticks = 0, 0, 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/statm", "rb") as f:
+                resident += int(f.read().split()[1]) * page
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            continue
+        count += 1
+    reaped = os.times()
+    return count, resident, ticks / tick + reaped.children_user + reaped.children_system
+
+
+def _disk_usage(root: str) -> int:
+    total = 0
+    stack = [root]
+    while stack:
+        with contextlib.suppress(OSError), os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    else:
+                        total += entry.stat(follow_symlinks=False).st_blocks * 512
+    return total
+
+
+def _over(limits: dict[str, int], scratch: str | None, disk: bool) -> str | None:
+    """The first limit the tree is past, or None."""
+    count, resident, cpu = _tree_usage()
+    if count > limits["processes"]:
+        return "processes"
+    if resident > limits["memory_mb"] * _MB:
+        return "memory_mb"
+    if cpu > limits["cpu_s"]:
+        return "cpu_s"
+    return _disk_over(limits, scratch) if disk else None
+
+
+def _disk_over(limits: dict[str, int], scratch: str | None) -> str | None:
+    if scratch is not None and _disk_usage(scratch) > limits["scratch_mb"] * _MB:
+        return "scratch_mb"
+    for mount, name in _TMPFS.items():
+        with contextlib.suppress(OSError):
+            fs = os.statvfs(mount)
+            if fs.f_bavail * fs.f_frsize < _MB:  # full, to the last MB
+                return name
+    return None
+
+
+_REPORTING = threading.Lock()
+
+
+def _report(options: _Options, hit: str) -> None:
+    """Write ``hit`` on the report pipe, once (the watchdog and the main thread may
+    both find a limit passed)."""
+    if options.report is not None and _REPORTING.acquire(blocking=False):
+        with contextlib.suppress(OSError):
+            os.write(options.report, f"{hit}\n".encode())
+        with contextlib.suppress(OSError):
+            os.close(options.report)  # once: a second report is never read
+        options.report = None
+
+
+def _report_last(options: _Options) -> None:
+    assert options.limits is not None
+    hit = _disk_over(options.limits, options.scratch)
+    if hit is not None:
+        _report(options, hit)
+
+
+def _watch_limits(options: _Options, stopper: _Stopper) -> None:
+    """Poll the limits until one is passed: report it, kill the tree."""
+    assert options.limits is not None
+    every = max(1, round(DISK_POLL_S / POLL_S))
+    for round_ in itertools.count():
+        time.sleep(POLL_S)
+        hit = _over(options.limits, options.scratch, disk=round_ % every == 0)
+        if hit is None:
+            continue
+        _report(options, hit)
+        stopper.kill()  # the main loop reaps the program, then kills the rest
+        return
+
+
 class _Options:
     def __init__(self, argv: list[str]) -> None:
         split = argv.index("--")
@@ -173,6 +295,14 @@ class _Options:
         if "--bridge" in options:
             at = options.index("--bridge")
             self.bridge = (int(options[at + 1]), options[at + 2])
+        limits = value("--limits")
+        self.limits = None
+        if limits is not None:
+            pairs = (item.split("=", 1) for item in limits.split(","))
+            self.limits = {name: int(number) for name, number in pairs}
+        report = value("--report")
+        self.report = int(report) if report is not None else None
+        self.scratch = value("--scratch")
         if not self.program:
             raise SystemExit("supervisor: no program after --")
         if self.status is not None and self.bridge is not None:
@@ -211,6 +341,11 @@ class _Stopper:
         else:
             self._signal(signal.SIGKILL)
 
+    def kill(self) -> None:
+        """SIGKILL the program's group at once (a limit was passed)."""
+        self.asked = max(self.asked, 2)
+        self._signal(signal.SIGKILL)
+
     def _signal(self, signum: int) -> None:
         if self.group is not None:
             with contextlib.suppress(OSError):
@@ -232,6 +367,8 @@ def _reporter(status: int | None) -> Callable[[], None] | None:
 def main(argv: list[str]) -> int:
     options = _Options(argv)
     _subreaper()
+    if options.limits is not None:
+        _apply_rlimits(options.limits)
     if options.bridge is not None:
         listener = _listen(options.bridge[0])
         bridge = (listener, options.bridge[1])
@@ -252,6 +389,8 @@ def main(argv: list[str]) -> int:
     if options.status is not None:
         os.close(options.status)
     stopper.started(child.pid)
+    if options.limits is not None:
+        threading.Thread(target=_watch_limits, args=(options, stopper), daemon=True).start()
     watcher = (options.lifeline, stopper.cut)
     threading.Thread(target=_watch_lifeline, args=watcher, daemon=True).start()
     status = 0
@@ -266,6 +405,10 @@ def main(argv: list[str]) -> int:
             status = os.waitstatus_to_exitcode(raw)
             break
     kill_tree(child.pid)
+    if options.limits is not None and status != 0:
+        # a write past a tmpfs's cap fails at once (ENOSPC), and the program may exit
+        # on that before the watchdog's next look: a failure on a full disk is the limit
+        _report_last(options)
     return 128 - status if status < 0 else status
 
 
