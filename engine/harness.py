@@ -20,6 +20,7 @@ The errors a harness raises (and ``RolloutStopped``, the stop it lets through) a
 
 import typing
 
+from taketurns._config.reference import load_reference
 from taketurns._config.registry import harnesses as harness_registry
 from taketurns._exchange.harness import Harness, Prompt, Rollout, can_chat
 from taketurns._exchange.mcp_servers import McpConnection, McpServer, McpTool, open_mcp_servers
@@ -77,6 +78,7 @@ __all__ = [
     "can_chat",
     "from_wire",
     "harness_registry",
+    "load_reference",
     "messages_from_wire",
     "messages_to_wire",
     "open_mcp_servers",

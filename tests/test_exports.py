@@ -66,6 +66,7 @@ TIERS: dict[str, list[str]] = {
         *("TextPart", "ToolCall", "as_tools", "can_chat", "from_wire"),
         *(
             "harness_registry",
+            "load_reference",
             "messages_from_wire",
             "messages_to_wire",
             "open_mcp_servers",

@@ -266,10 +266,12 @@ class BuiltinModel(ModelClient):
 
 def _with_tokens(response: ModelResponse, request: ModelRequest) -> ModelResponse:
     """``response`` with the toy tokenizer's ids and logprobs, as vLLM returns them."""
-    ids = completion_ids(response.message, finished=response.finish_reason != "length")
+    finished = response.finish_reason != "length"
+    ids = completion_ids(response.message, finished=finished)
     return attrs.evolve(
         response,
         token_ids=ids,
+        stop_token="sampled" if finished else None,  # its END is the last completion id
         prompt_token_ids=prompt_ids(request.messages),
         logprobs=logprobs_of(ids),
     )
