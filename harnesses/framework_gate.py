@@ -43,8 +43,9 @@ import httpx2
 import trio
 
 from taketurns import AssistantMessage, Message, ModelEndpointError, ToolMessage
+from taketurns.env import ModelResponse
 from taketurns.errors import RolloutStopped
-from taketurns.harness import ModelResponse, Rollout, messages_from_wire, to_wire
+from taketurns.harness import Rollout, messages_from_wire, to_wire
 
 __all__ = ["BASE_URL", "Gate", "GateState", "GateTransport", "on_trio"]
 
