@@ -29,7 +29,7 @@ import trio
 import taketurns._runner as runner
 from taketurns import Agent, AgentConfig, RunDir, Task, load_eval_config, run_eval
 from taketurns._gc import tuned_gc
-from taketurns.harness import ModelRequest, ModelResponse, env_registry
+from taketurns.env import ModelRequest, ModelResponse, env_registry
 from taketurns.testing import BuiltinModel
 
 _MODEL_CPU = [0.0]

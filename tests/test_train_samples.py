@@ -34,8 +34,8 @@ from taketurns._eval.plan import Plan, make_env
 from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Turn
 from taketurns._http.server import serve
 from taketurns._models.tokens import END, ROLE_TOKENS, completion_ids, prompt_ids
+from taketurns.env import ModelRequest, env_registry
 from taketurns.envs.kuhn import KuhnConfig
-from taketurns.harness import ModelRequest, env_registry
 from taketurns.http import OpenAIClient, open_interception_server
 from taketurns.testing import BuiltinModel
 from taketurns.train import episode_samples, trace_samples

@@ -24,7 +24,7 @@
   ``VERDICT: CORRECT`` if R (stripped, case-folded) appears in T, else ``VERDICT:
   INCORRECT``; without both tags its answer holds no verdict.
 - a plugin's own, registered with ``register_policy`` (public as
-  ``taketurns.harness.register_builtin_policy``).
+  ``taketurns.env.register_builtin_policy``).
 
 Token counts are whitespace word counts: cheap, deterministic, good enough for limits.
 Asked for tokens as a vLLM server is (``logprobs`` or ``return_token_ids`` in the
