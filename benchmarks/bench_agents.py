@@ -2,15 +2,17 @@
 against the same server, and the ``acp`` harness's per-turn cost beside ``codex``'s
 (issue 13, item 5). One run, one interception server on the built-in model.
 
-(1) ``codex``, ``claude-code`` and ``opencode`` (``--slow-segments``: it starts in
-    10-20 s here): a chat of ``--segments`` resumed segments through
-    the harness (``turn()`` wall time: argv and environment built, the process run in
-    its own group, its messages read back from the boundary), then the harness's last
-    recorded ``resume`` command (argv, environment, working directory: captured by a
-    shim that execs the real binary) replayed bare, as many times, with
-    ``trio.run_process`` against the same rollout endpoint (through the same shim,
-    so both sides pay its Python start-up). The ratio is the harness's
-    overhead over the CLI itself (the CLI's own start-up dominates both).
+(1) ``codex``, ``claude-code``, ``gemini-cli`` and ``opencode`` (``--slow-segments``:
+    it starts in 10-20 s here): a chat of ``--segments`` resumed segments through
+    the harness with its default sandbox, as users run it (``turn()`` wall time: argv
+    and environment built, the process run in its sandbox, its messages read back
+    from the boundary), then the harness's last recorded ``resume`` command (argv,
+    environment, working directory and stdin, the segment's message: captured by a
+    shim that execs the real binary) replayed bare, outside the sandbox, as many
+    times, with ``trio.run_process`` against the same rollout endpoint, opened for it
+    as for a segment (through the same shim, so both sides pay its Python start-up).
+    The ratio is the harness's overhead, the sandbox's included, over the CLI itself
+    (the CLI's own start-up dominates both).
 (2) ``acp`` with ``codex-acp``: the same resumed segments on one live adapter process
     (no process start per turn) beside the ``codex`` harness's segments.
 

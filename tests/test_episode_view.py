@@ -65,6 +65,7 @@ def test_the_view_does_not_structure_what_it_answers() -> None:
                 "rewards": {"payoff": 2.0},
                 "reward": 2.0,
                 "messages": [
+                    {"role": "assistant", "content": "check"},
                     {"role": "assistant", "content": [{"type": "text", "text": "bet"}]},
                     {"role": "user", "content": "ok"},
                 ],
