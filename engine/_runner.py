@@ -120,7 +120,7 @@ async def run_eval(
     writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
     tidied = _tidy(run_dir, writer.finished, notify)
     journal.sweep(run_dir.path)  # a SIGKILLed run's scratch and socket directories
-    _keep_config(run_dir, config, notify)
+    _keep_config(run_dir, config, notify, plan.sampling_note())
     plan.services["run_dir"] = str(run_dir.path)  # hidden from every sandbox
     for warning in plan.sandbox_warnings():
         if notify is not None:
@@ -158,6 +158,7 @@ async def run_eval(
                                     writer.record_lines,
                                     lambda: bar.phase("eval"),
                                     writer.stop_admitting,
+                                    writer.worker_lost,
                                 )
                         nursery.cancel_scope.cancel()
                 interrupted = writer.cancel.cancelled_caught and not writer.failure
@@ -176,7 +177,8 @@ async def run_eval(
                     writer.failure,
                     writer.brake,
                     seed=config.seed,
-                    notes=plan.notes(),
+                    notes=plan.notes() + writer.lost,
+                    workers_lost=len(writer.lost),
                     planned=planned,
                 )
                 if report and not writer.failure:
@@ -220,7 +222,9 @@ def _tidy(run_dir: RunDir, finished: Summarizer, notify: Callable[[str], None] |
     return tidied
 
 
-def _keep_config(run_dir: RunDir, config: EvalConfig, notify: Callable[[str], None] | None) -> None:
+def _keep_config(
+    run_dir: RunDir, config: EvalConfig, notify: Callable[[str], None] | None, note: str = ""
+) -> None:
     """Write ``config.toml`` as the CLI does (so ``--resume`` can continue a run
     started from Python) unless the directory holds one already (the CLI wrote it, or
     this is a resume). A config TOML cannot hold (a Python object among its options)
@@ -236,7 +240,7 @@ def _keep_config(run_dir: RunDir, config: EvalConfig, notify: Callable[[str], No
             if notify is not None:
                 notify(f"{run_dir.config_path.name} not written ({exc}): the CLI cannot resume")
             return
-        run_dir.write_config(text)
+        run_dir.write_config(text + note)
     except BaseException:
         run_dir.unlock()
         raise
@@ -260,6 +264,15 @@ class _Writer:
         self.local = True
         self.stop_admitting = trio.Event()  # the local backend admits no more episodes
         self.braked = trio.CancelScope()  # a worker backend is stopped (as by a signal)
+        self.lost: list[str] = []  # a line per worker a worker backend lost
+
+    def worker_lost(self, line: str) -> None:
+        """A worker backend lost a worker (and runs its pairs again): say so now, and
+        in the summary (``workers_lost``, ``notes``)."""
+        self.lost.append(line)
+        say = self.live.say
+        if say is not None:
+            say(line)
 
     def record_lines(self, batch: list[tuple[bytes, dict[str, Any]]]) -> None:
         if self.failure:
@@ -303,11 +316,13 @@ def _finish(
     seed: int,
     notes: list[str],
     planned: int | None = None,
+    workers_lost: int = 0,
 ) -> dict[str, Any]:
     """Sum up what was written (also when the run is cancelled from outside) and
     write the summary (``stopped``: why the brake stopped the run, if it did;
     ``seed``: the run's seed; ``notes``: what the model clients noted, e.g. an
-    endpoint that refuses ``seed``; ``planned``: the (task, rollout) pairs the run
+    endpoint that refuses ``seed``, and each worker a worker backend lost;
+    ``workers_lost``: how many; ``planned``: the (task, rollout) pairs the run
     plays, from the tasks the env has, which may be fewer than ``-n`` asked). A
     write failure is added to ``failure`` (the run's first error is the one that
     counts), never raised over another error."""
@@ -318,6 +333,8 @@ def _finish(
         summary["planned"] = planned
     if notes:
         summary["notes"] = notes
+    if workers_lost:
+        summary["workers_lost"] = workers_lost
     if brake.reason is not None:
         summary["stopped"] = brake.reason
     try:
@@ -344,14 +361,16 @@ async def _on_backend(
     record_lines: Callable[[list[tuple[bytes, dict[str, Any]]]], None],
     on_started: Callable[[], None],
     stop_admitting: trio.Event,
+    on_lost: Callable[[str], None],
 ) -> None:
     """Play ``todo`` where ``config.backend`` says; each finished episode reaches
     ``record_lines`` as its JSONL line and summary digest. ``on_started``: the local
-    backend's setup is done (worker backends set up in each worker)."""
+    backend's setup is done (worker backends set up in each worker); ``on_lost``: a
+    worker backend lost a worker and runs its pairs again."""
     if config.backend == "ray":
-        await run_on_ray(config, env, todo, record_lines)
+        await run_on_ray(config, env, todo, record_lines, on_lost=on_lost)
     elif config.backend == "processes":
-        await run_on_processes(config, env, todo, record_lines)
+        await run_on_processes(config, env, todo, record_lines, on_lost=on_lost)
     else:
 
         def record(episode: Episode) -> None:

@@ -34,8 +34,8 @@ from taketurns import (
     run_eval,
 )
 from taketurns._eval.aio import open_asyncio_host
+from taketurns.env import run_asyncio
 from taketurns.errors import AsyncioCancelled
-from taketurns.harness import run_asyncio
 
 
 async def _echo(stream: trio.SocketStream) -> None:
@@ -261,3 +261,30 @@ async def test_cancelling_the_run_cancels_asyncio_work_inside_episodes(tmp_path:
     assert [e["stop"] for e in episodes] == ["cancelled"] * 4
     gc.collect()
     assert _open_loops() == []
+
+
+async def anyio_gather() -> list[int]:
+    """asyncio code built on anyio (as httpx2, mcp and pydantic-ai are): a task group."""
+    import anyio
+
+    results: list[int] = []
+
+    async def one(n: int) -> None:
+        await anyio.lowlevel.checkpoint()
+        results.append(n)
+
+    async with anyio.create_task_group() as group:
+        for n in range(3):
+            group.start_soon(one, n)
+    return sorted(results)
+
+
+async def test_anyio_task_groups_run_although_anyio_was_imported_first() -> None:
+    import sys
+
+    # pytest's anyio plugin imports anyio's asyncio backend at start-up, before
+    # trio_asyncio patched asyncio's loop lookups
+    assert "anyio._backends._asyncio" in sys.modules
+    assert await run_asyncio(anyio_gather) == [0, 1, 2]
+    async with open_asyncio_host():
+        assert await run_asyncio(anyio_gather) == [0, 1, 2]

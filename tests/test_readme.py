@@ -19,7 +19,8 @@ validated (options, env, tasks) and run with ``-n 1`` unless ``DRY_ONLY`` says w
 a synopsis (placeholders: ``DIR``, ``[...]``, ``...``) must name an existing command
 and known flags; an override must be accepted by some env (with a taskset where it is
 a taskset's). ``taketurns serve`` is parsed, not started (it serves until stopped);
-``taketurns view`` (which serves too) must only name its flags.
+``taketurns view`` (which serves too) and ``taketurns exploitability`` (which its
+page's commands run) must only name their flags.
 """
 
 from __future__ import annotations
@@ -59,6 +60,21 @@ NOT_RUN = {
     "21 NashConvs of Leduc: over a minute; tests/test_exploitability.py measures Kuhn",
     "taketurns eval openspiel --env.game=tic_tac_toe -n 2 --model llamacpp/": "a real model "
     "on 2 CPU cores: minutes; tests/test_real_model.py plays Kuhn on it",
+    "taketurns eval tau2 --env.domain=airline --env.policy=gold -n 50": "50 airline tasks "
+    "through tau2's own environments and evaluator: minutes here; "
+    "tests/test_tau2.py::test_the_gold_script_scores_one_on_every_task plays gold",
+    "taketurns eval tau2 --env.domain=telecom --env.policy=gold -n 114": "114 telecom tasks: "
+    "about a minute; tests/test_tau2.py::test_telecom_gold_is_dual_control_and_two_rollouts_"
+    "never_share_an_environment plays telecom's gold",
+    "taketurns eval tau2 --env.domain=retail -n 114 --env.judge.model=gpt-4o-mini": "a hosted "
+    "judge (a key and the network); tests/test_tau2.py judges on the built-in judge",
+    "taketurns eval tau2 --env.domain=airline -n 50 --model Qwen/": "a server of the reader's "
+    "own; tests/test_tau2.py::test_the_builtin_model_runs_telecom_with_both_seats",
+    "taketurns eval tau2 --env.domain=mock -n 3 --model llamacpp/": "a real model on 2 CPU "
+    "cores: minutes; tests/test_real_model.py runs llamacpp/ models through the envs",
+    "taketurns eval tau2 --env.domain=airline -n 2 --env.tools=mcp --env.assistant.harness=": "a "
+    "real agent CLI over tau2's tools by MCP: ~2 min each here; tests/test_bfcl_agents.py "
+    "runs Codex and Claude Code over an env's tools by MCP (the same --env.tools=mcp path)",
     "taketurns eval wordle -n 20": "20 TextArena games at ~2 s each to build: over a "
     "minute; tests/test_textarena.py plays Wordle through the same env",
     "taketurns eval textarena --env.game=WordLadder-v0": "20 WordLadder games, as slow; "
@@ -223,7 +239,7 @@ DRY_ONLY = {
     "plays it",
 }
 # a placeholder value in an inline example -> what stands for it here
-VALUES = {"f.jsonl": "examples/qa.jsonl", "M": "builtin/judge"}
+VALUES = {"f.jsonl": "examples/qa.jsonl", "M": "builtin/judge", "NAME": "kuhn_poker"}
 # the reader's own taskset file the prose names (`taketurns eval ./my_tasks.py:MyTasks`)
 MY_TASKS = """
 from taketurns import Task, Taskset
@@ -283,7 +299,8 @@ def test_an_inline_command_is_valid(workdir: Path, command: str) -> None:
     words = shlex.split(command)
     sub = words[1]
     assert sub in ("eval", "envs", "report", "serve", "export", "view", "exploitability"), command
-    if _is_synopsis(command) or sub in ("report", "serve", "export", "view") or len(words) == 2:
+    named_only = ("report", "serve", "export", "view", "exploitability")
+    if _is_synopsis(command) or sub in named_only or len(words) == 2:
         # a synopsis or a long-running server: the command and its flags exist
         for word in words[2:]:
             if word.startswith("--") and "." not in word and not word.startswith("--env"):

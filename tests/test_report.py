@@ -519,3 +519,15 @@ def test_report_renders_in_headless_chromium(kuhn_run: Path, tmp_path: Path) -> 
     # the plots' bars are drawn in the first two palette colours
     assert pixels[(0x00, 0x72, 0xB2)] > 500
     assert pixels[(0xE6, 0x9F, 0x00)] > 500
+
+
+def test_an_all_failed_runs_stop_conditions_say_why_they_are_empty(tmp_path: Path) -> None:
+    """Every episode failed (the env raised): the stop-condition figure says so, not
+    a bare "no data"."""
+    from taketurns._cli.main import main
+
+    env = f"{Path(__file__).with_name('buggyenv.py')}:BuggyEnv"
+    out = tmp_path / "run"
+    assert main(["eval", env, "-n", "3", "-o", str(out), "--no-progress"]) == 1
+    page = (out / "report.html").read_text()
+    assert "no data: all 3 episodes failed (failed episodes are left out)" in page

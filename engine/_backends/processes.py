@@ -54,7 +54,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -89,10 +89,16 @@ PIPE_SIZE = 1 << 20  # results pipe buffer (Linux default max): a worker rarely 
 
 
 async def run_on_processes(
-    config: EvalConfig, env: Env, pairs: Sequence[Pair], on_lines: OnLines
+    config: EvalConfig,
+    env: Env,
+    pairs: Sequence[Pair],
+    on_lines: OnLines,
+    *,
+    on_lost: Callable[[str], None] | None = None,
 ) -> None:
     """Run ``pairs`` in worker processes, calling ``on_lines`` in this trio task with
-    the episodes each read from a worker brings (each pair exactly once)."""
+    the episodes each read from a worker brings (each pair exactly once); ``on_lost``
+    hears a line for each worker lost and rerun."""
     if not pairs:
         return
     env_cls = type(env)
@@ -108,15 +114,21 @@ async def run_on_processes(
             f"interception_port = {config.interception_port}: each worker process runs "
             "its own interception server; leave the port 0 (any free port) or use one worker"
         )
-    await _Driver(config, env_cls, on_lines).run(shards)
+    await _Driver(config, env_cls, on_lines, on_lost).run(shards)
 
 
 class _Driver:
-    def __init__(self, config: EvalConfig, env_cls: type[Env], on_lines: OnLines) -> None:
+    def __init__(
+        self,
+        config: EvalConfig,
+        env_cls: type[Env],
+        on_lines: OnLines,
+        on_lost: Callable[[str], None] | None = None,
+    ) -> None:
         self.config = config
         self.env_cls = env_cls
         self.on_lines = on_lines
-        self.ledger = Ledger()
+        self.ledger = Ledger(on_lost)
         self.failures: list[TaketurnsError] = []
 
     async def run(self, shards: list[Shard]) -> None:

@@ -179,10 +179,16 @@ def _connect(address: str | None) -> bool:
 
 
 async def run_on_ray(
-    config: EvalConfig, env: Env, pairs: Sequence[Pair], on_lines: OnLines
+    config: EvalConfig,
+    env: Env,
+    pairs: Sequence[Pair],
+    on_lines: OnLines,
+    *,
+    on_lost: Callable[[str], None] | None = None,
 ) -> None:
     """Run ``pairs`` on Ray workers, calling ``on_lines`` in this trio task with each
-    batch of episodes as it arrives (each pair exactly once)."""
+    batch of episodes as it arrives (each pair exactly once); ``on_lost`` hears a line
+    for each worker lost (its node died, its process was killed) and rerun."""
     require_ray(config.env_id)
     if not pairs:
         return
@@ -191,7 +197,7 @@ async def run_on_ray(
     import ray
 
     try:
-        await _Driver(ray, config, type(env), on_lines).run(list(pairs))
+        await _Driver(ray, config, type(env), on_lines, on_lost).run(list(pairs))
     finally:
         if started:
             with trio.CancelScope(shield=True):
@@ -205,6 +211,7 @@ class _Driver:
         config: EvalConfig,
         env_cls: type[Env],
         on_lines: OnLines,
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
         self.ray = ray
         self.config = config
@@ -212,7 +219,7 @@ class _Driver:
         self.on_lines = on_lines
         self.task = ray.remote(num_cpus=1, max_retries=0)(_shard)
         self.live: dict[Any, Shard] = {}  # ObjectRefGenerator -> its shard
-        self.ledger = Ledger()
+        self.ledger = Ledger(on_lost)
 
     async def run(self, pairs: list[Pair]) -> None:
         workers = self.config.workers

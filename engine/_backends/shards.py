@@ -68,10 +68,13 @@ def deal(pairs: Sequence[Pair], workers: int, config: EvalConfig) -> list[Shard]
 
 
 class Ledger:
-    """The driver's side of exactly once: what it received, what a lost worker owes."""
+    """The driver's side of exactly once: what it received, what a lost worker owes.
+    ``on_lost`` hears one line each time a worker is lost and its pairs run again
+    (the run's summary keeps them as notes: the run says what happened)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_lost: Callable[[str], None] | None = None) -> None:
         self.received: set[Key] = set()
+        self.on_lost = on_lost
 
     def receive(self, shard: Shard, key: Key) -> bool:
         """Mark ``key`` received from ``shard``'s worker; False for a redelivery (drop it)."""
@@ -90,4 +93,16 @@ class Ledger:
         if shard.lost >= MAX_LOST:
             raise WorkerLost(sorted(shard.pending), cause, attempts=MAX_LOST + 1)
         rest = [(task, r) for task, r in shard.pairs if (task.idx, r) in shard.pending]
+        if self.on_lost is not None:
+            done = len(shard.pairs) - len(rest)
+            self.on_lost(
+                f"a worker was lost ({type(cause).__name__}: {_first_line(cause)}); "
+                f"{done} of its {len(shard.pairs)} episodes were received, the other "
+                f"{len(rest)} run again in a new worker"
+            )
         return Shard(rest, shard.share, shard.calls, lost=shard.lost + 1)
+
+
+def _first_line(cause: BaseException) -> str:
+    text = str(cause).strip().splitlines()
+    return text[0][:200] if text else "no message"

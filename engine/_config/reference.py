@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from taketurns._config.suggest import did_you_mean
 from taketurns._errors import ConfigError
 
 __all__ = ["absolute", "is_file_reference", "is_reference", "load_reference", "reference_name"]
@@ -75,9 +76,11 @@ def load_reference(ref: str, *, field: str) -> Any:
             obj = getattr(obj, part)
         except AttributeError:
             defined = sorted(k for k, v in vars(module).items() if isinstance(v, type))
+            public = [k for k, v in vars(obj).items() if not k.startswith("_") and callable(v)]
+            hint = did_you_mean(part, public)
             raise ConfigError(
                 f"{field} = {ref!r}: {where} has no {name!r}; the classes it defines: "
-                f"{', '.join(defined) or 'none'}"
+                f"{', '.join(defined) or 'none'}{'; ' + hint if hint else ''}"
             ) from None
     return obj
 

@@ -3,7 +3,7 @@
 One rule for every kind of name (``difflib``'s ratio, with dashes and underscores
 alike and case ignored): at most three candidates, best first, each at least 60%
 similar and within 0.1 of the best; when none is, the candidates the word begins
-as a whole part of (``kuhn`` for ``kuhn-poker``). Long lists are never dumped: a message names the
+as a whole part of (``word`` for ``word-game``). Long lists are never dumped: a message names the
 near misses and where the whole list is.
 """
 
@@ -25,7 +25,7 @@ def _folded(text: str) -> str:
 def close_matches(word: str, candidates: Iterable[str], *, n: int = 3) -> list[str]:
     """The candidates closest to ``word``: at most ``n``, best first, each within
     0.1 of the best one's similarity (a clear winner is named alone); else those
-    ``word`` is the first dash-separated parts of (``kuhn`` -> ``kuhn-poker``)."""
+    ``word`` is the first dash-separated parts of (``word`` -> ``word-game``)."""
     by_folded: dict[str, str] = {}
     for candidate in candidates:
         by_folded.setdefault(_folded(candidate), candidate)

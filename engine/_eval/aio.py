@@ -24,12 +24,17 @@ ordinary error, so an episode records it as its failure instead of the bare
 exception of ``fn`` propagates unchanged.
 
 trio_asyncio is imported on first use: ``import engine`` does not pull it in (it
-patches asyncio's loop lookup functions process-wide when imported).
+patches asyncio's loop lookup functions process-wide when imported). A module that
+bound those functions by name before that (anyio's asyncio backend, which pytest's
+anyio plugin loads at start-up) would keep the unpatched ones, which see no running
+loop under trio-asyncio (every anyio task group failing "no running event loop"): on
+first use its names are pointed at the patched functions too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -55,7 +60,7 @@ class _Host:
 
     async def serve(self) -> None:
         await self._wanted.wait()
-        import trio_asyncio
+        trio_asyncio = _trio_asyncio()
 
         async with trio_asyncio.open_loop() as loop:
             self._loop = loop
@@ -66,6 +71,42 @@ class _Host:
         self._wanted.set()
         await self._opened.wait()
         return self._loop
+
+
+# modules that import asyncio's loop lookups by name (``from asyncio import
+# get_running_loop``) and may do so before trio_asyncio patches them
+_BOUND_BY_NAME = ("anyio._backends._asyncio",)
+_rebound = False
+
+
+def _unpatched(trio_asyncio: Any) -> dict[str, set[Any]]:
+    """asyncio's own loop lookups, by name, as a module may have bound them."""
+    events = asyncio.events
+    found: dict[str, set[Any]] = {
+        name: {getattr(events, f"_c_{name}", None), getattr(events, f"_py_{name}", None)}
+        for name in ("get_running_loop", "get_event_loop")
+    }
+    # trio_asyncio keeps the original (C in Python 3.12+) current_task it wraps
+    found["current_task"] = {getattr(trio_asyncio._loop, "_orig_current_task", None)}
+    return {name: originals - {None} for name, originals in found.items()}
+
+
+def _trio_asyncio() -> Any:
+    """``trio_asyncio``, imported, with the modules that bound asyncio's unpatched
+    loop lookups before it was pointed at its patched ones (module docstring)."""
+    global _rebound
+    import trio_asyncio
+
+    if not _rebound:
+        _rebound = True
+        for name in _BOUND_BY_NAME:
+            module = sys.modules.get(name)
+            if module is None:
+                continue
+            for attr, originals in _unpatched(trio_asyncio).items():
+                if vars(module).get(attr) in originals:
+                    setattr(module, attr, getattr(asyncio, attr))
+    return trio_asyncio
 
 
 _HOST: ContextVar[_Host | None] = ContextVar("taketurns_asyncio_host", default=None)
@@ -91,7 +132,7 @@ async def run_asyncio(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     return its result. Trio-flavoured: call it from trio code, give it an asyncio
     coroutine function (``fn``, not ``fn(*args)``: the coroutine is created on the
     asyncio side)."""
-    import trio_asyncio
+    trio_asyncio = _trio_asyncio()
 
     loop = trio_asyncio.current_loop.get()
     host = _HOST.get()

@@ -58,12 +58,14 @@ def bar_chart(
     y_label: str,
     integer: bool = False,
     values_on_bars: bool = False,
+    empty: str = "no data",
 ) -> str:
     """Grouped bars: one band per category, one bar per series, a zero baseline (values
-    may be negative), round y ticks, and a native tooltip (<title>) on every bar."""
+    may be negative), round y ticks, and a native tooltip (<title>) on every bar.
+    ``empty``: the text shown when there is nothing to draw (say why, if known)."""
     finite = [v for s in series for v in s.values if math.isfinite(v)]
     if not categories or not finite:
-        return svg(plot_id, [svg_text(W / 2, H / 2, "no data", "empty")])
+        return svg(plot_id, [svg_text(W / 2, H / 2, empty, "empty")])
     pad = 1.12 if values_on_bars else 1.0  # headroom for the value labels
     ticks = tick_values(min(0.0, *finite) * pad, max(0.0, *finite) * pad, integer=integer)
     lo, hi = ticks[0], ticks[-1]

@@ -437,6 +437,12 @@ def _plots(scan: Scan, summary: Json, own: EnvParts) -> str:
     series = [
         Series(a, tuple(float(as_float(s.get(k)) or 0.0) for k in kinds)) for a, s in stops.items()
     ]
+    failed = summary.get("failed")
+    empty = (
+        f"no data: all {failed} episodes failed (failed episodes are left out)"
+        if isinstance(failed, int) and failed and not summary.get("ok")
+        else "no data"
+    )
     figures.append(
         _figure(
             "Stop conditions per agent",
@@ -448,6 +454,7 @@ def _plots(scan: Scan, summary: Json, own: EnvParts) -> str:
                 y_label="traces",
                 integer=True,
                 values_on_bars=True,
+                empty=empty,
             ),
         )
     )
