@@ -34,7 +34,7 @@ from taketurns import RunDir as NewRunDir
 from taketurns import load_eval_config as new_load
 from taketurns import run_eval as new_run_eval
 from taketurns._gc import tuned_gc
-from taketurns.harness import env_registry as new_registry
+from taketurns.env import env_registry as new_registry
 from taketurns.testing import BuiltinModel as NewModel
 
 

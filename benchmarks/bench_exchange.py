@@ -22,7 +22,7 @@ import trio
 
 from taketurns import Agent, AgentConfig, RunDir, Task, load_eval_config, run_eval
 from taketurns._gc import tuned_gc
-from taketurns.harness import ModelRequest, ModelResponse, env_registry
+from taketurns.env import ModelRequest, ModelResponse, env_registry
 from taketurns.testing import BuiltinModel
 
 _MODEL_CPU = [0.0]

@@ -33,7 +33,8 @@ import trio
 
 from taketurns import Agent, AgentConfig, Task, UserMessage
 from taketurns._http.server import serve
-from taketurns.harness import ModelRequest, Prompt, Rollout, ServedHarness
+from taketurns.env import ModelRequest
+from taketurns.harness import Prompt, Rollout, ServedHarness
 from taketurns.harnesses.program import ProgramHarness
 from taketurns.http import OpenAIClient, open_interception_server
 from taketurns.testing import BuiltinModel

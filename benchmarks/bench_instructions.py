@@ -20,7 +20,7 @@ import sys
 _CHILD = """
 import sys, tempfile, trio
 from taketurns import RunDir, load_eval_config, run_eval
-from taketurns.harness import env_registry
+from taketurns.env import env_registry
 from taketurns._gc import tuned_gc
 n, c = int(sys.argv[1]), int(sys.argv[2])
 config = load_eval_config(env_registry.get("kuhn-poker").config_class,

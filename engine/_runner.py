@@ -120,7 +120,7 @@ async def run_eval(
     writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
     tidied = _tidy(run_dir, writer.finished, notify)
     journal.sweep(run_dir.path)  # a SIGKILLed run's scratch and socket directories
-    _keep_config(run_dir, config, notify)
+    _keep_config(run_dir, config, notify, plan.sampling_note())
     plan.services["run_dir"] = str(run_dir.path)  # hidden from every sandbox
     for warning in plan.sandbox_warnings():
         if notify is not None:
@@ -222,7 +222,9 @@ def _tidy(run_dir: RunDir, finished: Summarizer, notify: Callable[[str], None] |
     return tidied
 
 
-def _keep_config(run_dir: RunDir, config: EvalConfig, notify: Callable[[str], None] | None) -> None:
+def _keep_config(
+    run_dir: RunDir, config: EvalConfig, notify: Callable[[str], None] | None, note: str = ""
+) -> None:
     """Write ``config.toml`` as the CLI does (so ``--resume`` can continue a run
     started from Python) unless the directory holds one already (the CLI wrote it, or
     this is a resume). A config TOML cannot hold (a Python object among its options)
@@ -238,7 +240,7 @@ def _keep_config(run_dir: RunDir, config: EvalConfig, notify: Callable[[str], No
             if notify is not None:
                 notify(f"{run_dir.config_path.name} not written ({exc}): the CLI cannot resume")
             return
-        run_dir.write_config(text)
+        run_dir.write_config(text + note)
     except BaseException:
         run_dir.unlock()
         raise

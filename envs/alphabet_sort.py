@@ -19,8 +19,8 @@ from typing import Any
 import attrs
 
 from taketurns import AgentConfig, Agents, Env, EnvConfig, OptionError, Task, Trace, metric, reward
+from taketurns.env import int_between
 from taketurns.envs import alphabet_sort_rules as rules
-from taketurns.harness import int_between
 
 __all__ = ["AlphabetSort", "AlphabetSortConfig"]
 

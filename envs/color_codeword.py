@@ -19,8 +19,8 @@ import random
 import attrs
 
 from taketurns import AgentConfig, Agents, Env, EnvConfig, OptionError, Task, Trace, metric, reward
+from taketurns.env import int_between
 from taketurns.envs import color_codeword_rules as rules
-from taketurns.harness import int_between
 
 __all__ = ["ColorCodeword", "ColorCodewordConfig"]
 

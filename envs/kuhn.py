@@ -35,9 +35,9 @@ from taketurns import (
     metric,
     reward,
 )
+from taketurns.env import PolicyProbe, int_between
 from taketurns.envs import kuhn_rules as rules
 from taketurns.envs import reprompts
-from taketurns.harness import PolicyProbe, int_between
 from taketurns.report import Figure, Series, bar_chart, num
 
 __all__ = [

@@ -45,6 +45,7 @@ from taketurns import (
     metric,
     reward,
 )
+from taketurns.env import at_least, int_between
 from taketurns.envs.openenv_actions import ActionSchema, InvalidReply, parse_action
 from taketurns.envs.openenv_client import (
     ActionRefused,
@@ -54,7 +55,6 @@ from taketurns.envs.openenv_client import (
     fetch_schema,
     open_env_session,
 )
-from taketurns.harness import at_least, int_between
 
 __all__ = ["DEFAULT_APP", "OpenEnv", "OpenEnvConfig", "OpenEnvError"]
 

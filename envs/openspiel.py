@@ -55,9 +55,9 @@ from taketurns import (
     metric,
     reward,
 )
+from taketurns.env import PolicyProbe, int_between, one_of
 from taketurns.envs import openspiel_cfr, reprompts
 from taketurns.envs import openspiel_games as games
-from taketurns.harness import PolicyProbe, int_between, one_of
 from taketurns.report import Section, table
 
 __all__ = ["OpenSpiel", "OpenSpielConfig", "ask_text", "rules_prompt"]

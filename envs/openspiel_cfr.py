@@ -8,7 +8,7 @@ answers one bracketed legal action drawn from the average policy, by a hash of t
 conversation and the call's seed (the same request and seed, the same answer). A
 request it cannot place (another env's, a game too large or without information
 states) is answered as ``builtin/bracket`` would. Registered when
-``taketurns.envs.openspiel`` is imported (``taketurns.harness.register_builtin_policy``).
+``taketurns.envs.openspiel`` is imported (``taketurns.env.register_builtin_policy``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import random
 import re
 
 from taketurns import AssistantMessage, ConfigError, SystemMessage, UserMessage
+from taketurns.env import ModelRequest, register_builtin_policy
 from taketurns.envs import openspiel_games as games
-from taketurns.harness import ModelRequest, register_builtin_policy, text_of
+from taketurns.harness import text_of
 
 __all__ = ["ITERATIONS", "cfr", "register", "solved"]
 

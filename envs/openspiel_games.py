@@ -87,7 +87,7 @@ def load(game: str, *, field: str = "game") -> Any:
     name = game.split("(", 1)[0].strip()
     types = _registered(spiel)
     if name not in types:
-        from taketurns.harness import one_of
+        from taketurns.env import one_of
 
         one_of(sorted(types), what="an OpenSpiel game", listing="pyspiel.registered_names()")(
             None, _Field(field), name

@@ -35,8 +35,8 @@ from taketurns import (
     metric,
     reward,
 )
+from taketurns.env import int_between
 from taketurns.envs import reprompts
-from taketurns.harness import int_between
 
 __all__ = ["MOVES", "PAYOFFS", "PrisonersDilemma", "PrisonersDilemmaConfig", "round_text"]
 

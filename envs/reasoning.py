@@ -41,7 +41,7 @@ from taketurns import (
     metric,
     reward,
 )
-from taketurns.harness import int_between, one_of
+from taketurns.env import int_between, one_of
 
 __all__ = ["ReasoningGym", "ReasoningGymConfig", "dataset_names", "extract_answer"]
 

@@ -65,11 +65,11 @@ from taketurns import (
     reward,
     stop,
 )
+from taketurns.env import int_between, one_of
 from taketurns.envs.episode_mcp import python_or_mcp
 from taketurns.envs.tau2_judge import Tau2JudgeConfig, nl_rubric
 from taketurns.envs.tau2_package import DOMAINS, package_version, tasks, tau2
 from taketurns.envs.tau2_world import GREETING, World
-from taketurns.harness import int_between, one_of
 from taketurns.report import Section
 
 __all__ = ["POLICIES", "Tau2Bench", "Tau2Config"]

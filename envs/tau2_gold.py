@@ -24,7 +24,8 @@ from typing import Any
 import trio
 
 from taketurns import AssistantMessage
-from taketurns.harness import ModelClient, ModelRequest, ModelResponse, ToolCall
+from taketurns.env import ModelClient, ModelRequest, ModelResponse
+from taketurns.harness import ToolCall
 
 __all__ = ["GOLD_MODEL", "STOP", "GoldModel", "GoldScript"]
 

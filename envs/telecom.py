@@ -52,10 +52,11 @@ from taketurns import (
     metric,
     reward,
 )
+from taketurns.env import int_between
 from taketurns.envs.episode_mcp import python_or_mcp
 from taketurns.envs.telecom_report import action_log, actions_per_episode
 from taketurns.envs.telecom_world import BackOffice, Device, DeviceState, Line, World
-from taketurns.harness import McpServer, int_between, open_mcp_servers
+from taketurns.harness import McpServer, open_mcp_servers
 from taketurns.report import Figure, Section
 
 __all__ = ["KINDS", "POLICY", "TelecomConfig", "TelecomLite", "make_world"]

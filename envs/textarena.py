@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 import attrs
 
 from taketurns import AgentConfig, Agents, Env, EnvConfig, Task, Trace, metric, reward
+from taketurns.env import one_of
 from taketurns.envs import textarena_games as games
-from taketurns.harness import one_of
 
 __all__ = ["GAMES", "TextArena", "TextArenaConfig", "Wordle", "WordleConfig"]
 

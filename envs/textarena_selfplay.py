@@ -35,9 +35,9 @@ from taketurns import (
     Trace,
     metric,
 )
+from taketurns.env import int_between, one_of
 from taketurns.envs import textarena_games as games
 from taketurns.envs.textarena import GameScores
-from taketurns.harness import int_between, one_of
 
 __all__ = ["GAMES", "SeatFailed", "TextArenaSelfPlay", "TextArenaSelfPlayConfig"]
 

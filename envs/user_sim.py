@@ -45,7 +45,7 @@ from taketurns import (
     Trace,
     metric,
 )
-from taketurns.harness import at_least
+from taketurns.env import at_least
 
 __all__ = [
     "DEFAULT_PERSONA",

@@ -19,7 +19,7 @@ first segment) starts a fresh agent and state; ``close()`` drops them. The trace
 conversation gets each model answer and the tool results the framework sent back.
 
 Everything runs in the eval process: the framework's loop is an asyncio task on the
-run's trio-asyncio loop (``taketurns.harness.run_asyncio``), and its tools are the
+run's trio-asyncio loop (``taketurns.env.run_asyncio``), and its tools are the
 Python functions the user wrote, run there too (an ``async def`` tool runs on the
 loop; a plain ``def`` one the framework may run in a worker thread). A cancellation
 (timeout, ``close()``, Ctrl-C) cancels the framework's asyncio task, which unwinds
@@ -48,7 +48,8 @@ from typing import Any, ClassVar
 import attrs
 
 from taketurns import ConfigError, HarnessError, Message
-from taketurns.harness import Harness, Prompt, Rollout, as_tools, load_reference, run_asyncio
+from taketurns.env import run_asyncio
+from taketurns.harness import Harness, Prompt, Rollout, as_tools, load_reference
 from taketurns.harnesses.framework_gate import BASE_URL, Gate, GateTransport
 
 __all__ = ["FrameworkHarness", "Seat", "tool_specs", "without_platform_thread"]

@@ -23,9 +23,9 @@ own stop condition or endpoint failure, never a harness error.
 
 Why not the interception server over loopback (what out-of-process agents use)? Both
 work (the benchmark measures both: ``benchmarks/bench_frameworks.py``); in process a
-call costs no HTTP server hop (hypercorn + quart ~1.6-2.4 ms of CPU a request, NOTES.md)
-and no socket, secret or second HTTP client per rollout, and the gate, the recording
-and the refusals are the same.
+call costs no HTTP server hop (hypercorn + quart ~1.6-2.4 ms of CPU a request,
+docs/design.md "Dependencies") and no socket, secret or second HTTP client per rollout,
+and the gate, the recording and the refusals are the same.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ import httpx2
 import trio
 
 from taketurns import AssistantMessage, Message, ModelEndpointError, ToolMessage
+from taketurns.env import ModelResponse
 from taketurns.errors import RolloutStopped
-from taketurns.harness import ModelResponse, Rollout, messages_from_wire, to_wire
+from taketurns.harness import Rollout, messages_from_wire, to_wire
 
 __all__ = ["BASE_URL", "Gate", "GateState", "GateTransport", "on_trio"]
 

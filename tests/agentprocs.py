@@ -10,7 +10,7 @@ from typing import Any
 import trio
 from scripted import ScriptedModel
 
-from taketurns.harness import ModelRequest, ModelResponse
+from taketurns.env import ModelRequest, ModelResponse
 
 
 def leftovers(root: Path) -> list[str]:

@@ -20,7 +20,8 @@ from taketurns import (
     ToolMessage,
     UserMessage,
 )
-from taketurns.harness import Harness, ModelClient, Prompt, Rollout, ToolCall, text_of
+from taketurns.env import ModelClient
+from taketurns.harness import Harness, Prompt, Rollout, ToolCall, text_of
 from taketurns.testing import USAGE, ScriptedModel, Sleep  # noqa: F401 - re-exported for the tests
 
 TOOLS = ({"type": "function", "function": {"name": "lookup", "parameters": {}}},)

@@ -33,7 +33,8 @@ from taketurns import (
     TurnError,
     UserMessage,
 )
-from taketurns.harness import AgentStamp, EpisodeInfo, Harness, NullHarness, Rollout, can_chat
+from taketurns.env import AgentStamp, EpisodeInfo
+from taketurns.harness import Harness, NullHarness, Rollout, can_chat
 from taketurns.testing import BuiltinModel
 
 PROMPTED = Task(0, "prompted", prompt="What is two plus two?")

@@ -24,8 +24,9 @@ from test_agent_clis import LIMIT, Shim, agent
 
 from taketurns import Agent, AgentConfig, AssistantMessage, Task, ToolMessage
 from taketurns._exchange.agent import make_harness
+from taketurns.env import ModelResponse
 from taketurns.envs.mcp_counter import make_server
-from taketurns.harness import McpServer, ModelResponse, open_mcp_servers, text_of
+from taketurns.harness import McpServer, open_mcp_servers, text_of
 from taketurns.harnesses.agent_mcp import claude_mcp_config, codex_mcp_args, gemini_mcp_config
 from taketurns.http import InterceptionServer
 

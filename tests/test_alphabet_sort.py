@@ -27,9 +27,10 @@ from taketurns import (
     UserMessage,
 )
 from taketurns._cli.main import main
+from taketurns.env import ModelClient, ModelRequest, ModelResponse, env_registry
 from taketurns.envs import alphabet_sort_rules as rules
 from taketurns.envs.alphabet_sort import SYSTEM_PROMPT, AlphabetSort, AlphabetSortConfig
-from taketurns.harness import ModelClient, ModelRequest, ModelResponse, env_registry, text_of
+from taketurns.harness import text_of
 
 MARK = "// new name!"
 

@@ -32,14 +32,8 @@ from taketurns import (
     UserMessage,
 )
 from taketurns._cli.main import main
-from taketurns.harness import (
-    EpisodeInfo,
-    ModelClient,
-    ModelRequest,
-    ModelResponse,
-    ToolCall,
-    text_of,
-)
+from taketurns.env import EpisodeInfo, ModelClient, ModelRequest, ModelResponse
+from taketurns.harness import ToolCall, text_of
 from taketurns.testing import run_episode
 
 # a missing dependency fails, naming it (never a skip): .ci/run installs BFCL

@@ -18,8 +18,9 @@ from test_bfcl import MORE, _tool_call
 
 from taketurns import Agent, AgentConfig, AssistantMessage, Episode, ToolMessage, Trace, UserMessage
 from taketurns._exchange.agent import make_harness
+from taketurns.env import EpisodeInfo, ModelClient, ModelRequest, ModelResponse
 from taketurns.envs.bfcl import BfclConfig, BfclMultiTurn
-from taketurns.harness import EpisodeInfo, ModelClient, ModelRequest, ModelResponse, text_of
+from taketurns.harness import text_of
 from taketurns.http import InterceptionServer
 from taketurns.testing import run_episode
 

@@ -21,8 +21,9 @@ from taketurns import (
     UserMessage,
     stop,
 )
+from taketurns.env import ModelResponse, Usage
 from taketurns.errors import RolloutStopped
-from taketurns.harness import ModelResponse, ToolCall, Usage, text_of
+from taketurns.harness import ToolCall, text_of
 
 PROMPTED = Task(0, prompt="Use the tool.")
 ENDLESS = [tool_call(f"c{i}") for i in range(20)]  # a model that never stops calling tools

@@ -7,7 +7,8 @@ import json
 
 from taketurns import AssistantMessage, ToolMessage, UserMessage
 from taketurns._models.builtin import BuiltinModel
-from taketurns.harness import ModelRequest, ToolCall
+from taketurns.env import ModelRequest
+from taketurns.harness import ToolCall
 
 
 def schema(name: str, *params: str) -> dict[str, object]:

@@ -28,8 +28,9 @@ from taketurns import (
     TurnError,
     stop,
 )
+from taketurns.env import ModelClient, ModelRequest, ModelResponse
 from taketurns.errors import SessionError
-from taketurns.harness import Harness, ModelClient, ModelRequest, ModelResponse, Prompt, Rollout
+from taketurns.harness import Harness, Prompt, Rollout
 
 TASK = Task(0, "t", prompt="hi")
 SCORING_S = 0.3

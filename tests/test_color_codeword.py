@@ -36,19 +36,10 @@ from taketurns import (
 )
 from taketurns._cli.main import main
 from taketurns._output.records import dumps_episode, loads_episode
+from taketurns.env import EpisodeInfo, ModelClient, ModelRequest, ModelResponse, env_registry
 from taketurns.envs import color_codeword_rules as rules
 from taketurns.envs.color_codeword import ColorCodeword, ColorCodewordConfig
-from taketurns.harness import (
-    EpisodeInfo,
-    ImagePart,
-    ModelClient,
-    ModelRequest,
-    ModelResponse,
-    TextPart,
-    env_registry,
-    messages_to_wire,
-    text_of,
-)
+from taketurns.harness import ImagePart, TextPart, messages_to_wire, text_of
 from taketurns.http import OpenAIClient
 from taketurns.testing import run_episode
 

@@ -46,7 +46,8 @@ from taketurns import (
     Trace,
     reward,
 )
-from taketurns.harness import EpisodeInfo, ModelRequest, ModelResponse, SessionState
+from taketurns.env import EpisodeInfo, ModelRequest, ModelResponse
+from taketurns.harness import SessionState
 from taketurns.testing import run_episode
 
 EXAMPLES = 1000

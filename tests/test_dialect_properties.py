@@ -15,7 +15,8 @@ from taketurns._http.anthropic import parse_messages_body
 from taketurns._http.dialect import words
 from taketurns._http.gemini import parse_gemini_body, response_json, stream_chunks
 from taketurns._http.responses import parse_responses_body
-from taketurns.harness import ModelResponse, ToolCall
+from taketurns.env import ModelResponse
+from taketurns.harness import ToolCall
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
 names = st.sampled_from(["lookup", "weather", "exec_command"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import attrs
 import hypothesis.strategies as st
 from hypothesis import given
 from rich.console import Console
@@ -53,7 +54,13 @@ def test_prompts_that_extend_the_sequence_never_diverge(
         seq = prompt + completion
         prompt = seq + inserted
     check = check_trace_tokens(turns)
-    assert check == {"turns": len(steps), "checked": len(steps) - 1, "divergent": 0, "kinds": {}}
+    assert check == {
+        "turns": len(steps),
+        "checked": len(steps) - 1,
+        "divergent": 0,
+        "kinds": {},
+        "final_retokenized": 0,
+    }
     (sample,) = trace_samples(_trace([_turn(i, p, c) for i, p, c in turns]))
     assert sample.input_ids == seq
     assert sample.divergence is None
@@ -120,7 +127,13 @@ def test_a_divergence_splits_the_sample_records_where_and_is_counted() -> None:
     assert "differ at token 3" in two.reason
     assert three.reason == "turn 3 came without token ids"
     check = check_trace_tokens((u.index, u.prompt_token_ids, u.token_ids) for u in trace.turns)
-    assert check == {"turns": 4, "checked": 2, "divergent": 1, "kinds": {"completion": 1}}
+    assert check == {
+        "turns": 4,
+        "checked": 2,
+        "divergent": 1,
+        "kinds": {"completion": 1},
+        "final_retokenized": 0,
+    }
 
 
 def test_the_summary_counts_divergences_alike_from_digests_and_records() -> None:
@@ -136,7 +149,7 @@ def test_the_summary_counts_divergences_alike_from_digests_and_records() -> None
     expected = {"turns_with_ids": 3, "checked": 2, "divergent": 1, "rate": 0.5}
     for summarizer in (from_digest, from_record):
         stats = summarizer.result()["agents"]["a"]["token_divergences"]
-        assert stats == {**expected, "kinds": {"completion": 1}}
+        assert stats == {**expected, "kinds": {"completion": 1}, "final_retokenized": 0}
     console = Console(width=100, record=True)
     console.print(render(from_digest.result()))
     assert re.search(r"token divergences\s*│\s*1 of 2 checked", console.export_text())
@@ -145,3 +158,24 @@ def test_the_summary_counts_divergences_alike_from_digests_and_records() -> None
     episode.traces[0] = _trace([_turn(0, None, None)])
     bare.add(digest(episode))
     assert "token_divergences" not in bare.result()["agents"]["a"]
+
+
+def test_a_final_completion_that_re_tokenizes_differently_is_flagged_not_replaced() -> None:
+    # the model sampled "\n" "\n" (7, 7) where the tokenizer writes "\n\n" (8)
+    last = attrs.evolve(_turn(1, [1, 2, 3], [7, 7]), retokenized=[8, 5])
+    trace = _trace([_turn(0, [1], [2]), last])
+    (sample,) = trace_samples(trace)
+    assert sample.completion_ids[-2:] == [7, 7]  # what was sampled stays
+    found = sample.final_divergence
+    assert found is not None
+    assert (found.turn, found.previous, found.within, found.kind) == (1, 1, 1, "completion")
+    assert found.position == 3  # in the whole sequence [1, 2, 3, 7, 7]
+    assert (found.expected, found.got) == ([7, 7], [8, 5])
+    assert "re-tokenizes differently" in found.describe()
+    check = check_trace_tokens(
+        (u.index, u.prompt_token_ids, u.token_ids, u.retokenized) for u in trace.turns
+    )
+    assert check["final_retokenized"] == 1
+    assert check["divergent"] == 0  # no prompt diverged
+    same = trace_samples(_trace([_turn(0, [1], [2]), _turn(1, [1, 2, 3], [7, 7])]))
+    assert same[0].final_divergence is None

@@ -34,8 +34,8 @@ from taketurns import (
     read_episodes,
 )
 from taketurns._cli.main import main
+from taketurns.env import EpisodeInfo, ModelClient
 from taketurns.envs.kuhn import KuhnConfig, KuhnPoker
-from taketurns.harness import EpisodeInfo, ModelClient
 from taketurns.harnesses.program import ProgramHarness
 from taketurns.http import OpenAIClient, open_interception_server
 from taketurns.testing import run_episode

@@ -14,7 +14,8 @@ import trio.testing
 
 from taketurns import Agent, AgentConfig, Agents, EnvConfig, Episode, Task, Trace, reward
 from taketurns import Env as BaseEnv
-from taketurns.harness import AgentStamp, EpisodeInfo, ErrorInfo, SessionState
+from taketurns.env import AgentStamp, EpisodeInfo
+from taketurns.harness import ErrorInfo, SessionState
 from taketurns.testing import run_episode
 
 Script = Callable[[Task, Agents], Awaitable[None]]

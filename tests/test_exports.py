@@ -18,12 +18,14 @@ import pytest
 import taketurns
 
 PUBLIC_SUBMODULES = {
+    "taketurns.env",
     "taketurns.envs",
     "taketurns.errors",
     "taketurns.harness",
     "taketurns.harnesses",
     "taketurns.http",
     "taketurns.report",
+    "taketurns.taskset",
     "taketurns.testing",
     "taketurns.train",
 }
@@ -56,19 +58,32 @@ TIERS: dict[str, list[str]] = {
         *("TaketurnsError", "ToolArgumentError", "TurnError", "WorkerDied", "WorkerError"),
         "WorkerLost",
     ],
+    # a harness author's door, and what a harness and an env both build with (issue 41)
     "taketurns.harness": [
-        *("AgentStamp", "Captured", "Endpoint", "EpisodeInfo", "ErrorInfo", "Harness"),
-        *("ImagePart", "JudgeCall", "McpConnection", "McpServer", "McpTool", "ModelClient"),
-        *("ModelRequest", "ModelResponse", "NullHarness", "OwnedProcess", "PolicyProbe"),
-        "Prompt",
-        *("Rollout", "Sandbox", "ServedHarness", "SessionState", "TextPart", "ToolCall"),
-        *("Turn", "TurnReward", "Usage", "as_tools", "at_least", "can_chat", "env_registry"),
-        *("from_wire", "harness_registry", "int_between", "load_reference"),
-        "messages_from_wire",
-        *("messages_to_wire", "one_of", "open_mcp_servers", "open_taskset", "parse_verdict"),
-        "register_builtin_policy",
-        *("roles_of", "run_asyncio", "run_owned", "start_owned", "taskset_registry"),
-        *("text_of", "to_wire", "tool_schema"),
+        *("Captured", "Endpoint", "ErrorInfo", "Harness", "ImagePart"),
+        *("McpConnection", "McpServer", "McpTool", "NullHarness", "OwnedProcess"),
+        *("Prompt", "Rollout", "Sandbox", "ServedHarness", "SessionState"),
+        *("TextPart", "ToolCall", "as_tools", "can_chat", "from_wire"),
+        *(
+            "harness_registry",
+            "load_reference",
+            "messages_from_wire",
+            "messages_to_wire",
+            "open_mcp_servers",
+            "run_owned",
+        ),
+        *("start_owned", "text_of", "to_wire", "tool_schema"),
+    ],
+    # an env author's door (issue 41)
+    "taketurns.env": [
+        *("AgentStamp", "EpisodeInfo", "JudgeCall", "ModelClient", "ModelRequest"),
+        *("ModelResponse", "PolicyProbe", "Turn", "TurnReward", "Usage"),
+        *("at_least", "env_registry", "int_between", "one_of", "register_builtin_policy"),
+        *("roles_of", "run_asyncio"),
+    ],
+    # a taskset author's door (issue 41)
+    "taketurns.taskset": [
+        *("open_taskset", "parse_verdict", "taskset_registry"),
     ],
     "taketurns.http": [
         *("AnthropicMessages", "ChatCompletions", "Dialect", "EndpointState", "Failure"),
@@ -148,7 +163,7 @@ def test_everything_public_in_a_public_module_is_exported(face: str) -> None:
 def test_the_in_process_tiers_do_not_load_the_http_stack_or_the_runner() -> None:
     probe = (
         "import sys, taketurns, taketurns.errors, taketurns.harness, taketurns.testing\n"
-        "import taketurns.train\n"
+        "import taketurns.train, taketurns.env, taketurns.taskset\n"
         "print(sorted(m for m in ('hypercorn', 'quart', 'quart_trio', 'rich', 'pyarrow',"
         " 'taketurns._runner') if m in sys.modules))"
     )

@@ -32,8 +32,9 @@ from taketurns import (
 )
 from taketurns._cli.main import main
 from taketurns._output.records import read_episodes
+from taketurns.env import run_asyncio
 from taketurns.envs.retail import RetailLite
-from taketurns.harness import run_asyncio, text_of
+from taketurns.harness import text_of
 from taketurns.harnesses.framework import FrameworkHarness
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -36,7 +36,8 @@ from taketurns import (
 from taketurns._http.dialect import Failure, Parsed, load_object
 from taketurns._http.dialects import served_dialects
 from taketurns._http.server import serve
-from taketurns.harness import Endpoint, ImagePart, ModelRequest, ModelResponse, TextPart, ToolCall
+from taketurns.env import ModelRequest, ModelResponse
+from taketurns.harness import Endpoint, ImagePart, TextPart, ToolCall
 from taketurns.http import Dialect, InterceptionServer, dialect_registry, open_interception_server
 from taketurns.testing import BuiltinModel
 

@@ -46,15 +46,9 @@ from taketurns import (
 )
 from taketurns._cli.main import main
 from taketurns._eval.plan import Plan, make_env
+from taketurns.env import ModelClient, ModelRequest, ModelResponse
 from taketurns.envs.kuhn import KuhnConfig
-from taketurns.harness import (
-    Harness,
-    ModelClient,
-    ModelRequest,
-    ModelResponse,
-    messages_from_wire,
-    text_of,
-)
+from taketurns.harness import Harness, messages_from_wire, text_of
 from taketurns.harnesses.program import ProgramHarness
 from taketurns.harnesses.program_pool import ProgramPool
 from taketurns.harnesses.program_process import ProgramProcess

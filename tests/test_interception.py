@@ -29,7 +29,8 @@ from taketurns import (
     Trace,
     stop,
 )
-from taketurns.harness import Endpoint, ModelClient, ModelRequest, ModelResponse, text_of
+from taketurns.env import ModelClient, ModelRequest, ModelResponse
+from taketurns.harness import Endpoint, text_of
 from taketurns.http import InterceptionServer, OpenAIClient, open_interception_server
 
 HELLO = {"messages": [{"role": "user", "content": "hello"}]}

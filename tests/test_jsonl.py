@@ -11,8 +11,10 @@ import pytest
 
 from taketurns import AssistantMessage, ConfigError, SystemMessage, Task, Trace, UserMessage
 from taketurns._cli.main import main
+from taketurns.env import AgentStamp, EpisodeInfo
 from taketurns.envs.jsonl import JsonlConfig, JsonlTaskset, load_tasks, normalize
-from taketurns.harness import AgentStamp, EpisodeInfo, TextPart, open_taskset, taskset_registry
+from taketurns.harness import TextPart
+from taketurns.taskset import open_taskset, taskset_registry
 
 
 def write(path: Path, *rows: Any) -> Path:

@@ -30,7 +30,8 @@ from taketurns._cli.main import main
 from taketurns._config.registry import envs
 from taketurns._eval.plan import make_env, preflight
 from taketurns._output.records import loads_episode, read_episodes
-from taketurns.harness import ModelClient, ModelRequest, ModelResponse, open_taskset, parse_verdict
+from taketurns.env import ModelClient, ModelRequest, ModelResponse
+from taketurns.taskset import open_taskset, parse_verdict
 
 
 @pytest.mark.parametrize(

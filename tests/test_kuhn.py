@@ -24,16 +24,10 @@ from taketurns import (
     Trace,
     UserMessage,
 )
+from taketurns.env import EpisodeInfo, ModelClient, ModelRequest, ModelResponse, env_registry
 from taketurns.envs import kuhn_rules as rules
 from taketurns.envs.kuhn import KuhnConfig, KuhnPoker, ask_text
-from taketurns.harness import (
-    EpisodeInfo,
-    ModelClient,
-    ModelRequest,
-    ModelResponse,
-    env_registry,
-    text_of,
-)
+from taketurns.harness import text_of
 from taketurns.testing import run_episode
 
 PAIRS = list(itertools.permutations(rules.CARDS, 2))

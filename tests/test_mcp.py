@@ -20,17 +20,11 @@ from procs import marked
 from taketurns import Agent, AgentConfig, AssistantMessage, ConfigError, HarnessError
 from taketurns._cli.main import main
 from taketurns._output.records import read_episodes
+from taketurns.env import EpisodeInfo, ModelRequest, ModelResponse
 from taketurns.envs.mcp_counter import make_server
-from taketurns.harness import (
-    EpisodeInfo,
-    McpServer,
-    ModelRequest,
-    ModelResponse,
-    ToolCall,
-    open_mcp_servers,
-    open_taskset,
-)
+from taketurns.harness import McpServer, ToolCall, open_mcp_servers
 from taketurns.http import open_interception_server
+from taketurns.taskset import open_taskset
 from taketurns.testing import ScriptedModel
 
 FAULTY = str(Path(__file__).with_name("mcp_faulty.py"))

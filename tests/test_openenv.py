@@ -37,10 +37,11 @@ from taketurns import (
     Trace,
 )
 from taketurns._cli.main import main
+from taketurns.env import EpisodeInfo, ModelClient, env_registry
 from taketurns.envs.openenv import OpenEnv, OpenEnvConfig
 from taketurns.envs.openenv_actions import ActionSchema, InvalidReply, parse_action
 from taketurns.envs.openenv_client import OpenEnvError, ServerProcess
-from taketurns.harness import EpisodeInfo, ModelClient, env_registry, text_of
+from taketurns.harness import text_of
 from taketurns.testing import BuiltinModel, ScriptedModel, run_episode
 
 # a missing dependency fails, naming it (never a skip); openenv-core is only looked

@@ -35,16 +35,16 @@ from taketurns import (  # noqa: E402 - after the importorskip
 from taketurns._cli.main import main  # noqa: E402
 from taketurns._output.records import record  # noqa: E402
 from taketurns._report.page import write_report  # noqa: E402
-from taketurns.envs import openspiel_games as games  # noqa: E402
-from taketurns.envs.openspiel import OpenSpiel, OpenSpielConfig  # noqa: E402
-from taketurns.harness import (  # noqa: E402
+from taketurns.env import (  # noqa: E402
     EpisodeInfo,
     ModelClient,
     ModelRequest,
     ModelResponse,
     env_registry,
-    text_of,
 )
+from taketurns.envs import openspiel_games as games  # noqa: E402
+from taketurns.envs.openspiel import OpenSpiel, OpenSpielConfig  # noqa: E402
+from taketurns.harness import text_of  # noqa: E402
 from taketurns.testing import run_episode  # noqa: E402
 
 GAMES = [

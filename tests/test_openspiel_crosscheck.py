@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 pyspiel = pytest.importorskip("pyspiel")
 
 from taketurns import Agent, Agents, AssistantMessage, Trace  # noqa: E402
+from taketurns.env import ModelClient, ModelRequest, ModelResponse  # noqa: E402
 from taketurns.envs import kuhn_rules as rules  # noqa: E402
 from taketurns.envs.kuhn import SPIEL_ACTIONS, KuhnPoker, spiel_key  # noqa: E402
 from taketurns.envs.prisoners_dilemma import (  # noqa: E402
@@ -33,7 +34,6 @@ from taketurns.envs.prisoners_dilemma import (  # noqa: E402
     PrisonersDilemma,
     PrisonersDilemmaConfig,
 )
-from taketurns.harness import ModelClient, ModelRequest, ModelResponse  # noqa: E402
 
 DEALS = list(itertools.permutations(range(3), 2))
 

@@ -225,10 +225,12 @@ def test_the_core_never_imports_the_built_in_envs_or_harnesses() -> None:
 # what a plugin may import of taketurns: the public tiers (not the test doubles)
 PLUGIN_API = {
     "taketurns",
+    "taketurns.env",
     "taketurns.errors",
     "taketurns.harness",
     "taketurns.http",
     "taketurns.report",
+    "taketurns.taskset",
     "taketurns.train",
 }
 
@@ -273,10 +275,12 @@ FLOORS: tuple[frozenset[str], ...] = tuple(
         {"taketurns._cli"},
         {
             "taketurns",
+            "taketurns.env",
             "taketurns.errors",
             "taketurns.harness",
             "taketurns.http",
             "taketurns.report",
+            "taketurns.taskset",
             "taketurns.testing",
             "taketurns.train",
         },

@@ -31,6 +31,7 @@ from taketurns import (
     run_eval,
 )
 from taketurns._output.records import record
+from taketurns.env import EpisodeInfo, ModelClient, ModelRequest, ModelResponse, env_registry
 from taketurns.envs.prisoners_dilemma import (
     MOVES,
     PAYOFFS,
@@ -38,15 +39,7 @@ from taketurns.envs.prisoners_dilemma import (
     PrisonersDilemmaConfig,
     parse_move,
 )
-from taketurns.harness import (
-    EpisodeInfo,
-    ModelClient,
-    ModelRequest,
-    ModelResponse,
-    env_registry,
-    messages_to_wire,
-    text_of,
-)
+from taketurns.harness import messages_to_wire, text_of
 from taketurns.testing import run_episode
 
 ROUND = re.compile(r"Round (\d+) of \d+\.")

@@ -42,8 +42,9 @@ from taketurns import (
     reward,
     stop,
 )
+from taketurns.env import EpisodeInfo
 from taketurns.errors import SessionError
-from taketurns.harness import EpisodeInfo, SessionState
+from taketurns.harness import SessionState
 from taketurns.testing import BuiltinModel, run_episode
 
 SETTINGS = settings(max_examples=60, deadline=None)

@@ -35,13 +35,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from taketurns import read_episodes
 from taketurns._cli.catalog import options_of
 from taketurns._cli.main import _load_config, main
 from taketurns._cli.parser import flag_names, parser
-from taketurns._config.options import AgentConfig
+from taketurns._config.options import AgentConfig, Sampling
 from taketurns._config.registry import envs, tasksets
 from taketurns._config.settings import load_eval_config
 from taketurns._errors import ConfigError
@@ -374,6 +375,13 @@ def _option_paths() -> set[str]:
     return paths
 
 
+def _is_sampling_field(path: str) -> bool:
+    """``sampling.<field>`` (or below one, ``sampling.extra.top_k``): the run's own
+    sampling options, beside every env's."""
+    first, _, rest = path.partition(".")
+    return first == "sampling" and rest.split(".")[0] in attrs.fields_dict(Sampling)
+
+
 @pytest.mark.parametrize("span", OVERRIDE_SPANS)
 def test_an_inline_override_is_accepted(workdir: Path, span: str) -> None:
     (workdir / "my_tasks.py").write_text(MY_TASKS)
@@ -383,7 +391,8 @@ def test_an_inline_override_is_accepted(workdir: Path, span: str) -> None:
         if "<" in path or "*" in path or "..." in path:
             continue  # a pattern (--env.<role>.*), not an example
         if not eq:
-            assert path in _option_paths(), f"{span}: no env has the option {path}"
+            known = path in _option_paths() or _is_sampling_field(path)
+            assert known, f"{span}: no env has the option {path}"
             continue
         overrides.append((path, VALUES.get(value, value)))
     if overrides:

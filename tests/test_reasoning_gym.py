@@ -15,9 +15,11 @@ import pytest
 
 from taketurns import Agent, AgentConfig, ConfigError, Episode, Task, Trace
 from taketurns._cli.main import main
+from taketurns.env import EpisodeInfo, ModelClient
 from taketurns.envs.reasoning import ReasoningGym, ReasoningGymConfig, extract_answer
 from taketurns.envs.single import SingleAgentConfig, SingleAgentEnv
-from taketurns.harness import EpisodeInfo, ModelClient, taskset_registry, text_of
+from taketurns.harness import text_of
+from taketurns.taskset import taskset_registry
 from taketurns.testing import ScriptedModel, run_episode
 
 try:

@@ -16,9 +16,9 @@ import taketurns
 import taketurns.testing
 from taketurns import read_episodes
 from taketurns._cli.main import main
+from taketurns.env import ModelRequest
 from taketurns.envs import kuhn, kuhn_rules
 from taketurns.errors import ReplayDiverged
-from taketurns.harness import ModelRequest
 from taketurns.testing import BuiltinModel
 
 

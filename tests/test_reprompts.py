@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from taketurns import Agent, AgentConfig, ModelEndpointError, Task, UserMessage
+from taketurns.env import ModelClient
 from taketurns.envs.reprompts import Answer, ask, feedback, retries_text
-from taketurns.harness import ModelClient, text_of
+from taketurns.harness import text_of
 from taketurns.testing import ScriptedModel
 
 

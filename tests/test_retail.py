@@ -31,18 +31,11 @@ from taketurns import (
     Trace,
     UserMessage,
 )
+from taketurns.env import EpisodeInfo, ModelClient, ModelRequest, ModelResponse
 from taketurns.envs.retail import KINDS, POLICY, RetailConfig, RetailLite, expected_state, task_seed
 from taketurns.envs.retail_store import RetailTools, Store, StoreError, describe
-from taketurns.harness import (
-    EpisodeInfo,
-    ModelClient,
-    ModelRequest,
-    ModelResponse,
-    ToolCall,
-    open_taskset,
-    taskset_registry,
-    text_of,
-)
+from taketurns.harness import ToolCall, text_of
+from taketurns.taskset import open_taskset, taskset_registry
 from taketurns.testing import run_episode
 
 SEEDS = (0, 1, 2, 7)

@@ -15,8 +15,9 @@ from test_retail import _other_pending, _scripted, clerk_agent
 from taketurns import ConfigError, Trace
 from taketurns._cli.main import main
 from taketurns._output.records import read_episodes
+from taketurns.env import ModelClient
 from taketurns.envs.retail import RetailConfig, RetailLite
-from taketurns.harness import ModelClient, open_taskset
+from taketurns.taskset import open_taskset
 
 
 async def _run(taskset: RetailLite, index: int, client: ModelClient | None = None) -> Trace:

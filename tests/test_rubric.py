@@ -12,7 +12,7 @@ import trio.testing
 from scripted import Counter, make_agent
 
 from taketurns import AssistantMessage, Rubric, Task, Trace, metric, reward, stop
-from taketurns.harness import AgentStamp, EpisodeInfo
+from taketurns.env import AgentStamp, EpisodeInfo
 
 TASK = Task(0, prompt="2+2?", answer="4")
 

@@ -282,7 +282,7 @@ async def _first_seeds(order: list[int], keyed: bool) -> dict[str, int | None]:
     """Open one session per entry of ``order`` from concurrent tasks, the k-th of
     ``order`` opening k-th; the first call's seed of each, by what identifies it."""
     from taketurns import Agent, AgentConfig, Task
-    from taketurns.harness import EpisodeInfo
+    from taketurns.env import EpisodeInfo
 
     base = Agent("user", AgentConfig(model="builtin/echo"))
     agent = base.bind(EpisodeInfo("e/0/0", "x", 0, seed=123))

@@ -35,8 +35,9 @@ from taketurns import (
     stop,
 )
 from taketurns import Env as BaseEnv
+from taketurns.env import EpisodeInfo
 from taketurns.errors import RolloutStopped
-from taketurns.harness import EpisodeInfo, Prompt, Rollout, SessionState
+from taketurns.harness import Prompt, Rollout, SessionState
 from taketurns.testing import run_episode
 
 PROMPTED = Task(0, "p", prompt="hi")

@@ -27,9 +27,9 @@ from taketurns import (
     reward,
 )
 from taketurns._cli.main import main
+from taketurns.env import EpisodeInfo, ModelClient, env_registry
 from taketurns.envs.jsonl import JsonlTaskset
 from taketurns.envs.single import SingleAgentConfig, SingleAgentEnv
-from taketurns.harness import EpisodeInfo, ModelClient, env_registry
 from taketurns.testing import run_episode
 
 

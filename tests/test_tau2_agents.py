@@ -16,7 +16,7 @@ from test_agent_clis import LIMIT, Shim
 
 from taketurns import Agent, AgentConfig, Episode, Trace
 from taketurns._exchange.agent import make_harness
-from taketurns.harness import EpisodeInfo
+from taketurns.env import EpisodeInfo
 from taketurns.http import InterceptionServer
 from taketurns.testing import run_episode
 

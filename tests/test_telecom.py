@@ -21,9 +21,9 @@ from taketurns import Agent, AgentConfig, Episode, OptionError, Trace, read_epis
 from taketurns._cli.main import main
 from taketurns._config.settings import load_eval_config
 from taketurns._eval.plan import make_env, resolve_role
+from taketurns.env import env_registry
 from taketurns.envs.telecom import KINDS, TelecomConfig, TelecomLite, make_world
 from taketurns.envs.telecom_world import BackOffice, Device, World
-from taketurns.harness import env_registry
 from taketurns.testing import run_episode
 
 NUMBER = "555-0101"

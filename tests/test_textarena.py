@@ -39,7 +39,8 @@ from taketurns import (
     UserMessage,
 )
 from taketurns._cli.main import main
-from taketurns.harness import EpisodeInfo, env_registry, text_of
+from taketurns.env import EpisodeInfo, env_registry
+from taketurns.harness import text_of
 from taketurns.testing import run_episode
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,9 +21,10 @@ import trio
 
 from taketurns import Agent, AgentConfig, Episode, Limits, ModelEndpointError, OptionError, Trace
 from taketurns._cli.main import main
+from taketurns.env import EpisodeInfo, ModelClient, env_registry
 from taketurns.envs import textarena_games as games
 from taketurns.envs.textarena_selfplay import GAMES, TextArenaSelfPlay, TextArenaSelfPlayConfig
-from taketurns.harness import EpisodeInfo, ModelClient, env_registry, text_of
+from taketurns.harness import text_of
 from taketurns.testing import BuiltinModel, ScriptedModel, run_episode
 
 REPO = Path(__file__).resolve().parents[1]

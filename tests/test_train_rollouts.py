@@ -14,7 +14,7 @@ import trio.testing
 from httpservers import Answer, start_scripted
 from hypothesis import given, settings
 
-from taketurns import ConfigError, EvalConfig, open_rollouts
+from taketurns import ConfigError, EvalConfig, Sampling, open_rollouts
 from taketurns._eval.plan import make_env
 from taketurns.errors import SessionError
 from taketurns.train import Group
@@ -253,3 +253,27 @@ async def test_every_episode_id_is_unique_across_repeated_tasks_and_streams() ->
     assert all(i.startswith("kuhn-poker/0/") for i in ids)
     for group in first + second:
         assert len({e.id.rsplit("/", 1)[1] for e in group.episodes}) == 1  # /g<n>
+
+
+async def test_a_trainer_samples_at_temperature_one_without_truncation_unless_set() -> None:
+    config, env = kuhn()
+    task = env.tasks(1)
+    async with open_rollouts(env, config) as source:
+        async for group in source.groups(task, per_task=1):
+            for turn in group.episodes[0].traces[0].turns:
+                assert turn.sampling is not None
+                assert turn.sampling["temperature"] == 1.0
+                assert turn.sampling["top_p"] == 1.0
+                assert turn.sampling["top_k"] == -1
+                assert turn.sampling["min_p"] == 0.0
+                assert turn.sampling["repetition_penalty"] == 1.0
+            assert group.samples()[0].sampling == group.episodes[0].traces[0].turns[0].sampling
+    config = EvalConfig(
+        env_id="kuhn-poker",
+        model="builtin/bracket",
+        sampling=Sampling(temperature=0.7, extra={"top_k": 20}),
+    )
+    async with open_rollouts(env, config, tokens=False) as source:
+        async for group in source.groups(task, per_task=1):
+            sent = group.episodes[0].traces[0].turns[0].sampling
+            assert sent == {"temperature": 0.7, "top_p": 1.0, "top_k": 20}

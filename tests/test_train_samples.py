@@ -34,8 +34,8 @@ from taketurns._eval.plan import Plan, make_env
 from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Turn
 from taketurns._http.server import serve
 from taketurns._models.tokens import END, ROLE_TOKENS, completion_ids, prompt_ids
+from taketurns.env import ModelRequest, env_registry
 from taketurns.envs.kuhn import KuhnConfig
-from taketurns.harness import ModelRequest, env_registry
 from taketurns.http import OpenAIClient, open_interception_server
 from taketurns.testing import BuiltinModel
 from taketurns.train import episode_samples, trace_samples
@@ -337,3 +337,61 @@ async def test_a_tool_loop_merges_with_the_tool_results_masked_out() -> None:
     gap = sample.completion_mask.index(0)
     assert gap == len(first.token_ids or [])
     assert sample.completion_ids[gap] == ROLE_TOKENS["tool"]
+
+
+async def test_each_turn_and_sample_carry_finish_reason_stop_token_and_sampling() -> None:
+    sampling = Sampling(logprobs=True, temperature=0.5, max_tokens=3)
+    episode = await run_one(EvalConfig(env_id="color-codeword", sampling=sampling))
+    (trace,) = episode.traces
+    sent = {"logprobs": True, "temperature": 0.5, "max_tokens": 3}
+    assert all(t.sampling == sent for t in trace.turns)  # the seed is Turn.seed
+    (sample,) = episode_samples(episode)
+    assert sample.sampling == sent
+    reasons = tuple(t.finish_reason for t in trace.turns)
+    assert sample.turn_finish_reasons == reasons
+    assert sample.turn_truncated == tuple(r == "length" for r in reasons)
+    assert sample.truncated == ("length" in reasons)
+    for turn, stop in zip(trace.turns, sample.turn_stop_tokens, strict=True):
+        # the toy tokenizer's END is the last completion token of a finished reply
+        assert turn.token_ids is not None
+        if turn.finish_reason == "stop":
+            assert stop == "sampled"
+            assert turn.token_ids[-1] == END
+        else:
+            assert stop is None
+            assert END not in turn.token_ids
+
+
+def test_a_cut_turn_makes_the_sample_truncated_and_other_sampling_splits_it() -> None:
+    model = BuiltinModel("echo")
+    trace = _trace()
+    messages: list[Message] = []
+    for i, extra in enumerate(({"max_tokens": 1}, {}, {"temperature": 0.3})):
+        messages.append(UserMessage("one two three"))
+        sent = ASK | extra
+        response = model.respond(ModelRequest("builtin/echo", tuple(messages), (), sent))
+        trace.turns.append(
+            Turn(
+                i,
+                tuple(messages),
+                response.message,
+                finish_reason=response.finish_reason,
+                token_ids=response.token_ids,
+                prompt_token_ids=response.prompt_token_ids,
+                logprobs=response.logprobs,
+                sampling=dict(sent),
+                stop_token=response.stop_token,
+            )
+        )
+        messages.append(response.message)
+    first, second, third = trace_samples(trace)
+    assert first.turns == (0,)
+    assert first.truncated
+    assert first.turn_finish_reasons == ("length",)
+    assert first.turn_stop_tokens == (None,)
+    # the cut reply and the next one were sent other max_tokens: each is its own sample
+    assert second.reason is not None
+    assert "was sent other sampling" in second.reason
+    assert not second.truncated
+    assert second.turn_stop_tokens == ("sampled",)
+    assert third.sampling == ASK | {"temperature": 0.3}

@@ -17,7 +17,7 @@ from taketurns._exchange.trace import AgentStamp, EpisodeInfo, Turn
 from taketurns._output.records import dumps_episode, loads_episode, parse_record
 from taketurns._train.conversations import turn_reward_rows
 from taketurns._train.export import message_rows, run_groups, sample_rows
-from taketurns.harness import ModelRequest, TurnReward
+from taketurns.env import ModelRequest, TurnReward
 from taketurns.testing import BuiltinModel
 from taketurns.train import trace_samples
 

@@ -31,6 +31,7 @@ from taketurns import (
     reward,
 )
 from taketurns._cli.main import main
+from taketurns.env import EpisodeInfo, ModelClient, env_registry
 from taketurns.envs.user_sim import (
     DEFAULT_PERSONA,
     GREETING,
@@ -39,7 +40,7 @@ from taketurns.envs.user_sim import (
     UserSimConfig,
     render_persona,
 )
-from taketurns.harness import EpisodeInfo, ModelClient, env_registry, text_of
+from taketurns.harness import text_of
 from taketurns.testing import run_episode
 
 DONE = "###DONE###"

@@ -7,7 +7,10 @@
 - ``taketurns.NAME`` (an attribute, or a dotted name in text) becomes
   ``taketurns.M.NAME``; a ``.py`` file that did so and has ``import taketurns`` gets
   ``import taketurns.M`` beside it;
-- ``._old`` attributes renamed by the file (``attribute: _old -> new``) become ``.new``.
+- ``._old`` attributes renamed by the file (``attribute: _old -> new``) become ``.new``;
+- a name that moved between two public modules (``NAME: taketurns.harness ->
+  taketurns.env``, issue 41's doors by audience) is rewritten the same way in ``from
+  taketurns.harness import ...`` and ``taketurns.harness.NAME``.
 
 Then, for the ``.py`` files it changed, ``ruff check --select I --fix`` and
 ``ruff format`` (unless ``--no-ruff``). Prints each file it changed.
@@ -38,15 +41,33 @@ SAMPLES = ("tools/rewrite_imports.py", "tests/test_api_moves.py", "tests/test_pa
 TOP = "taketurns"
 WIDTH = 100
 
-_FROM = re.compile(
-    r"^(?P<indent>[ \t]*)from taketurns import "
-    r"(?:\((?P<multi>[^)]*)\)|(?P<single>[^\n()#]*[^\s\n()#]))(?P<comment>[ \t]*#[^\n]*)?$",
-    re.MULTILINE,
-)
+
+def _from_re(module: str) -> re.Pattern[str]:
+    return re.compile(
+        rf"^(?P<indent>[ \t]*)from {re.escape(module)} import "
+        r"(?:\((?P<multi>[^)]*)\)|(?P<single>[^\n()#]*[^\s\n()#]))(?P<comment>[ \t]*#[^\n]*)?$",
+        re.MULTILINE,
+    )
+
+
+_FROM = _from_re(TOP)
+
+
+def read_tier_moves(path: Path) -> dict[str, dict[str, str]]:
+    """old public module (not ``taketurns``) -> (name -> its new module)."""
+    tiers: dict[str, dict[str, str]] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        key, _, rest = line.partition(":")
+        old, arrow, new = (part.strip() for part in rest.partition("->"))
+        if arrow and key.strip() != "attribute" and old != TOP:
+            tiers.setdefault(old, {})[key.strip()] = new
+    return tiers
 
 
 def read_moves(path: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """(name -> its new module, old attribute -> new attribute)."""
+    """(name -> its new module, old attribute -> new attribute): the names that left
+    ``taketurns`` (``read_tier_moves``: those that moved between other modules)."""
     names: dict[str, str] = {}
     attributes: dict[str, str] = {}
     for number, raw in enumerate(path.read_text().splitlines(), 1):
@@ -61,8 +82,8 @@ def read_moves(path: Path) -> tuple[dict[str, str], dict[str, str]]:
             attributes[old.strip()] = new.strip()
         elif old.strip() == TOP:
             names[key.strip()] = new.strip()
-        else:
-            raise SystemExit(f"{path}:{number}: only names that left {TOP!r} are handled")
+        elif not old.strip().startswith(f"{TOP}."):
+            raise SystemExit(f"{path}:{number}: only names that left {TOP} modules are handled")
     return names, attributes
 
 
@@ -74,7 +95,7 @@ def _statement(indent: str, module: str, names: list[str], comment: str) -> str:
     return f"{indent}from {module} import ({comment}\n{inner}{indent})"
 
 
-def _split_imports(match: re.Match[str], moves: dict[str, str]) -> str:
+def _split_imports(match: re.Match[str], moves: dict[str, str], top: str = TOP) -> str:
     body = match["multi"] if match["multi"] is not None else match["single"]
     items = [
         item.strip()
@@ -85,10 +106,10 @@ def _split_imports(match: re.Match[str], moves: dict[str, str]) -> str:
     by_module: dict[str, list[str]] = {}
     for item in items:
         name = item.split(" as ")[0].strip()
-        by_module.setdefault(moves.get(name, TOP), []).append(item)
-    if set(by_module) == {TOP}:
+        by_module.setdefault(moves.get(name, top), []).append(item)
+    if set(by_module) == {top}:
         return match[0]
-    order = sorted(by_module, key=lambda m: (m != TOP, m))
+    order = sorted(by_module, key=lambda m: (m != top, m))
     comment = match["comment"] or ""
     return "\n".join(
         _statement(match["indent"], module, by_module[module], comment if i == 0 else "")
@@ -112,6 +133,24 @@ def rewrite(text: str, moves: dict[str, str], attributes: dict[str, str]) -> tup
         text = pattern.sub(to_module, text)
     for old, new in attributes.items():
         text = re.sub(rf"\.{re.escape(old)}\b", f".{new}", text)
+    return text, dotted
+
+
+def rewrite_tiers(text: str, tiers: dict[str, dict[str, str]]) -> tuple[str, set[str]]:
+    """``rewrite`` for the names that moved from one public module to another."""
+    dotted: set[str] = set()
+    for old, moves in tiers.items():
+        split = _from_re(old)
+        text = split.sub(lambda m, moves=moves, old=old: _split_imports(m, moves, old), text)
+        pattern = re.compile(
+            rf"(?<![\w.]){re.escape(old)}\.(" + "|".join(map(re.escape, sorted(moves))) + r")\b"
+        )
+
+        def to_module(m: re.Match[str], moves: dict[str, str] = moves) -> str:
+            dotted.add(moves[m[1]])
+            return f"{moves[m[1]]}.{m[1]}"
+
+        text = pattern.sub(to_module, text)
     return text, dotted
 
 
@@ -148,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-ruff", action="store_true", help="leave imports unsorted")
     args = parser.parse_args(argv)
     moves, attributes = read_moves(args.moves)
+    tiers = read_tier_moves(args.moves)
     changed: list[Path] = []
     for path in _files(args.paths):
         if path.resolve().as_posix().endswith(SAMPLES):
@@ -155,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         text = path.read_text()
         new, dotted = rewrite(text, moves, attributes)
+        new, more = rewrite_tiers(new, tiers)
+        dotted |= more
         if path.suffix == ".py" and dotted:
             new = _add_module_imports(new, dotted)
         if new != text:

@@ -141,7 +141,9 @@ def _is_taskset(env_id: str) -> bool:
     return isinstance(obj, type) and issubclass(obj, Taskset)
 
 
-def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str, model: str) -> RunDir:
+def _open_run_dir(
+    args: argparse.Namespace, config: EvalConfig, name: str, model: str, note: str = ""
+) -> RunDir:
     """The run directory, prepared and locked: a fresh one gets config.toml; a resumed
     one must hold the same config but for how the run executes (``_cli.resume``: the
     change is recorded). The stored config never names the directory, so a run
@@ -151,7 +153,7 @@ def _open_run_dir(args: argparse.Namespace, config: EvalConfig, name: str, model
     run_dir = RunDir(out)
     run_dir.prepare(resume=args.resume, overwrite=args.overwrite)
     try:
-        text = dump_toml(attrs.evolve(config, output_dir=None))
+        text = dump_toml(attrs.evolve(config, output_dir=None)) + note
         if args.resume and run_dir.config_path.exists():
             changed = _resumed_changes(run_dir.config_path, config)
             run_dir.record_resume(changed)
@@ -215,7 +217,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
     if args.resume and resumed.is_file():
         _resumed_changes(resumed, config)  # a refused resume: before the preflight
     trio.run(partial(preflight, say=lambda text: console.print(text, highlight=False)), config, env)
-    run_dir = _open_run_dir(args, config, name, model)
+    run_dir = _open_run_dir(args, config, name, model, plan.sampling_note())
     console.print(
         f"{'resuming' if args.resume else 'running'} {name}: {len(tasks)} tasks x "
         f"{config.rollouts} rollouts, {config.concurrency} at once ({config.backend}), "

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import orjson
 import trio
 
 from taketurns._config.options import DEFAULT_MODEL, AgentConfig, EvalConfig, Sampling
@@ -26,7 +27,14 @@ from taketurns._eval.env import Env
 from taketurns._exchange.agent import Agent, make_harness
 from taketurns._exchange.trace import EpisodeInfo, Trace
 from taketurns._models.builtin import BuiltinModel, is_builtin
-from taketurns._models.local import gguf_path, is_llamacpp, llamacpp_server, served_sampling
+from taketurns._models.local import (
+    chat_format_in,
+    gguf_path,
+    is_llamacpp,
+    llamacpp_server,
+    served_sampling,
+    tools_format,
+)
 from taketurns._models.model import ModelClient
 from taketurns._models.server import ModelServer, ServedModel, parse_command
 from taketurns._procs.sandbox import bwrap_path, missing_bwrap
@@ -46,18 +54,16 @@ MODEL_SERVER = "model-server"  # Plan.servers key of --model-server
 
 def resolve_role(config: EvalConfig, env: Env, role: str, agent: AgentConfig) -> AgentConfig:
     """The role's config with its unset endpoint fields taken from the eval (and, for
-    a llamacpp/ model, the logprobs its token ids come with). The model: the role's
+    a llamacpp/ model, its explicit sampling and the logprobs its token ids come
+    with: ``taketurns._models.local.served_sampling``). The model: the role's
     own, else the eval's (``--model``), else the env's default for the role
     (``Env.default_model``), else ``DEFAULT_MODEL``."""
     model = agent.model or config.model or env.default_model(role) or DEFAULT_MODEL
     sampling = agent.sampling.over(config.sampling)
     if is_llamacpp(model):
         defaults = served_sampling()
-        served = Sampling(
-            logprobs=defaults.pop("logprobs"),
-            max_tokens=defaults.pop("max_tokens"),
-            extra=defaults,
-        )
+        named = {f: defaults.pop(f) for f in ("logprobs", "max_tokens", "temperature", "top_p")}
+        served = Sampling(**named, extra=defaults)
         sampling = sampling.over(served)
     return attrs.evolve(
         agent,
@@ -81,7 +87,9 @@ def server_key(config: EvalConfig, agent: AgentConfig) -> str | None:
     return None
 
 
-def _make_server(config: EvalConfig, role: str, agent: AgentConfig, key: str) -> ModelServer:
+def _make_server(
+    config: EvalConfig, role: str, agent: AgentConfig, key: str, chat_format: str | None
+) -> ModelServer:
     if key == MODEL_SERVER:
         argv = parse_command(config.model_server or "", field="model_server")
         return ModelServer(argv, f"--model-server {argv[0]}", config.model_server_timeout_s)
@@ -90,11 +98,39 @@ def _make_server(config: EvalConfig, role: str, agent: AgentConfig, key: str) ->
         args=config.model_server_args,
         timeout_s=config.model_server_timeout_s,
         field=f"env.{role}.model",
+        chat_format=chat_format,
     )
 
 
+def chat_formats(config: EvalConfig, env: Env, roles: dict[str, AgentConfig]) -> dict[str, Any]:
+    """The chat format each llamacpp/ model is served with: ``--chat_format`` in
+    ``model_server_args``, else ``TOOLS_FORMAT`` when a role of it takes tools (its
+    harness is ``tools``) and its own template ignores them, else None (the GGUF's
+    template). Raises ``ConfigError`` for a model whose template cannot carry tools
+    given to a tools role, before any episode."""
+    from taketurns._models.gguf import gguf_tokens
+
+    asked = chat_format_in(config.model_server_args)
+    formats: dict[str, Any] = {}
+    for role, agent in roles.items():
+        model = agent.model or ""
+        if not is_llamacpp(model) or agent.base_url is not None:
+            continue  # not a server this eval starts
+        formats.setdefault(model, asked)
+        tools = agent.harness == "tools" or env.default_harness(role) == "tools"
+        if tools and asked is None and formats[model] is None:
+            field = f"env.{role}.model"
+            template = gguf_tokens(gguf_path(model, field=field)).chat_template
+            formats[model] = tools_format(model, template, field=field)
+    return formats
+
+
 def _client_for(
-    config: EvalConfig, role: str, agent: AgentConfig, server: ModelServer | None = None
+    config: EvalConfig,
+    role: str,
+    agent: AgentConfig,
+    server: ModelServer | None = None,
+    chat_format: str | None = None,
 ) -> ModelClient:
     from taketurns._models.openai import OpenAIClient
 
@@ -102,7 +138,8 @@ def _client_for(
     if is_llamacpp(agent.model):
         from taketurns._models.gguf import gguf_tokens
 
-        tokens = gguf_tokens(gguf_path(agent.model or "", field=f"env.{role}.model"))
+        path = gguf_path(agent.model or "", field=f"env.{role}.model")
+        tokens = gguf_tokens(path, chat_format)
 
     def client(base_url: str) -> OpenAIClient:
         return OpenAIClient(
@@ -202,6 +239,7 @@ class Plan:
         self.clients: dict[tuple[Any, ...], ModelClient] = {}  # one per distinct endpoint
         self.services: dict[str, Any] = {}  # filled by the runner (interception server)
         self.servers: dict[str, ModelServer] = {}  # started by _eval.servers
+        formats = chat_formats(config, env, self.roles)
         for judge in env.judges():  # an endpoint judge's requests follow the run's
             judge.take_request_options(config)
         shared = config.max_concurrent_calls
@@ -211,11 +249,13 @@ class Plan:
         for role, agent in self.roles.items():
             served = server_key(config, agent)
             if served is not None and served not in self.servers:
-                self.servers[served] = _make_server(config, role, agent, served)
+                chat_format = formats.get(agent.model or "")
+                self.servers[served] = _make_server(config, role, agent, served, chat_format)
             key = (agent.model, agent.base_url, agent.api_key_var, served)
             if key not in self.clients:
                 server = self.servers[served] if served is not None else None
-                self.clients[key] = _client_for(config, role, agent, server)
+                chat_format = formats.get(agent.model or "")
+                self.clients[key] = _client_for(config, role, agent, server, chat_format)
             cap = agent.max_concurrent_calls
             self.agents[role] = Agent(
                 role,
@@ -278,6 +318,23 @@ class Plan:
         for role in self._out_of_process():
             if self.roles[role].sandbox == "bwrap" and bwrap_path() is None:
                 raise ConfigError(missing_bwrap(f"env.{role}"))
+
+    def sampling_note(self) -> str:
+        """``config.toml``'s closing comment: the sampling fields each role's requests
+        are sent (its own, the eval's, its model's defaults; the per-call seed aside),
+        so that a run says which sampler produced it. A comment: resuming reads the
+        config above it, which gives the same fields again."""
+        lines = [
+            "",
+            "# Sent: each role's requests carry this sampling (the role's own, the eval's,",
+            "# its model's defaults; a program harness may add fields). Every turn records",
+            "# what it was sent: episodes.jsonl, traces[].turns[].sampling.",
+        ]
+        for role, agent in self.roles.items():
+            fields = {k: v for k, v in agent.sampling.request_fields().items() if k != "seed"}
+            shown = ", ".join(f"{k} = {orjson.dumps(v).decode()}" for k, v in fields.items())
+            lines.append(f"# env.{role} ({agent.model}): {shown or 'the endpoint defaults'}")
+        return "\n".join(lines) + "\n"
 
     def sandbox_warnings(self) -> list[str]:
         """One warning per out-of-process role that runs unsandboxed."""

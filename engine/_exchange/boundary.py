@@ -264,6 +264,7 @@ class ModelBoundary:
                     error=str(error),
                     tools=tool_names,
                     seed=request.sampling.get("seed"),
+                    sampling=_sent(request.sampling, frozenset()),
                 )
             )
             return
@@ -286,5 +287,13 @@ class ModelBoundary:
                 logprobs=response.logprobs,
                 policy_version=response.policy_version,
                 seed=None if "seed" in response.dropped else request.sampling.get("seed"),
+                sampling=_sent(request.sampling, response.dropped),
+                stop_token=response.stop_token,
+                retokenized=response.retokenized,
             )
         )
+
+
+def _sent(sampling: Mapping[str, Any], dropped: frozenset[str]) -> dict[str, Any]:
+    """The sampling fields a request went out with, but its seed (``Turn.seed``)."""
+    return {k: v for k, v in sampling.items() if k != "seed" and k not in dropped}

@@ -15,6 +15,12 @@ the two token runs and the reason are a ``Divergence``:
   harness that rewrote its history);
 - ``truncated``: the new prompt is a strict prefix of the sequence (history cut).
 
+A trace's last completion has no next prompt to show it: where the client knows the
+tokenizer, it renders the reply into the next prompt itself and records the tokens it
+would take (``Turn.retokenized``, kept only where they differ); ``retokenized``
+makes the same ``completion`` divergence of them, its ``turn`` and ``previous`` both
+the turn itself.
+
 ``check_trace_tokens`` counts them for a trace (``summary.json``); the samples
 (``taketurns._train.samples``) split there.
 """
@@ -26,7 +32,14 @@ from typing import Any
 
 import attrs
 
-__all__ = ["RUN", "Divergence", "TokenSequence", "check_trace_tokens", "first_difference"]
+__all__ = [
+    "RUN",
+    "Divergence",
+    "TokenSequence",
+    "check_trace_tokens",
+    "first_difference",
+    "retokenized",
+]
 
 RUN = 16  # how many tokens of each side a divergence keeps, from its position
 
@@ -60,6 +73,12 @@ class Divergence:
     got: list[int]
 
     def describe(self) -> str:
+        if self.turn == self.previous:
+            return (
+                f"turn {self.turn}'s completion re-tokenizes differently once rendered into "
+                f"a next prompt: from token {self.position}, sampled {self.expected} vs "
+                f"re-tokenized {self.got}"
+            )
         if self.kind == "completion":
             why = f"inside turn {self.within}'s completion: it re-tokenizes differently"
         elif self.kind == "template":
@@ -74,6 +93,28 @@ class Divergence:
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
+
+
+def retokenized(
+    turn: int, start: int, completion: Sequence[int], again: Sequence[int] | None
+) -> Divergence | None:
+    """The divergence of turn ``turn``'s ``completion`` (at position ``start`` of its
+    sequence) from ``again``, its tokens as a next prompt would re-tokenize them
+    (``Turn.retokenized``); None when ``again`` is None or the same."""
+    if again is None:
+        return None
+    at = first_difference(completion, again)
+    if at is None:
+        return None
+    return Divergence(
+        turn,
+        turn,
+        start + at,
+        "completion",
+        turn,
+        list(completion[at : at + RUN]),
+        list(again[at : at + RUN]),
+    )
 
 
 @attrs.define
@@ -123,19 +164,24 @@ class TokenSequence:
 
 
 def check_trace_tokens(
-    turns: Iterable[tuple[int, Sequence[int] | None, Sequence[int] | None]],
+    turns: Iterable[tuple[Any, ...]],
 ) -> dict[str, Any]:
     """The token check of one trace's turns, given as (index, prompt ids, completion
-    ids): ``turns`` with token ids, ``checked`` (compared with a sequence before
-    them), ``divergent`` and the count by ``kind``. A turn without ids ends the
-    sequence (the next one starts afresh, unchecked)."""
+    ids[, retokenized ids or None]): ``turns`` with token ids, ``checked`` (compared
+    with a sequence before them), ``divergent`` and the count by ``kind``; and
+    ``final_retokenized``: 1 when the trace's last turn's completion re-tokenizes
+    differently (module docstring), else 0. A turn without ids ends the sequence (the
+    next one starts afresh, unchecked)."""
     seq: TokenSequence | None = None
     with_ids = checked = 0
     kinds: dict[str, int] = {}
-    for index, prompt, completion in turns:
+    final = 0
+    for index, prompt, completion, *again in turns:
         if prompt is None or completion is None:
             seq = None
+            final = 0
             continue
+        final = 1 if again and again[0] else 0
         with_ids += 1
         if seq is None:
             seq = TokenSequence()
@@ -153,4 +199,5 @@ def check_trace_tokens(
         "checked": checked,
         "divergent": sum(kinds.values()),
         "kinds": kinds,
+        "final_retokenized": final,
     }

@@ -93,7 +93,15 @@ class ErrorInfo:
 class Turn:
     """One model call: exactly what was sent and what came back. ``seed``: the
     ``seed`` request field the call was sent with (None: none was sent, e.g. the
-    endpoint refuses the field)."""
+    endpoint refuses the field). ``sampling``: the other sampling fields the request
+    carried (temperature, top_p, max_tokens, logprobs, ...; None in records written
+    before it was kept). ``finish_reason``: the endpoint's (``stop``, ``length``:
+    cut at ``max_tokens``, ``tool_calls``, ...). ``stop_token``: whether the token
+    that ended the reply is the last of ``token_ids`` (``sampled``), was sampled but
+    not returned by the server (``dropped``: llama.cpp's), or None (no stop token
+    ended it, or the server does not say). ``retokenized``: the completion's tokens
+    as the next prompt would re-tokenize it, kept only where that differs from
+    ``token_ids`` (checked where the client knows the tokenizer)."""
 
     index: int
     request: tuple[Message, ...]
@@ -109,6 +117,9 @@ class Turn:
     # the model name the server answered with, or the trainer's version tag
     policy_version: str | None = None
     seed: int | None = None
+    sampling: dict[str, Any] | None = None
+    stop_token: str | None = None
+    retokenized: list[int] | None = None
 
 
 @attrs.frozen

@@ -24,7 +24,7 @@
   ``VERDICT: CORRECT`` if R (stripped, case-folded) appears in T, else ``VERDICT:
   INCORRECT``; without both tags its answer holds no verdict.
 - a plugin's own, registered with ``register_policy`` (public as
-  ``taketurns.harness.register_builtin_policy``).
+  ``taketurns.env.register_builtin_policy``).
 
 Token counts are whitespace word counts: cheap, deterministic, good enough for limits.
 Asked for tokens as a vLLM server is (``logprobs`` or ``return_token_ids`` in the
@@ -266,10 +266,12 @@ class BuiltinModel(ModelClient):
 
 def _with_tokens(response: ModelResponse, request: ModelRequest) -> ModelResponse:
     """``response`` with the toy tokenizer's ids and logprobs, as vLLM returns them."""
-    ids = completion_ids(response.message, finished=response.finish_reason != "length")
+    finished = response.finish_reason != "length"
+    ids = completion_ids(response.message, finished=finished)
     return attrs.evolve(
         response,
         token_ids=ids,
+        stop_token="sampled" if finished else None,  # its END is the last completion id
         prompt_token_ids=prompt_ids(request.messages),
         logprobs=logprobs_of(ids),
     )

@@ -21,9 +21,15 @@ vocab_only=True)``: the tokenizer and metadata, no weights) and the server's own
   the reply byte for byte and its length is ``usage.completion_tokens``: never a
   re-tokenization of the reply's text.
 
-Not recoverable through this server (see docs/train/index.md): the end-of-generation token
-that ended a reply (the server drops it before reporting; it appears as the first
-token the next prompt inserts) and its logprob.
+Not recoverable through this server (docs/train/samples.md): the end-of-generation
+token that ended a reply (the server drops it before reporting; it appears as the first
+token the next prompt inserts) and its logprob. A reply that ended on it
+(``finish_reason`` ``stop``) says so: ``stop_token`` ``dropped``.
+
+The final-turn check: the reply is rendered into a next prompt (the request's messages
+and the reply, through the same template) and the tokens at the completion's positions
+are compared with the sampled ones; where they differ they are kept as
+``retokenized`` (``taketurns._exchange.divergence``).
 """
 
 from __future__ import annotations
@@ -39,22 +45,25 @@ from typing import Any
 import attrs
 
 from taketurns._models.model import ModelResponse
+from taketurns._models.wire import messages_to_wire
 
 __all__ = ["GgufTokens", "gguf_tokens"]
 
 _SEARCH_STEPS = 100_000  # bound on the completion-id search (a pathological reply gives up)
-_cache: dict[Path, GgufTokens] = {}
+_cache: dict[tuple[Path, str | None], GgufTokens] = {}
 _lock = threading.Lock()
 
 
-def gguf_tokens(path: Path) -> GgufTokens:
-    """The (cached) token view of the GGUF at ``path``; closed at interpreter exit."""
+def gguf_tokens(path: Path, chat_format: str | None = None) -> GgufTokens:
+    """The (cached) token view of the GGUF at ``path`` served with ``chat_format``
+    (None: the GGUF's own template); closed at interpreter exit."""
     with _lock:
-        if path not in _cache:
+        key = (path, chat_format)
+        if key not in _cache:
             if not _cache:
                 atexit.register(_close_all)
-            _cache[path] = GgufTokens(path)
-        return _cache[path]
+            _cache[key] = GgufTokens(path, chat_format)
+        return _cache[key]
 
 
 def _close_all() -> None:
@@ -67,20 +76,28 @@ def _close_all() -> None:
 
 
 class _Captured(Exception):  # control flow: never escapes this module
-    def __init__(self, prompt: list[int]) -> None:
+    def __init__(self, prompt: list[int] | str) -> None:
         self.prompt = prompt
 
 
 def _capture(*, prompt: Any, **_: Any) -> Any:
-    raise _Captured(list(prompt))
+    # a Jinja template's handler passes token ids; chatml-function-calling, its text
+    raise _Captured(prompt if isinstance(prompt, str) else list(prompt))
+
+
+# chatml-function-calling, asked to choose, appends the choice it made under its
+# grammar ("message:\n") to the prompt before it samples a message
+_MESSAGE_CHOICE = "message:\n"
 
 
 class GgufTokens:
     """Prompt and completion ids of chat requests to llama-cpp-python's server for
-    the GGUF at ``path`` (module docstring). Loading takes the vocabulary only
-    (and indexes every token's text: about half a second for 49k tokens)."""
+    the GGUF at ``path``, rendered with ``chat_format`` as the server is started
+    with (None: the GGUF's own template; module docstring). Loading takes the
+    vocabulary only (and indexes every token's text: about half a second for 49k
+    tokens)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, chat_format: str | None = None) -> None:
         import llama_cpp
         from llama_cpp.server.types import CreateChatCompletionRequest
 
@@ -88,7 +105,12 @@ class GgufTokens:
         self._request_model = CreateChatCompletionRequest
         with _quiet_stderr():  # llama.cpp warns of a context it never uses, in C
             self._llama = llama_cpp.Llama(
-                str(path), vocab_only=True, verbose=False, n_ctx=8, n_batch=8
+                str(path),
+                vocab_only=True,
+                verbose=False,
+                n_ctx=8,
+                n_batch=8,
+                chat_format=chat_format,
             )
         # generation is intercepted: the chat handler's prompt ids are the result
         vars(self._llama)["create_completion"] = _capture
@@ -102,9 +124,29 @@ class GgufTokens:
         the GGUF's own Jinja template)."""
         return self._llama.chat_format
 
-    def prompt_ids(self, body: Mapping[str, Any]) -> list[int] | None:
+    @property
+    def chat_template(self) -> str:
+        """The GGUF's own Jinja chat template (empty when it has none)."""
+        return str(self._llama.metadata.get("tokenizer.chat_template", ""))
+
+    def prompt_ids(self, body: Mapping[str, Any], *, count: int | None = None) -> list[int] | None:
         """The prompt ids the server makes of the request ``body``, or None when its
-        request model refuses the body."""
+        request model refuses the body. ``count``: the server's ``usage.prompt_tokens``;
+        a text prompt (chatml-function-calling's) that it does not count is tried with
+        the format's message choice appended, the prompt it samples a message after."""
+        prompt = self._render(body)
+        if not isinstance(prompt, str):
+            return prompt
+        ids = self._tokenize(prompt)
+        if count is not None and len(ids) != count:
+            ids = self._tokenize(prompt + _MESSAGE_CHOICE)
+        return ids
+
+    def _tokenize(self, text: str) -> list[int]:
+        """``text``'s ids as ``Llama.create_completion`` makes them of a text prompt."""
+        return list(self._llama.tokenize(text.encode("utf-8"), special=True))
+
+    def _render(self, body: Mapping[str, Any]) -> list[int] | str | None:
         try:
             request = self._request_model(**body)
         except ValueError:
@@ -141,7 +183,7 @@ class GgufTokens:
     ) -> ModelResponse:
         """``response`` with ``prompt_token_ids`` and ``token_ids`` set where they are
         exact: each must also match the server's usage count."""
-        prompt = self.prompt_ids(body)
+        prompt = self.prompt_ids(body, count=response.usage.prompt_tokens)
         if prompt is not None and len(prompt) != response.usage.prompt_tokens:
             prompt = None
         completion = None
@@ -150,7 +192,39 @@ class GgufTokens:
             completion = self.completion_ids(text, pieces)
             if completion is not None and len(completion) != response.usage.completion_tokens:
                 completion = None
-        return attrs.evolve(response, prompt_token_ids=prompt, token_ids=completion)
+        again = None
+        if prompt is not None and completion is not None:
+            again = self.retokenized(body, response, len(prompt), completion)
+        return attrs.evolve(
+            response,
+            prompt_token_ids=prompt,
+            token_ids=completion,
+            stop_token=self._stop(response, completion),
+            retokenized=again,
+        )
+
+    def _stop(self, response: ModelResponse, completion: list[int] | None) -> str | None:
+        """``dropped`` for a reply the end-of-generation token ended: ``stop``, its ids
+        spelling exactly its text (a ``stop`` string ends it with the string's tokens
+        still in the ids, the text cut before them: no stop token then)."""
+        if response.finish_reason != "stop" or completion is None:
+            return None
+        text = response.message.content if isinstance(response.message.content, str) else ""
+        return "dropped" if self.detokenize(completion) == text.encode("utf-8") else None
+
+    def retokenized(
+        self, body: Mapping[str, Any], response: ModelResponse, start: int, completion: list[int]
+    ) -> list[int] | None:
+        """The tokens a next prompt holds at the completion's positions (``start`` on)
+        once the reply is rendered into it, when they differ from ``completion``."""
+        reply = messages_to_wire((response.message,))[0]
+        if reply.get("content") is None:
+            reply["content"] = ""  # as the client sends a tool call's
+        after = self.prompt_ids({**body, "messages": [*body.get("messages", ()), reply]})
+        if after is None:
+            return None
+        again = after[start : start + len(completion)]
+        return None if again == completion else again
 
     def _index(self) -> dict[str, tuple[tuple[int, bytes], ...]]:
         """Piece text (as the server writes it) -> the tokens with that text and

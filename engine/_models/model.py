@@ -50,7 +50,8 @@ class ModelResponse:
     prompt's token ids and the completion's logprobs, when the endpoint returned them;
     ``policy_version``: the model name (or version tag) that answered, when known;
     ``dropped``: request fields the client left out because the endpoint refuses them
-    (``seed``, by ``OpenAIClient``)."""
+    (``seed``, by ``OpenAIClient``); ``stop_token`` and ``retokenized``: as on the
+    recorded ``Turn`` (``taketurns._exchange.trace``)."""
 
     message: AssistantMessage
     usage: Usage = Usage()
@@ -60,6 +61,8 @@ class ModelResponse:
     logprobs: list[float] | None = None
     policy_version: str | None = None
     dropped: frozenset[str] = frozenset()
+    stop_token: str | None = None
+    retokenized: list[int] | None = None
 
 
 class ModelClient(abc.ABC):

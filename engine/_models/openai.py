@@ -103,7 +103,8 @@ class OpenAIClient(ModelClient):
     ``text_parts``: ``"join"`` sends a content made only of text parts as one string,
     the parts joined by newlines (as vLLM renders them for a template that takes
     strings), for servers that refuse parts in some roles (llama-cpp-python: system
-    and assistant); ``"keep"`` (default) sends them as they are.
+    and assistant), and a null content (a tool call's) as ``""``; ``"keep"``
+    (default) sends them as they are.
 
     Raises ``ConfigError`` at construction for a bad ``base_url`` or limits.
     """
@@ -197,6 +198,10 @@ class OpenAIClient(ModelClient):
                 "this OpenAIClient is closed; make a new one for more calls", retryable=False
             )
         fields = _request_fields(request, join_text=self._join_text)
+        if self.tokens is not None and request.tools:
+            # llama-cpp-python's function-calling formats render tools only when asked
+            # to choose; "auto" is what OpenAI's API means when it is not sent
+            fields.setdefault("tool_choice", "auto")
         dropped = self._drop_refused(fields)
         body = orjson.dumps(fields)
         attempt = 0
@@ -415,6 +420,8 @@ def _request_fields(request: ModelRequest, *, join_text: bool = False) -> dict[s
             content = message.get("content")
             if isinstance(content, list) and all(p.get("type") == "text" for p in content):
                 message["content"] = "\n".join(p["text"] for p in content)
+            elif content is None and "content" in message:
+                message["content"] = ""  # a tool call's: llama-cpp-python refuses null
     if request.tools:
         body["tools"] = [dict(t) for t in request.tools]
     return body

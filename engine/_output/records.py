@@ -235,6 +235,9 @@ def _turn_out(turn: Turn, wire: Any, shared: int = 0) -> dict[str, Any]:
         "logprobs": turn.logprobs,
         "policy_version": turn.policy_version,
         "seed": turn.seed,
+        "sampling": turn.sampling,
+        "stop_token": turn.stop_token,
+        "retokenized": turn.retokenized,
     }
 
 

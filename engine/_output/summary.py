@@ -12,7 +12,8 @@ reliability metric) both count passes this way.
 Traces whose turns carry token ids are checked token for token
 (``_exchange.divergence``): each agent's ``token_divergences`` counts the turns
 checked against the sequence before them, those whose prompt did not extend it, the
-rate, and the count by kind."""
+rate, the count by kind, and ``final_retokenized``: the traces whose last completion
+re-tokenizes differently once rendered into a next prompt."""
 
 from __future__ import annotations
 
@@ -119,7 +120,7 @@ def digest(episode: Episode) -> dict[str, Any]:
                 "turns": len(t.turns),
                 "usage": {"total_tokens": t.usage.total_tokens},
                 "token_check": check_trace_tokens(
-                    (u.index, u.prompt_token_ids, u.token_ids) for u in t.turns
+                    (u.index, u.prompt_token_ids, u.token_ids, u.retokenized) for u in t.turns
                 ),
             }
             for t in episode.traces
@@ -136,7 +137,12 @@ def _token_check(t: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(turns, list):
         return {}
     return check_trace_tokens(
-        (u.get("index", i), u.get("prompt_token_ids"), u.get("token_ids"))
+        (
+            u.get("index", i),
+            u.get("prompt_token_ids"),
+            u.get("token_ids"),
+            u.get("retokenized"),
+        )
         for i, u in enumerate(turns)
         if isinstance(u, dict)
     )
@@ -203,7 +209,7 @@ class _AgentStats:
         self.tokens += int((t.get("usage") or {}).get("total_tokens", 0))
         check = _token_check(t)
         if check.get("turns"):
-            for key in ("turns", "checked", "divergent"):
+            for key in ("turns", "checked", "divergent", "final_retokenized"):
                 self.token_checks[key] += int(check.get(key, 0))
             self.divergence_kinds.update(check.get("kinds") or {})
 
@@ -249,6 +255,7 @@ class _AgentStats:
                 "divergent": divergent,
                 "rate": divergent / checked if checked else 0.0,
                 "kinds": dict(self.divergence_kinds),
+                "final_retokenized": self.token_checks["final_retokenized"],
             }
         if rollouts > 1:
             tasks = list(self.by_task.values())

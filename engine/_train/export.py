@@ -14,7 +14,12 @@ stopped extending the sequence before it: ``turn``, ``previous``, ``position``,
 ``kind``, ``within``, ``expected`` and ``got`` token runs; else null), and the
 per-turn rewards lined up with ``turns``: ``turn_rewards`` (what the env paid on each
 turn, 0.0 for none) and ``turn_ends`` (where in ``completion_ids`` each turn's own
-tokens end).
+tokens end); what each turn can be trusted for, lined up with ``turns`` too:
+``turn_finish_reasons``, ``turn_truncated``, ``turn_stop_tokens`` (``sampled``,
+``dropped`` or null), with ``truncated`` (any turn cut at ``max_tokens``),
+``sampling`` (the request fields the turns were sent; a JSON string in Parquet)
+and ``final_divergence`` (the last completion re-tokenizes differently; shaped as
+``divergence``) — see ``taketurns._train.samples``.
 
 A run whose turns carry no token ids (the default eval: nothing asked the endpoint
 for them) exports message-level rows instead (``level="auto"``; or ask for a level:
@@ -37,6 +42,7 @@ import orjson
 
 from taketurns._errors import ConfigError
 from taketurns._eval.episode import Episode
+from taketurns._exchange.divergence import Divergence
 from taketurns._output.records import read_episodes, record
 from taketurns._train.conversations import group_conversations
 from taketurns._train.groups import Group, make_group
@@ -88,6 +94,12 @@ ROW_COLUMNS = (
     "divergence",
     "turn_rewards",
     "turn_ends",
+    "turn_finish_reasons",
+    "turn_truncated",
+    "turn_stop_tokens",
+    "truncated",
+    "sampling",
+    "final_divergence",
 )
 
 
@@ -145,10 +157,20 @@ def sample_rows(groups: Iterable[Group]) -> Iterator[dict[str, Any]]:
                 "advantage": s.advantage,
                 "reason": s.reason,
                 "policy_versions": list(s.policy_versions),
-                "divergence": s.divergence.to_json() if s.divergence is not None else None,
+                "divergence": _divergence(s.divergence),
                 "turn_rewards": list(s.turn_rewards),
                 "turn_ends": list(s.turn_ends),
+                "turn_finish_reasons": list(s.turn_finish_reasons),
+                "turn_truncated": list(s.turn_truncated),
+                "turn_stop_tokens": list(s.turn_stop_tokens),
+                "truncated": s.truncated,
+                "sampling": s.sampling,
+                "final_divergence": _divergence(s.final_divergence),
             }
+
+
+def _divergence(found: Divergence | None) -> dict[str, Any] | None:
+    return found.to_json() if found is not None else None
 
 
 def message_rows(groups: Iterable[Group]) -> Iterator[dict[str, Any]]:
@@ -254,9 +276,28 @@ def _pyarrow() -> Any:
     return pa, pq
 
 
+def _divergence_type(pa: Any) -> Any:
+    return pa.struct(
+        [
+            ("turn", pa.int64()),
+            ("previous", pa.int64()),
+            ("position", pa.int64()),
+            ("kind", pa.string()),
+            ("within", pa.int64()),
+            ("expected", pa.list_(pa.int64())),
+            ("got", pa.list_(pa.int64())),
+        ]
+    )
+
+
 def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
+    """Token-level rows as Parquet: ``sampling`` as JSON text (its fields vary by
+    server)."""
     pa, pq = _pyarrow()
     columns = {name: [row[name] for row in rows] for name in ROW_COLUMNS}
+    columns["sampling"] = [
+        None if v is None else orjson.dumps(v).decode() for v in columns["sampling"]
+    ]
     schema = pa.schema(
         [
             *_provenance(pa),
@@ -269,22 +310,15 @@ def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
             ("advantage", pa.float64()),
             ("reason", pa.string()),
             ("policy_versions", pa.list_(pa.string())),
-            (
-                "divergence",
-                pa.struct(
-                    [
-                        ("turn", pa.int64()),
-                        ("previous", pa.int64()),
-                        ("position", pa.int64()),
-                        ("kind", pa.string()),
-                        ("within", pa.int64()),
-                        ("expected", pa.list_(pa.int64())),
-                        ("got", pa.list_(pa.int64())),
-                    ]
-                ),
-            ),
+            ("divergence", _divergence_type(pa)),
             ("turn_rewards", pa.list_(pa.float64())),
             ("turn_ends", pa.list_(pa.int64())),
+            ("turn_finish_reasons", pa.list_(pa.string())),
+            ("turn_truncated", pa.list_(pa.bool_())),
+            ("turn_stop_tokens", pa.list_(pa.string())),
+            ("truncated", pa.bool_()),
+            ("sampling", pa.string()),
+            ("final_divergence", _divergence_type(pa)),
         ]
     )
     pq.write_table(pa.table(columns, schema=schema), target)

@@ -318,13 +318,33 @@ def policy_keys(plan: Plan, policies: str | None) -> list[str | None]:
     return list(dict.fromkeys(policy_of(s, policies) for s in stamps))
 
 
+#: A trainer's sampler unless its config sets a field: temperature 1 over the whole
+#: distribution, so that the logprobs recorded are those of the policy that sampled
+#: (an importance ratio against them is on-policy). vLLM's names for "no truncation";
+#: a llamacpp/ role gets the same through its own names (``_models.local``).
+RL_SAMPLING = Sampling(
+    temperature=1.0,
+    top_p=1.0,
+    extra={"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0},
+)
+
+
 def _asking_for_tokens(config: EvalConfig) -> EvalConfig:
     """``config`` asking every call for token ids and logprobs (vLLM's
-    ``return_token_ids`` and ``logprobs``; the built-in model's toy tokens)."""
+    ``return_token_ids`` and ``logprobs``; the built-in model's toy tokens), sampled
+    with ``RL_SAMPLING`` where it sets no field of its own."""
     sampling = config.sampling
-    extra = {"return_token_ids": True, **sampling.extra}
+    extra = {"return_token_ids": True, **RL_SAMPLING.extra, **sampling.extra}
     asked = Sampling(logprobs=True if sampling.logprobs is None else sampling.logprobs)
-    return attrs.evolve(config, sampling=attrs.evolve(sampling.over(asked), extra=extra))
+    merged = sampling.over(asked).over(RL_SAMPLING)
+    return attrs.evolve(config, sampling=attrs.evolve(merged, extra=extra))
+
+
+def _rl_sampling(config: EvalConfig) -> EvalConfig:
+    """``config`` sampled with temperature 1 and top_p 1 where it sets neither (calls
+    asking for no token data: the extra fields may be refused)."""
+    merged = config.sampling.over(Sampling(temperature=1.0, top_p=1.0))
+    return attrs.evolve(config, sampling=merged)
 
 
 @contextlib.asynccontextmanager
@@ -350,7 +370,8 @@ async def open_rollouts(
     (one group per task), "role" (one per trainable role) or "model" (one per model
     name of a trainable role), each task's groups handed over together, in role
     order (``RolloutSource``); ``ValueError`` for another value or no trainable
-    role. ``tokens``: ask every
+    role. Calls are sampled at temperature 1 without truncation (``RL_SAMPLING``)
+    where ``config.sampling`` sets no field of its own. ``tokens``: ask every
     call for token ids and logprobs (turn off for endpoints refusing vLLM's
     ``return_token_ids``). ``check_endpoints``: call each endpoint once first (the
     CLI's preflight), so a wrong URL, key or model raises ``ConfigError`` before any
@@ -364,8 +385,7 @@ async def open_rollouts(
     if max_waiting < 1:
         raise ValueError(f"max_waiting = {max_waiting!r}; expected an integer >= 1")
     check_policies(policies)
-    if tokens:
-        config = _asking_for_tokens(config)
+    config = _asking_for_tokens(config) if tokens else _rl_sampling(config)
     plan = Plan(config, env)
     policy_keys(plan, policies)  # no trainable role: refused before anything starts
     try:

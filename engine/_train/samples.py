@@ -12,6 +12,19 @@ differently, a turn came back without token ids) the sample ends there and a new
 starts, its ``reason`` saying why and its ``divergence`` (``_exchange.divergence``)
 where: the position, the two token runs and the kind.
 
+What a trainer needs to trust each turn rides along, lined up with ``turns``:
+``turn_finish_reasons`` (the endpoint's: ``stop``, ``length``, ``tool_calls``...),
+``turn_truncated`` (cut at ``max_tokens``; ``truncated``: any turn of the sample
+was), ``turn_stop_tokens`` (``sampled``: the token that ended the reply is the
+turn's last completion token, mask 1, with its logprob; ``dropped``: the server
+sampled it but did not return it, llama.cpp's: the turn's completion ends before it
+and the next prompt's template tokens, it among them, stay mask 0; None: no stop
+token ended the turn, or the server does not say). ``sampling`` is what the turns
+were sent (temperature, top_p...: ``Turn.sampling``); a turn sent other sampling
+starts a new sample. ``final_divergence``: the sample's last completion
+re-tokenizes differently once rendered into a next prompt (``Turn.retokenized``);
+the sampled ids are kept, as they are what was sampled.
+
 Per-turn rewards (``Trace.record_turn_reward``) ride along for per-turn credit
 assignment: ``Sample.turn_rewards[i]`` is the sum of the rewards paid on
 ``turns[i]`` (0.0 for a turn nothing paid) and ``turn_ends[i]`` the position in
@@ -25,11 +38,12 @@ traces of trainable agents only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
 from taketurns._eval.episode import Episode
-from taketurns._exchange.divergence import Divergence, TokenSequence
+from taketurns._exchange.divergence import Divergence, TokenSequence, retokenized
 from taketurns._exchange.trace import Trace, Turn
 
 __all__ = ["Sample", "TurnTokens", "episode_samples", "trace_samples", "turn_tokens"]
@@ -38,13 +52,17 @@ __all__ = ["Sample", "TurnTokens", "episode_samples", "trace_samples", "turn_tok
 @attrs.frozen
 class TurnTokens:
     """One turn's token data: ``completion_logprobs`` is None when the server sent
-    none (or not one per completion token)."""
+    none (or not one per completion token); the rest as on ``Turn``."""
 
     turn: int
     prompt_ids: list[int]
     completion_ids: list[int]
     completion_logprobs: list[float] | None
     policy_version: str | None = None
+    finish_reason: str | None = None
+    stop_token: str | None = None
+    sampling: dict[str, Any] | None = None
+    retokenized: list[int] | None = None
 
 
 @attrs.frozen
@@ -60,7 +78,9 @@ class Sample:
     sample starting at the trace's first turn, else why the previous sample ended;
     ``divergence`` says where, when the reason is a prompt that does not extend the
     sequence before it. ``reward`` is the trace's; ``advantage`` is filled in by
-    ``taketurns.train.group_advantages``."""
+    ``taketurns.train.group_advantages``. ``turn_finish_reasons``,
+    ``turn_truncated``, ``turn_stop_tokens`` (per turn), ``truncated``, ``sampling``
+    and ``final_divergence``: module docstring."""
 
     episode_id: str
     agent: str
@@ -78,6 +98,12 @@ class Sample:
     divergence: Divergence | None = None
     turn_ends: tuple[int, ...] = ()
     turn_rewards: tuple[float, ...] = ()
+    turn_finish_reasons: tuple[str | None, ...] = ()
+    turn_truncated: tuple[bool, ...] = ()
+    turn_stop_tokens: tuple[str | None, ...] = ()
+    truncated: bool = False
+    sampling: dict[str, Any] | None = None
+    final_divergence: Divergence | None = None
 
     @property
     def input_ids(self) -> list[int]:
@@ -93,7 +119,15 @@ def turn_tokens(turn: Turn) -> TurnTokens | None:
     if logprobs is not None and len(logprobs) != len(turn.token_ids):
         logprobs = None
     return TurnTokens(
-        turn.index, turn.prompt_token_ids, turn.token_ids, logprobs, turn.policy_version
+        turn.index,
+        turn.prompt_token_ids,
+        turn.token_ids,
+        logprobs,
+        turn.policy_version,
+        turn.finish_reason,
+        turn.stop_token,
+        turn.sampling,
+        turn.retokenized,
     )
 
 
@@ -111,6 +145,7 @@ class _Builder:
     logprobs: list[float] | None = attrs.field(factory=list)
     versions: list[str] = attrs.field(factory=list)
     ends: list[int] = attrs.field(factory=list)
+    merged: list[TurnTokens] = attrs.field(factory=list)
 
     def add(self, tokens: TurnTokens, inserted: Sequence[int]) -> None:
         if self.turns:
@@ -118,6 +153,7 @@ class _Builder:
         else:
             self.seq.start(tokens.turn, tokens.prompt_ids, tokens.completion_ids)
         self.turns.append(tokens.turn)
+        self.merged.append(tokens)
         self.completion += inserted
         self.completion += tokens.completion_ids
         self.mask += [0] * len(inserted) + [1] * len(tokens.completion_ids)
@@ -138,6 +174,9 @@ class _Builder:
         paid: dict[int, float] = {}
         for r in trace.turn_rewards:
             paid[r.turn] = paid.get(r.turn, 0.0) + r.value
+        last = self.merged[-1]
+        cut = tuple(t.finish_reason == "length" for t in self.merged)
+        start = len(self.first.prompt_ids) + self.ends[-1] - len(last.completion_ids)
         return Sample(
             info.id,
             trace.agent.name,
@@ -155,6 +194,12 @@ class _Builder:
             self.divergence,
             tuple(self.ends),
             tuple(paid.get(turn, 0.0) for turn in self.turns),
+            tuple(t.finish_reason for t in self.merged),
+            cut,
+            tuple(t.stop_token for t in self.merged),
+            any(cut),
+            self.first.sampling,
+            retokenized(last.turn, start, last.completion_ids, last.retokenized),
         )
 
 
@@ -177,11 +222,18 @@ def trace_samples(trace: Trace) -> list[Sample]:
             continue
         if current is not None:
             divergence = current.seq.divergence(tokens.turn, tokens.prompt_ids)
-            if divergence is None:
+            resampled = tokens.sampling != current.first.sampling
+            if divergence is None and not resampled:
                 current.add(tokens, tokens.prompt_ids[current.sequence_length() :])
                 continue
             samples.append(current.build(trace))
-            reason = divergence.describe()
+            if divergence is not None:
+                reason = divergence.describe()
+            else:
+                reason = (
+                    f"turn {tokens.turn} was sent other sampling ({tokens.sampling}) than "
+                    f"turn {current.first.turn} ({current.first.sampling})"
+                )
         current = _Builder(tokens, reason, divergence)
         current.add(tokens, ())
     if current is not None:
