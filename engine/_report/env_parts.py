@@ -11,6 +11,9 @@ after it returns), so an env with one hook costs no second pass; a second hook
 reads the file again. An env that cannot be built here (its plugin is not
 installed, its config no longer loads) or a hook that raises or returns the wrong
 thing costs the report only that part: the page says why.
+
+``taketurns view`` builds the env once per run (``env_from``) and draws its
+sections over one episode too, for that episode's page (``episode_parts``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from taketurns._eval.episode import Episode
 from taketurns._output.records import episode_from, read_episodes
 from taketurns._report.parts import Figure, Section
 
-__all__ = ["EnvParts", "env_parts"]
+__all__ = ["EnvParts", "env_from", "env_parts", "episode_parts"]
 
 HOOKS = ("report_figures", "report_sections")
 Record = dict[str, Any]
@@ -86,35 +89,54 @@ def env_parts(
     if each is not None:
         records = _seen(records, each)
     if env is None:
-        env = _env_of(config, parts)
+        env, notes = env_from(config)
+        parts.notes.extend(notes)
     if env is not None:
-        _draw(env, str(config.get("env_id") or "?"), records, path, parts)
+        again = lambda: read_episodes(path)  # noqa: E731
+        _draw(env, str(config.get("env_id") or "?"), records, again, HOOKS, parts)
     for _ in records:  # the pass ends at the file's end, however far a hook read
         pass
     return parts
 
 
-def _env_of(config: dict[str, Any], parts: EnvParts) -> Env | None:
+def env_from(config: dict[str, Any]) -> tuple[Env | None, list[str]]:
+    """The env ``config`` (a run's ``config.toml``) names, built from it; None when
+    its class draws nothing of its own, or (with the note why) when it cannot be
+    built here."""
     try:
-        return _build(config)
+        return _build(config), []
     except Exception as exc:
-        parts.notes.append(
+        return None, [
             f"env {str(config.get('env_id') or '?')!r} could not be built here "
             f"({_why(exc)}): any figures and sections of its own are left out"
-        )
-        return None
+        ]
 
 
-def _draw(env: Env, env_id: str, records: Iterator[Record], path: Path, parts: EnvParts) -> None:
-    """Call each hook: the first on ``records`` (the report's pass), the next on a
-    new read of ``path``."""
+def episode_parts(record: Record, env: Env, env_id: str) -> EnvParts:
+    """The sections ``env`` draws (``report_sections``) over one episode, ``record``:
+    for the page that shows that episode. A hook that fails costs only its part."""
+    parts = EnvParts()
+    _draw(env, env_id, [record], lambda: [record], ("report_sections",), parts)
+    return parts
+
+
+def _draw(
+    env: Env,
+    env_id: str,
+    records: Iterable[Record],
+    again: Callable[[], Iterable[Record]],
+    names: tuple[str, ...],
+    parts: EnvParts,
+) -> None:
+    """Call each hook of ``names``: the first on ``records`` (the report's pass), the
+    next on ``again()`` (a new read)."""
     hooks: tuple[tuple[str, type, list[Any]], ...] = (
         ("report_figures", Figure, parts.figures),
         ("report_sections", Section, parts.sections),
     )
     source: Iterable[Record] = records
     for name, kind, into in hooks:
-        if getattr(type(env), name) is getattr(Env, name):
+        if name not in names or getattr(type(env), name) is getattr(Env, name):
             continue  # the default draws nothing and reads nothing
         try:
             found = list(getattr(env, name)(_episodes(source)))
@@ -125,7 +147,7 @@ def _draw(env: Env, env_id: str, records: Iterator[Record], path: Path, parts: E
             parts.notes.append(f"env {env_id!r}: {name} failed ({_why(exc)}); left out")
         else:
             into.extend(found)
-        source = read_episodes(path)
+        source = again()
 
 
 def _why(exc: BaseException) -> str:

@@ -41,7 +41,7 @@ from taketurns._report.transcript import render_transcripts
 if TYPE_CHECKING:
     from taketurns._eval.env import Env
 
-__all__ = ["sections", "write_report"]
+__all__ = ["env_sections", "sections", "write_report"]
 
 REPORT = "report.html"
 MAX_TRANSCRIPTS = 500
@@ -491,6 +491,13 @@ def _turn_rewards(scan: Scan) -> str:
         values_on_bars=len(ordinals) * len(series) <= 24,
     )
     return _figure("Per-turn rewards: mean by turn and agent", svg)
+
+
+def env_sections(own: EnvParts) -> str:
+    """The env's own sections and its notes (why a part is left out), as HTML the
+    way ``report.html`` shows them: for the viewer's page of one episode."""
+    notes = "".join(f'<p class="warn env-note">{esc(n)}</p>' for n in own.notes)
+    return notes + _sections(own)
 
 
 def _sections(own: EnvParts) -> str:

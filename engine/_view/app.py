@@ -2,7 +2,8 @@
 
 HTML: ``/`` (the runs), ``/run/<id>`` (a run; its filter and ``offset`` in the
 query), ``/run/<id>/figures`` (the tables and figures, swapped in live),
-``/run/<id>/episode/<line>`` (one transcript), ``/compare?run=A&run=B...``.
+``/run/<id>/episode/<line>`` (one transcript, and the env's own sections drawn
+over that episode), ``/compare?run=A&run=B...``.
 JSON (docs/viewer.md): ``/api/runs``, ``/api/runs/<id>``,
 ``/api/runs/<id>/summary``, ``/api/runs/<id>/episodes?offset=&limit=`` (and the
 filters), ``/api/compare?run=A&run=B``; server-sent events: ``/api/events`` (the
@@ -156,7 +157,9 @@ def create_app(library: Library, *, allowed_hosts: Collection[str] | None = None
         )
         if not page.episodes or page.episodes[0][0] != line:
             raise NotFound(f"run {run_id!r} has no episode record on line {line + 1}")
-        return _html(pages.episode_page(run, line, page.episodes[0][1]))
+        record = page.episodes[0][1]
+        own = await run.episode_parts(record)  # the env's own sections, this episode's
+        return _html(pages.episode_page(run, line, record, own))
 
     @app.get("/compare")
     async def compare_page() -> Any:

@@ -13,7 +13,7 @@ from urllib.parse import quote, urlencode
 from taketurns._exchange.outcome import CAUSES, describe_cause
 from taketurns._report.env_parts import EnvParts
 from taketurns._report.markup import Json, as_dict, as_float, esc
-from taketurns._report.page import sections
+from taketurns._report.page import env_sections, sections
 from taketurns._report.transcript import render_episode
 from taketurns._view.filters import ANY_FAILURE, NO_FAILURE, EpisodeFilter
 from taketurns._view.paging import Page
@@ -400,10 +400,14 @@ def run_page(run: RunView, summary: Json, flt: EpisodeFilter, page: Page) -> str
     return layout(run.id, body, page="run", data=data)
 
 
-def episode_page(run: RunView, line: int, record: Json) -> str:
+def episode_page(run: RunView, line: int, record: Json, own: EnvParts | None = None) -> str:
+    """One transcript, then the env's own sections drawn over this episode alone
+    (``own``: its ``report_sections`` hook, e.g. its scores and logs), if it has any."""
     body = (
         f'<nav class="crumbs"><a href="/">runs</a> / <a href="{esc(url(run))}">{esc(run.id)}</a>'
         f" / line {line + 1:,}</nav>"
         f'<section id="transcripts">{render_episode(0, record)}</section>'
     )
+    if own is not None and (own.sections or own.notes):
+        body += f'<section id="report">{env_sections(own)}</section>'
     return layout(f"{run.id} line {line + 1}", body, page="episode")

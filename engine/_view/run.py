@@ -22,8 +22,9 @@ from typing import Any
 
 import trio
 
+from taketurns._eval.env import Env
 from taketurns._output.records import parse_record
-from taketurns._report.env_parts import EnvParts, env_parts
+from taketurns._report.env_parts import EnvParts, env_from, env_parts, episode_parts
 from taketurns._report.markup import Json, as_dict
 from taketurns._report.scan import Scan
 from taketurns._view.lines import LineIndex
@@ -74,6 +75,8 @@ class RunView:
         self.reading = trio.Lock()  # held while parsing or summarizing: one at a time
         self._drawing = trio.Lock()
         self._own: tuple[tuple[int, int], EnvParts] | None = None
+        self._building = trio.Lock()
+        self._env: tuple[str, Env | None, list[str]] | None = None
 
     # -- files -------------------------------------------------------------------------
 
@@ -328,13 +331,34 @@ class RunView:
             if self._own is None or self._own[0] != key:
                 path = self.file(EPISODES)
                 config = dict(self.config)
-                parts = (
-                    EnvParts()
-                    if path is None
-                    else await trio.to_thread.run_sync(lambda: env_parts(path, config))
-                )
+                parts = EnvParts()
+                if path is not None:
+                    env, notes = await self.built_env()
+                    parts.notes += notes
+                    if env is not None:
+                        drawn = await trio.to_thread.run_sync(lambda: env_parts(path, config, env))
+                        parts.figures, parts.sections = drawn.figures, drawn.sections
+                        parts.notes += drawn.notes
                 self._own = (key, parts)
             return self._own[1]
+
+    async def built_env(self) -> tuple[Env | None, list[str]]:
+        """The env ``config.toml`` names, built once (in a thread) for as long as the
+        file says the same (``_report.env_parts.env_from``): None when it draws
+        nothing of its own or cannot be built here (the notes say why)."""
+        async with self._building:
+            if self._env is None or self._env[0] != self.config_text:
+                text, config = self.config_text, dict(self.config)
+                env, notes = await trio.to_thread.run_sync(lambda: env_from(config))
+                self._env = (text, env, notes)
+            return self._env[1], self._env[2]
+
+    async def episode_parts(self, record: Json) -> EnvParts:
+        """The env's own sections drawn over one episode (``record``), for its page."""
+        env, notes = await self.built_env()
+        if env is None:
+            return EnvParts(notes=list(notes))
+        return await trio.to_thread.run_sync(lambda: episode_parts(record, env, self.env))
 
     async def summary(self) -> Json:
         """``summary.json`` of a finished run; otherwise the summary of the episodes
