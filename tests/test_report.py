@@ -25,6 +25,7 @@ from taketurns._cli.main import main
 from taketurns._errors import ConfigError
 from taketurns._output.summary import summarize
 from taketurns._report.page import write_report
+from taketurns._view.tally import Tally
 
 APT_INSTALL = "apt-get install -y chromium"
 CHROMIUM_FLAGS = (
@@ -236,6 +237,41 @@ def test_the_reward_plot_leaves_out_agents_without_rewards(tmp_path: Path) -> No
     _, doc = _report(run)
     assert set(_bar_counts(doc, "plot-reward")) == {"assistant"}
     assert set(_bar_counts(doc, "plot-turns")) == {"assistant", "user"}
+
+
+def test_a_seat_without_rewards_has_no_mean_anywhere(tmp_path: Path) -> None:
+    """user-sim's modeled user is never scored: its reward is absent (None) in
+    summary.json, not a 0.0 with an interval [0, 0]; the report's table, each
+    transcript and the viewer's live means show "-" for it (as the terminal does)."""
+    run = _eval(tmp_path / "sim", "user-sim", "--env.taskset=retail-lite", "-n", "2")
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    user, assistant = summary["agents"]["user"], summary["agents"]["assistant"]
+    assert (user["reward_mean"], user["reward_stderr"], user["reward_ci95"]) == (None,) * 3
+    assert user["traces"] == 2
+    assert assistant["reward_mean"] is not None
+    _, doc = _report(run)
+    cells = doc.select("td", within=doc.by_id("summary-agents"))
+    assert not [
+        td
+        for td in cells
+        if td.attrs.get("data-agent") == "user"
+        and td.attrs.get("data-stat") in ("reward_mean", "reward_ci95")
+    ]
+    facts = [
+        el.text for el in doc.select("span", within=doc.select("details", cls="transcript")[0])
+    ]
+    assert "reward -" in facts  # the user's trace
+    tally = Tally()
+    for i, line in enumerate((run / "episodes.jsonl").read_text(encoding="utf-8").splitlines()):
+        tally.add(i, json.loads(line))
+    live = tally.agents()
+    assert live["user"] == {
+        "traces": 2,
+        "reward_mean": None,
+        "reward_stderr": None,
+        "reward_ci95": None,
+    }
+    assert all("user" not in e["rewards"] for e in tally.newest)
 
 
 def _table_stats(doc: Doc) -> dict[tuple[str, str], float]:

@@ -88,7 +88,7 @@ async def test_an_empty_rubric_scores_nothing() -> None:
         (trio.TooSlowError(), "TooSlowError"),
     ],
 )
-async def test_a_failing_scorer_scores_zero_and_its_error_is_recorded(
+async def test_a_failing_scorer_writes_no_value_and_its_error_is_recorded(
     returned: object, problem: str
 ) -> None:
     def make_flaky():  # a fresh function each time: marks are set on the function
@@ -102,8 +102,11 @@ async def test_a_failing_scorer_scores_zero_and_its_error_is_recorded(
     rubric = Rubric.from_functions([correct, make_flaky(), metric(make_flaky()), polite])
     trace = new_trace()
     await rubric.score(TASK, trace)
-    assert trace.rewards == {"correct": 0.0, "flaky": 0.0, "polite": 1.0}
-    assert trace.metrics == {"flaky": 0.0}
+    assert trace.rewards == {
+        "correct": 0.0,
+        "polite": 1.0,
+    }  # a failed scorer's value is absent, not 0.0 (issue 40)
+    assert trace.metrics == {}
     assert trace.reward == 0.5  # the others still count
     assert len(trace.errors) == 2  # once as a reward, once as a metric
     for error in trace.errors:
@@ -222,7 +225,9 @@ async def test_a_raising_reward_is_an_error_on_the_trace_not_an_exception() -> N
         raise ZeroDivisionError("division by zero")
 
     trace = await make_agent(rewards=[broken, correct]).run(TASK)
-    assert trace.rewards == {"broken": 0.0, "correct": 0.0}
+    assert trace.rewards == {
+        "correct": 0.0
+    }  # a failed scorer's value is absent, not 0.0 (issue 40)
     [error] = trace.errors
     assert error.kind == "scoring"
     assert "broken failed: ZeroDivisionError: division by zero" in error.message

@@ -15,7 +15,8 @@ task's info as JSON.
 **Verdict format.** The judge's reply must contain a line ``VERDICT: CORRECT``
 (score 1.0), ``VERDICT: INCORRECT`` (0.0), or ``SCORE: x`` with x a number from 0 to 1
 (case-insensitive; the last such line counts). A reply without one, or a call that
-fails or times out (``timeout_s``), scores 0.0 with the error recorded on the trace.
+fails or times out (``timeout_s``), writes no reward (its key is absent)
+and records the error on the trace.
 
 Every judgement is recorded on the judged trace as a ``JudgeCall``
 (``trace.judge_calls``), apart from the agent's turns: its usage is not the agent's
@@ -248,7 +249,7 @@ class Judge:
 
     async def score(self, task: Task, trace: Trace) -> float:
         """Judge ``trace`` against ``task`` (the real row); record the ``JudgeCall``
-        on the trace. Raises ``ScoringError`` (the rubric scores 0.0 and records it)
+        on the trace. Raises ``ScoringError`` (the rubric records it and writes no reward)
         when the call fails, times out or its reply holds no verdict."""
         messages = self._messages(render(self.prompt, task, trace))
         key = (task.idx, task.name, messages[-1].content)

@@ -126,14 +126,15 @@ class Rubric:
     async def score(self, task: Task, trace: Trace, *, deadline: float = math.inf) -> bool:
         """Run every reward and metric once, in order, writing ``rewards``, ``reward``
         and ``metrics`` on the trace. A function that raises (or returns a
-        non-number, or NaN) scores 0.0 and its error is recorded.
+        non-number, or NaN) records its error and writes no value: a reward never
+        computed is absent from ``rewards``, never a 0.0 (the episode fails).
 
         Every shape takes the same path: the scorer is called, and an awaitable it
         returns is awaited in the caller's scope (the session's close: shielded, and
         cancelled at ``deadline``, a ``trio.current_time()``). A plain function cannot
         be interrupted (nothing stops a thread safely, and one left running would
         still write on the trace), so it is measured instead: a scorer whose value
-        arrives after ``deadline`` scores 0.0 with a scoring error, and no scorer
+        arrives after ``deadline`` is not kept (a scoring error), and no scorer
         starts after it. Returns False when the deadline left scorers unrun (their
         names are not written: the caller records the timeout)."""
         total = 0.0
@@ -157,23 +158,21 @@ class Rubric:
 
     def timed_out(self, trace: Trace, scoring_s: float) -> None:
         """Record on ``trace`` that scoring was cut off at ``scoring_s``: the rewards
-        and metrics not scored by then score 0.0, and a scoring error says why."""
-        for scorer in self.rewards:
-            trace.rewards.setdefault(scorer.name, 0.0)
-        for scorer in self.metrics:
-            trace.metrics.setdefault(scorer.name, 0.0)
+        and metrics not scored by then are absent, and a scoring error says why."""
         trace.errors.append(
             ErrorInfo(
                 "scoring",
                 f"finalize and scoring took longer than {scoring_s}s "
-                "(timeouts.scoring_s); unfinished rewards score 0.0",
+                "(timeouts.scoring_s); unfinished rewards are not recorded",
                 "ScoringError",
             )
         )
 
-    def _record(self, trace: Trace, i: int, value: float, total: float) -> float:
-        """Write scorer ``i``'s value (rewards first, then metrics); returns the
-        weighted reward so far."""
+    def _record(self, trace: Trace, i: int, value: float | None, total: float) -> float:
+        """Write scorer ``i``'s value (rewards first, then metrics; None, a failed
+        scorer: nothing); returns the weighted reward so far."""
+        if value is None:
+            return total
         if i < len(self.rewards):
             scorer = self.rewards[i]
             trace.rewards[scorer.name] = value
@@ -184,8 +183,8 @@ class Rubric:
         return total
 
 
-async def _value(scorer: _Scorer, task: Task, trace: Trace, deadline: float) -> float:
-    """One scorer's value, whatever its shape; 0.0 (with its error on the trace) when
+async def _value(scorer: _Scorer, task: Task, trace: Trace, deadline: float) -> float | None:
+    """One scorer's value, whatever its shape; None (with its error on the trace) when
     it fails or its value arrives after ``deadline``."""
     try:
         raw = scorer.fn(task, trace)
@@ -199,7 +198,8 @@ async def _value(scorer: _Scorer, task: Task, trace: Trace, deadline: float) -> 
             )
         return _checked(scorer, raw)
     except Exception as exc:
-        return _failed(scorer, trace, exc)
+        _failed(scorer, trace, exc)
+        return None
 
 
 def _checked(scorer: _Scorer, raw: Any) -> float:
@@ -209,8 +209,7 @@ def _checked(scorer: _Scorer, raw: Any) -> float:
     return value
 
 
-def _failed(scorer: _Scorer, trace: Trace, exc: BaseException) -> float:
+def _failed(scorer: _Scorer, trace: Trace, exc: BaseException) -> None:
     error = ScoringError(f"{scorer.name} failed: {type(exc).__name__}: {exc}")
     error.__cause__ = exc  # its traceback is the scorer's
     trace.errors.append(ErrorInfo.of("scoring", error))
-    return 0.0

@@ -335,7 +335,7 @@ class ChatSession:
         ``reason``; a segment still running is cancelled. Finalize and every scorer
         run exactly once, in one cancel scope shielded from outside cancellation and
         bounded by ``timeouts.scoring_s`` once the lock is ours (rewards unfinished
-        then score 0.0, with an error); the trace joins its owner on every path. A
+        are absent, with an error); the trace joins its owner on every path. A
         later ``close()`` waits for the first one, then returns. A checkpoint: a
         cancellation pending when close is done is raised then (nothing is lost)."""
         if self in _HOLDING.get():

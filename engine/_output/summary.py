@@ -31,12 +31,28 @@ from taketurns._output.failures import FailureKinds, first_failure
 if TYPE_CHECKING:
     from taketurns._eval.episode import Episode
 
-__all__ = ["Summarizer", "digest", "pass_at_k", "pass_hat_k", "passed", "render", "summarize"]
+__all__ = [
+    "Summarizer",
+    "digest",
+    "pass_at_k",
+    "pass_hat_k",
+    "passed",
+    "render",
+    "scored",
+    "summarize",
+]
 
 
 def _mean(values: Sequence[float]) -> float | None:
     """The mean; None (``null`` in ``summary.json``) over no values, never 0.0."""
     return sum(values) / len(values) if values else None
+
+
+def scored(t: Mapping[str, Any]) -> bool:
+    """Whether a trace (as written) has a reward that was computed: its ``rewards``
+    are not empty. A seat no rubric scores (a modeled user) and a reward whose scorer
+    failed have none: they are absent from every mean, never a 0.0."""
+    return bool(t.get("rewards"))
 
 
 def passed(reward: float) -> bool:
@@ -165,6 +181,7 @@ class _AgentStats:
     def __init__(self, *, per_task: bool = True) -> None:
         self.per_task = per_task  # pass@k, pass^k, spread need rollouts per task
         self.traces = 0
+        self.scored = 0  # traces with a reward computed (``scored``); the mean is over them
         self.mean = 0.0
         self.m2 = 0.0
         self.rewards = _Means()
@@ -179,13 +196,10 @@ class _AgentStats:
         self.units = array("d")  # not per_task: each trace's reward (one task each)
 
     def add(self, t: Mapping[str, Any]) -> None:
-        reward = float(t.get("reward", 0.0))
         self.traces += 1
-        delta = reward - self.mean
-        self.mean += delta / self.traces
-        self.m2 += delta * (reward - self.mean)
         rewards, metrics = t.get("rewards"), t.get("metrics")
-        if rewards:
+        if rewards:  # ``scored``: a reward was computed
+            self._add_reward(t, float(t.get("reward", 0.0)))
             self.rewards.add(rewards)
         if metrics:
             self.metrics.add(metrics)
@@ -198,6 +212,12 @@ class _AgentStats:
             for key in ("turns", "checked", "divergent", "final_retokenized"):
                 self.token_checks[key] += int(check.get(key, 0))
             self.divergence_kinds.update(check.get("kinds") or {})
+
+    def _add_reward(self, t: Mapping[str, Any], reward: float) -> None:
+        self.scored += 1
+        delta = reward - self.mean
+        self.mean += delta / self.scored
+        self.m2 += delta * (reward - self.mean)
         if self.per_task:
             task = self.by_task[(t.get("episode") or {}).get("task_idx")]
             task[0] += 1
@@ -212,13 +232,13 @@ class _AgentStats:
         so is its interval. ``reward_ci95``: the bootstrap 95% interval of the mean
         over tasks (``_output.bootstrap``); at ``rollouts > 1`` also ``pass_at_k``,
         ``pass_hat_k`` (k = 1, 2, rollouts) and ``task_spread`` (``_spread``)."""
-        n = self.traces
-        stderr = math.sqrt(self.m2 / (n - 1) / n) if n >= 2 else 0.0
+        n, k = self.traces, self.scored
+        stderr = math.sqrt(self.m2 / (k - 1) / k) if k >= 2 else 0.0
         stats: dict[str, Any] = {
             "traces": n,
-            "reward_mean": self.mean if n else None,
-            "reward_stderr": stderr if n else None,
-            "reward_ci95": self._interval(),
+            "reward_mean": self.mean if k else None,
+            "reward_stderr": stderr if k else None,
+            "reward_ci95": self._interval() if k else None,
             "rewards": self.rewards.means(),
             "metrics": self.metrics.means(),
             "stop_conditions": dict(self.stops),
@@ -266,6 +286,7 @@ class Summarizer:
         per_task = rollouts is None or rollouts > 1
         self.agents: dict[str, _AgentStats] = defaultdict(lambda: _AgentStats(per_task=per_task))
         self.failed_agents: dict[str, _Means] = defaultdict(_Means)
+        self.failed_traces: Counter[str] = Counter()
         self.causes: Counter[str] = Counter()
         self.stops: Counter[str] = Counter()
         self.failures = FailureKinds()
@@ -282,7 +303,9 @@ class Summarizer:
             if cause is None:
                 self.agents[name].add(t)
             else:
-                self.failed_agents[name].add({"reward": t.get("reward", 0.0)})
+                self.failed_traces[name] += 1
+                if scored(t):
+                    self.failed_agents[name].add({"reward": t.get("reward", 0.0)})
 
     def result(self, *, wall_s: float | None = None) -> dict[str, Any]:
         """The ``summary.json`` object (see ``summarize``)."""
@@ -297,10 +320,10 @@ class Summarizer:
             "failures": self.failures.result(),
             "agents": {},
         }
-        for name in sorted(self.agents.keys() | self.failed_agents.keys()):
+        for name in sorted(self.agents.keys() | self.failed_traces.keys()):
             stats = (self.agents.get(name) or _AgentStats()).stats(self.rollouts or 1)
             apart = self.failed_agents.get(name)
-            stats["failed_traces"] = apart.n["reward"] if apart else 0
+            stats["failed_traces"] = self.failed_traces[name]
             if apart:
                 stats["failed_reward_mean"] = apart.means()["reward"]
             summary["agents"][name] = stats

@@ -104,7 +104,8 @@ def _trace(t: Json) -> str:
     stamp = as_dict(t.get("agent"))
     usage = as_dict(t.get("usage"))
     kv = {
-        "reward": num(as_float(t.get("reward")) or 0.0),
+        # a trace no rubric scored (a modeled user) has no reward: "-", not 0
+        "reward": num(as_float(t.get("reward")) or 0.0) if as_dict(t.get("rewards")) else "-",
         **{f"reward {k}": shown(v) for k, v in as_dict(t.get("rewards")).items()},
         **{f"metric {k}": shown(v) for k, v in as_dict(t.get("metrics")).items()},
         "stop": str(t.get("stop_condition")),

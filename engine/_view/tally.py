@@ -25,7 +25,8 @@ class Tally:
         self.causes: Counter[str] = Counter()
         self.stops: dict[str, Counter[str]] = {}  # agent -> its traces' stop conditions
         self.models: dict[str, set[str]] = {}
-        self._agents: dict[str, list[float]] = {}  # name -> [n, mean, m2]
+        self._agents: dict[str, list[float]] = {}  # name -> [n scored, mean, m2]
+        self._traces: Counter[str] = Counter()  # name -> ok traces, scored or not
         self.newest: deque[dict[str, Any]] = deque(maxlen=NEWEST)
 
     def add(self, line: int, record: Mapping[str, Any]) -> None:
@@ -44,8 +45,12 @@ class Tally:
             name = str(stamp.get("name", "?"))
             self.models.setdefault(name, set()).add(str(stamp.get("model", "?")))
             self.stops.setdefault(name, Counter())[str(t.get("stop_condition"))] += 1
+            if cause is None:
+                self._traces[name] += 1
             reward = t.get("reward")
-            reward = float(reward) if isinstance(reward, int | float) else 0.0
+            if not t.get("rewards") or not isinstance(reward, int | float):
+                continue  # never scored (a modeled user): no reward, not a 0.0
+            reward = float(reward)
             rewards[name] = reward
             if cause is None:
                 acc = self._agents.setdefault(name, [0.0, 0.0, 0.0])
@@ -68,14 +73,15 @@ class Tally:
         return sum(self.causes.values())
 
     def agents(self) -> dict[str, dict[str, Any]]:
-        """Per agent: ok traces, reward mean and its standard error (None over none),
+        """Per agent: ok traces, reward mean and its standard error (None over no
+        scored trace: a seat no rubric scores has no mean),
         and the normal-approximation 95% interval (mean ± 1.96 stderr)."""
         out = {}
-        for name in sorted(self._agents):
-            n, mean, m2 = self._agents[name]
+        for name in sorted(self._traces):
+            n, mean, m2 = self._agents.get(name, (0.0, 0.0, 0.0))
             stderr = math.sqrt(m2 / (n - 1) / n) if n >= 2 else 0.0
             out[name] = {
-                "traces": int(n),
+                "traces": self._traces[name],
                 "reward_mean": mean if n else None,
                 "reward_stderr": stderr if n else None,
                 "reward_ci95": [mean - 1.96 * stderr, mean + 1.96 * stderr] if n else None,
