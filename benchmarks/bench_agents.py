@@ -197,27 +197,29 @@ async def main(segments: int, slow_segments: int, only: list[str]) -> str:
     tempfile.tempdir = str(scratch)
     rows: Rows = []
     codex_ms = None
-    async with open_interception_server(graceful_timeout=0.1) as server:
-        for harness, program, slow in CLIS:
-            if only and harness not in only:
-                continue
-            n = slow_segments if slow else segments
-            found, ms = await cli_rows(server, (tmp, scratch), harness, program, n)
-            rows += found
-            codex_ms = ms if harness == "codex" else codex_ms
-            print(*(f"{name}: {value:.2f}" for name, value in found), sep="\n", flush=True)
-        if not only or "acp" in only:
-            async with AsyncExitStack() as stack:
-                session = await open_chat(stack, server, "acp", {"agent": "codex"})
-                acp_ms = median_ms([await segment(session, i) for i in range(segments)])
-            rows.append(("acp (codex-acp, one live process), per turn", acp_ms))
-            if codex_ms is not None:
-                rows += [
-                    ("codex harness (a process per segment), per segment", codex_ms),
-                    ("  ratio acp / codex", acp_ms / codex_ms),
-                ]
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        async with open_interception_server(graceful_timeout=0.1) as server:
+            for harness, program, slow in CLIS:
+                if only and harness not in only:
+                    continue
+                n = slow_segments if slow else segments
+                found, ms = await cli_rows(server, (tmp, scratch), harness, program, n)
+                rows += found
+                codex_ms = ms if harness == "codex" else codex_ms
+                print(*(f"{name}: {value:.2f}" for name, value in found), sep="\n", flush=True)
+            if not only or "acp" in only:
+                async with AsyncExitStack() as stack:
+                    session = await open_chat(stack, server, "acp", {"agent": "codex"})
+                    acp_ms = median_ms([await segment(session, i) for i in range(segments)])
+                rows.append(("acp (codex-acp, one live process), per turn", acp_ms))
+                if codex_ms is not None:
+                    rows += [
+                        ("codex harness (a process per segment), per segment", codex_ms),
+                        ("  ratio acp / codex", acp_ms / codex_ms),
+                    ]
+    finally:  # a failed row leaves no temp directory behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     stamp = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())
     command = f"--segments {segments} --slow-segments {slow_segments}"
     command += "".join(f" --only {h}" for h in only)
