@@ -26,6 +26,7 @@ from viewruns import IMAGE, SCRIPT, eval_run, hostile_run
 
 from taketurns._cli.main import main
 from taketurns._view import lines as lines_module
+from taketurns._view import pages
 from taketurns._view.filters import EpisodeFilter
 from taketurns._view.library import Library
 from taketurns._view.lines import LineIndex
@@ -435,3 +436,27 @@ def test_a_host_beyond_loopback_is_warned_about(runs: Path) -> None:
 def test_loopback_hosts() -> None:
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "192.168.1.2", "::", "example.com"))
+
+
+async def test_a_running_runs_page_shows_one_count_and_one_interval(runs: Path) -> None:
+    """Issue 40: the live header (``DONE 69 ... ≈[...]``) and the summary table
+    (``episodes 50 ... [...]``) disagreed on a running run. The header keeps the live
+    counts and means, the table the run's one (bootstrap) interval."""
+    library = Library([runs])
+    library.discover()
+    fd = os.open(runs / "c" / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a writer: the run is running
+        library.refresh()
+        run = library.get("c")
+        assert run is not None
+        assert run.state == RUNNING
+        while await run.follow(10):  # True: more to read
+            pass
+        page = pages.live_facts(run) + pages.figures(run, await run.summary())
+    finally:
+        os.close(fd)
+    assert page.count('data-fact="done"') == 1
+    assert "summary-episodes" not in page  # no second count, lagging or not
+    assert 'class="ci"' not in page  # no live ≈[...] beside the table's interval
+    assert page.count('data-stat="reward_ci95"') == 2  # one interval per agent
