@@ -15,18 +15,27 @@ episodes and return these values, drawn with these helpers::
                 float(wins[n]) for n in names))], x_label="agent", y_label="episodes won")
             return [Figure("Wins per agent", svg)]
 
+The hooks get each episode as an ``EpisodeView``: the record read back from
+``episodes.jsonl``, answering ``id``, ``ok``, ``task``, ``rollout``, ``traces`` (each
+trace's ``agent``, ``info``, ``rewards``, ``reward``, ``metrics``, ``last_text``) from
+the parsed JSON; any other ``Episode``/``Trace`` attribute structures the record on
+first use (a hook that reads every trace's ``turns`` pays for them).
+
 Everything here escapes what it is given; markup an env writes itself must escape
 every value read from an episode with ``esc`` (episode content is untrusted).
 """
 
 from taketurns._report.charts import Series, bar_chart, histogram
+from taketurns._report.episode_view import EpisodeView, TraceView
 from taketurns._report.markup import details, esc, num, table
 from taketurns._report.parts import Figure, Section
 
 __all__ = [
+    "EpisodeView",
     "Figure",
     "Section",
     "Series",
+    "TraceView",
     "bar_chart",
     "details",
     "esc",

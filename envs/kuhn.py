@@ -29,7 +29,6 @@ from taketurns import (
     ChatSession,
     Env,
     EnvConfig,
-    Episode,
     Task,
     Trace,
     metric,
@@ -38,7 +37,7 @@ from taketurns import (
 from taketurns.env import PolicyProbe, int_between
 from taketurns.envs import kuhn_rules as rules
 from taketurns.envs import reprompts
-from taketurns.report import Figure, Series, bar_chart, num
+from taketurns.report import EpisodeView, Figure, Series, bar_chart, num
 
 __all__ = [
     "SPIEL_ACTIONS",
@@ -242,12 +241,12 @@ class KuhnPoker(PolicyProbe, Env):
         """1.0 when the seat forfeited the hand."""
         return 1.0 if trace.info.get("forfeited") else 0.0
 
-    def report_figures(self, episodes: Iterable[Episode]) -> list[Figure]:
+    def report_figures(self, episodes: Iterable[EpisodeView]) -> list[Figure]:
         """The mean payoff by the card held, one bar per seat (ok episodes only)."""
         return [payoff_by_card(episodes)]
 
 
-def payoff_by_card(episodes: Iterable[Episode]) -> Figure:
+def payoff_by_card(episodes: Iterable[EpisodeView]) -> Figure:
     """Mean payoff by card and seat, from each trace's ``info`` (``seat``, ``card``)
     and its ``payoff`` reward; a failed episode's hands are no result and left out."""
     payoffs: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])

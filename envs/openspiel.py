@@ -48,7 +48,6 @@ from taketurns import (
     ChatSession,
     Env,
     EnvConfig,
-    Episode,
     OptionError,
     Task,
     Trace,
@@ -58,7 +57,7 @@ from taketurns import (
 from taketurns.env import PolicyProbe, int_between, one_of
 from taketurns.envs import openspiel_cfr, reprompts
 from taketurns.envs import openspiel_games as games
-from taketurns.report import Section, table
+from taketurns.report import EpisodeView, Section, table
 
 __all__ = ["OpenSpiel", "OpenSpielConfig", "ask_text", "rules_prompt"]
 
@@ -351,7 +350,7 @@ class OpenSpiel(PolicyProbe, Env):
         """1.0 when the game reached its end (not a forfeit)."""
         return 1.0 if trace.info.get("terminal") else 0.0
 
-    def report_sections(self, episodes: Iterable[Episode]) -> list[Section]:
+    def report_sections(self, episodes: Iterable[EpisodeView]) -> list[Section]:
         """The moves per seat (how often each seat made each move) and, for a probe
         run (``taketurns exploitability``), the empirical policy by information state
         (ok episodes only)."""

@@ -52,7 +52,6 @@ from taketurns import (
     ConfigError,
     Env,
     EnvConfig,
-    Episode,
     Judge,
     OptionError,
     Reply,
@@ -70,7 +69,7 @@ from taketurns.envs.episode_mcp import python_or_mcp
 from taketurns.envs.tau2_judge import Tau2JudgeConfig, nl_rubric
 from taketurns.envs.tau2_package import DOMAINS, package_version, tasks, tau2
 from taketurns.envs.tau2_world import GREETING, World
-from taketurns.report import Section
+from taketurns.report import EpisodeView, Section
 
 __all__ = ["POLICIES", "Tau2Bench", "Tau2Config"]
 
@@ -383,7 +382,7 @@ class Tau2Bench(Env):
         found = (await self._verdict(task, trace))["reward_info"]
         return _all_met(found, "action_checks", "action_match")
 
-    def report_sections(self, episodes: Iterable[Episode]) -> list[Section]:
+    def report_sections(self, episodes: Iterable[EpisodeView]) -> list[Section]:
         """Per task tau2's reward and breakdown; per episode both seats' actions in
         order, and the database diff on failure (``taketurns.envs.tau2_report``)."""
         from taketurns.envs.tau2_report import sections

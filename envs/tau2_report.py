@@ -16,8 +16,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from taketurns import Episode
-from taketurns.report import Section, details, table
+from taketurns.report import EpisodeView, Section, details, table
 
 __all__ = ["LOG_EPISODES", "sections"]
 
@@ -26,7 +25,7 @@ SEATS = ("assistant", "user")
 PARTS = ("DB", "ENV_ASSERTION", "COMMUNICATE", "ACTION", "NL_ASSERTION")
 
 
-def _facts(episode: Episode) -> dict[str, Any] | None:
+def _facts(episode: EpisodeView) -> dict[str, Any] | None:
     for trace in episode.traces:
         if trace.agent.name == "assistant" and isinstance(trace.info.get("tau2"), dict):
             facts: dict[str, Any] = trace.info["tau2"]
@@ -34,7 +33,7 @@ def _facts(episode: Episode) -> dict[str, Any] | None:
     return None
 
 
-def _log(episode: Episode) -> list[dict[str, Any]]:
+def _log(episode: EpisodeView) -> list[dict[str, Any]]:
     for trace in episode.traces:
         log = trace.info.get("log")
         if isinstance(log, list):
@@ -42,10 +41,10 @@ def _log(episode: Episode) -> list[dict[str, Any]]:
     return []
 
 
-def sections(episodes: Iterable[Episode]) -> list[Section]:
+def sections(episodes: Iterable[EpisodeView]) -> list[Section]:
     """The per-task breakdown and the action log (one pass over ``episodes``)."""
     per_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    shown: list[Episode] = []
+    shown: list[EpisodeView] = []
     for episode in episodes:
         facts = _facts(episode)
         if facts is not None and episode.ok:
@@ -98,7 +97,7 @@ def _rows(log: list[dict[str, Any]]) -> list[tuple[object, ...]]:
     return rows
 
 
-def _actions(shown: list[Episode]) -> Section:
+def _actions(shown: list[EpisodeView]) -> Section:
     boxes = []
     for i, episode in enumerate(shown):
         facts = _facts(episode) or {}

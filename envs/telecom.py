@@ -45,7 +45,6 @@ from taketurns import (
     ChatSession,
     Env,
     EnvConfig,
-    Episode,
     OptionError,
     Task,
     Trace,
@@ -57,7 +56,7 @@ from taketurns.envs.episode_mcp import python_or_mcp
 from taketurns.envs.telecom_report import action_log, actions_per_episode
 from taketurns.envs.telecom_world import BackOffice, Device, DeviceState, Line, World
 from taketurns.harness import McpServer, open_mcp_servers
-from taketurns.report import Figure, Section
+from taketurns.report import EpisodeView, Figure, Section
 
 __all__ = ["KINDS", "POLICY", "TelecomConfig", "TelecomLite", "make_world"]
 
@@ -233,11 +232,11 @@ class TelecomLite(Env):
             said = await user.turn(answer.text)
         return "exchanges"
 
-    def report_figures(self, episodes: Iterable[Episode]) -> list[Figure]:
+    def report_figures(self, episodes: Iterable[EpisodeView]) -> list[Figure]:
         """How many actions each seat took per episode (and which tools)."""
         return [actions_per_episode(episodes)]
 
-    def report_sections(self, episodes: Iterable[Episode]) -> list[Section]:
+    def report_sections(self, episodes: Iterable[EpisodeView]) -> list[Section]:
         """The attributed log of both seats' actions, per episode."""
         return [action_log(episodes)]
 

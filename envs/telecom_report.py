@@ -16,8 +16,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from taketurns import Episode
-from taketurns.report import Figure, Section, bar_chart, details, histogram, table
+from taketurns.report import EpisodeView, Figure, Section, bar_chart, details, histogram, table
 
 __all__ = ["LOG_EPISODES", "action_log", "actions_per_episode", "log_of"]
 
@@ -25,7 +24,7 @@ LOG_EPISODES = 50
 SEATS = ("assistant", "user")  # in the order of the agents' colours elsewhere
 
 
-def log_of(episode: Episode) -> list[dict[str, Any]]:
+def log_of(episode: EpisodeView) -> list[dict[str, Any]]:
     """The episode's attributed log (from whichever trace holds it), or []."""
     for trace in episode.traces:
         log = trace.info.get("log")
@@ -47,7 +46,7 @@ def _rows(log: list[dict[str, Any]]) -> list[tuple[object, ...]]:
     ]
 
 
-def _headline(episode: Episode, log: list[dict[str, Any]]) -> str:
+def _headline(episode: EpisodeView, log: list[dict[str, Any]]) -> str:
     seats = Counter(str(e.get("seat")) for e in log)
     calls = ", ".join(f"{seats[s]} by the {s}" for s in SEATS if seats[s])
     rewards = {t.agent.name: t.rewards.get("resolved") for t in episode.traces}
@@ -59,9 +58,9 @@ def _headline(episode: Episode, log: list[dict[str, Any]]) -> str:
     return " · ".join(parts)
 
 
-def action_log(episodes: Iterable[Episode]) -> Section:
+def action_log(episodes: Iterable[EpisodeView]) -> Section:
     """The attributed log of the first ``LOG_EPISODES`` episodes, one box each."""
-    kept: list[tuple[tuple[int, int, str], int, Episode]] = []
+    kept: list[tuple[tuple[int, int, str], int, EpisodeView]] = []
     total = 0
     for n, episode in enumerate(episodes):
         total += 1
@@ -94,7 +93,7 @@ def action_log(episodes: Iterable[Episode]) -> Section:
     return Section("Action log: both seats, in order", intro + "".join(boxes) + more, "action-log")
 
 
-def actions_per_episode(episodes: Iterable[Episode]) -> Figure:
+def actions_per_episode(episodes: Iterable[EpisodeView]) -> Figure:
     """How many actions each seat took in an episode: a histogram over the ok
     episodes, one bar per seat; the tooltip of a bar names the tools called."""
     counts: dict[str, Counter[float]] = {seat: Counter() for seat in SEATS}

@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 
-from taketurns import AgentConfig, Agents, Env, EnvConfig, Episode, Task
-from taketurns.report import Figure, Section, Series, bar_chart, table
+from taketurns import AgentConfig, Agents, Env, EnvConfig, Task
+from taketurns.report import EpisodeView, Figure, Section, Series, bar_chart, table
 
 
 @attrs.define
@@ -38,7 +38,7 @@ class WordsEnv(Env):
             await session.turn()
             session.trace.info["word"] = f"<b>word {task.idx % 2}</b>"
 
-    def report_figures(self, episodes: Iterable[Episode]) -> list[Figure]:
+    def report_figures(self, episodes: Iterable[EpisodeView]) -> list[Figure]:
         if self.config.hooks == "raises":
             raise RuntimeError("the figure broke")
         if self.config.hooks == "first":
@@ -49,7 +49,7 @@ class WordsEnv(Env):
         svg = bar_chart("plot-words", names, series, x_label="word", y_label="episodes")
         return [Figure("Words said", svg, note="one bar per word")]
 
-    def report_sections(self, episodes: Iterable[Episode]) -> Any:
+    def report_sections(self, episodes: Iterable[EpisodeView]) -> Any:
         if self.config.hooks == "wrong":
             return "<p>not a section</p>"
         rows = [(e.id, t.agent.name, t.info["word"]) for e in episodes for t in e.traces]

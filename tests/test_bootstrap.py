@@ -150,6 +150,18 @@ def test_pass_hat_k_against_pass_at_k_on_constructed_rollouts() -> None:
     assert a["pass_at_k"]["3"] == pytest.approx(1.0)
 
 
+def test_pass_hat_k_at_every_k_as_tau2_reports_it() -> None:
+    """At -r 4, pass^k for k = 1..4 (tau2-bench's table), each the mean over tasks of
+    C(c, k) / C(4, k): task 0 passes 3 of 4, task 1 all 4."""
+    episodes = [_episode(0, r) for r in (1.0, 1.0, 1.0, 0.0)]
+    episodes += [_episode(1, 1.0) for _ in range(4)]
+    a = summarize(episodes, rollouts=4)["agents"]["a"]
+    assert a["pass_hat_k"] == pytest.approx(
+        {str(k): (math.comb(3, k) / math.comb(4, k) + 1.0) / 2 for k in range(1, 5)}
+    )
+    assert set(a["pass_at_k"]) == {"1", "2", "4"}
+
+
 def test_task_spread_across_rollouts() -> None:
     """Task 0 scores 1 and -1 (sd √2, mixed), task 1 scores 2 and 2 (sd 0); task 2 has
     one ok rollout (its other episode failed) and no spread."""

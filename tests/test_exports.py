@@ -96,8 +96,8 @@ TIERS: dict[str, list[str]] = {
         *("trace_samples", "turn_tokens"),
     ],
     "taketurns.report": [
-        *("Figure", "Section", "Series", "bar_chart", "details", "esc", "histogram", "num"),
-        "table",
+        *("EpisodeView", "Figure", "Section", "Series", "TraceView", "bar_chart", "details"),
+        *("esc", "histogram", "num", "table"),
     ],
     "taketurns.testing": [
         *("USAGE", "BuiltinModel", "ReplayDivergence", "ReplayResult", "ScriptedModel"),

@@ -117,9 +117,11 @@ def test_an_env_not_installed_here_costs_only_its_part(tmp_path: Path) -> None:
 
 def test_the_public_report_module() -> None:
     assert taketurns.report.__all__ == [
+        "EpisodeView",
         "Figure",
         "Section",
         "Series",
+        "TraceView",
         "bar_chart",
         "details",
         "esc",

@@ -183,9 +183,9 @@ def _add_exploitability_command(sub: Any) -> None:
         help="NashConv and exploitability of a model's policy over a small game",
         description="Ask each seat at every information state of the env's game K times "
         "(seeded, through the engine like any turn), build the empirical tabular policy and "
-        "measure it (OpenSpiel's exploitability module for OpenSpiel games), with a "
-        "bootstrap 95% interval over the K answers of each state.",
-        epilog="Any other option is a dotted config override: --env.game=leduc_poker.",
+        "measure it with the env's own measure (the env's PolicyProbe), with a bootstrap 95% "
+        "interval over the K answers of each state.",
+        epilog="Any other option is a dotted config override, e.g. --env.game=NAME.",
     )
     cmd.add_argument("env", help="an env that can be asked at each information state")
     k_help = "answers asked per information state (default: 100)"

@@ -39,9 +39,9 @@ from taketurns._exchange.seeds import DEFAULT_SEED
 from taketurns._exchange.task import Task
 
 if TYPE_CHECKING:
-    from taketurns._eval.episode import Episode
     from taketurns._exchange.agent import Agents
     from taketurns._exchange.judge import Judge
+    from taketurns._report.episode_view import EpisodeView
     from taketurns._report.parts import Figure, Section
 
 __all__ = ["Env", "register_env", "roles_of"]
@@ -133,17 +133,19 @@ class Env(abc.ABC):
         endpoints with the agents' before the first episode. Default: none."""
         return ()
 
-    def report_figures(self, episodes: Iterable[Episode]) -> Sequence[Figure]:
+    def report_figures(self, episodes: Iterable[EpisodeView]) -> Sequence[Figure]:
         """Figures of this env's own, drawn in the report's Plots grid after the
         built-in ones (``taketurns.report``: ``Figure``, ``bar_chart``...).
         ``episodes``: every episode of the run, read back from ``episodes.jsonl``
-        one at a time (iterate once; keep running sums, not the episodes), failed
-        ones too (``episode.ok`` is False: leave them out of what measures the
-        model). Called on an env built from the run's ``config.toml``; an error
-        leaves the env's part out with a note, never the report. Default: none."""
+        one at a time as ``taketurns.report.EpisodeView`` values (the parsed record,
+        read like an ``Episode``: fields beyond the view's own structure it on first
+        use); iterate once, keep running sums, not the episodes; failed ones too
+        (``episode.ok`` is False: leave them out of what measures the model).
+        Called on an env built from the run's ``config.toml``; an error leaves the
+        env's part out with a note, never the report. Default: none."""
         return ()
 
-    def report_sections(self, episodes: Iterable[Episode]) -> Sequence[Section]:
+    def report_sections(self, episodes: Iterable[EpisodeView]) -> Sequence[Section]:
         """Sections of this env's own, after the plots and before the transcripts
         (``taketurns.report``: ``Section``, ``table``...): what a reader of this
         env's runs looks at besides the transcripts. ``episodes`` as for

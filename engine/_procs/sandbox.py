@@ -167,7 +167,8 @@ def _shebang(path: str) -> list[str]:
 def install_tree(program: str) -> list[str]:
     """Where an installed program lives: the link itself and, from its real file,
     the outermost ``node_modules`` above it (an npm prefix: the CLI and its native
-    package beside it), else ``.../bin/prog``'s installation (two levels up)."""
+    package beside it), else ``.../bin/prog``'s installation (two levels up); and,
+    named as ``.../bin/prog``, the installation the name itself lies in."""
     real = os.path.realpath(program)
     found = [program, real]
     parts = Path(real).parts
@@ -175,6 +176,10 @@ def install_tree(program: str) -> list[str]:
         found.append(str(Path(*parts[: parts.index("node_modules") + 1])))
     else:
         found.append(str(Path(real).parent.parent))
+    if Path(program).parent.name == "bin":
+        # a link's own installation too: a venv's ``bin/python`` links into the base
+        # interpreter, and the venv (its pyvenv.cfg, its site-packages) is the link's
+        found.append(str(Path(program).parent.parent))
     return found
 
 

@@ -4,9 +4,11 @@
 The core knows no env: whatever a run's env wants shown besides the built-in
 tables, plots and transcripts it draws itself, through those hooks. The env is the
 one the eval ran (``write_report(env=...)``) or one built from the run's
-``config.toml``; each hook gets the run's episodes as ``Episode`` values, streamed
-from ``episodes.jsonl``. The first hook reads them from the report's own pass over
-the file (``each`` sees every record, however far the hook reads: the rest is read
+``config.toml``; each hook gets the run's episodes as ``EpisodeView`` values (the
+parsed records, read like ``Episode`` values; nothing is structured through cattrs
+unless a hook reads a field beyond the view's own), streamed from
+``episodes.jsonl``. The first hook reads them from the report's own pass over the
+file (``each`` sees every record, however far the hook reads: the rest is read
 after it returns), so an env with one hook costs no second pass; a second hook
 reads the file again. An env that cannot be built here (its plugin is not
 installed, its config no longer loads) or a hook that raises or returns the wrong
@@ -26,8 +28,8 @@ from typing import Any
 import attrs
 
 from taketurns._eval.env import Env
-from taketurns._eval.episode import Episode
-from taketurns._output.records import episode_from, read_episodes
+from taketurns._output.records import read_episodes
+from taketurns._report.episode_view import EpisodeView
 from taketurns._report.parts import Figure, Section
 
 __all__ = ["EnvParts", "env_from", "env_parts", "episode_parts"]
@@ -43,14 +45,11 @@ class EnvParts:
     notes: list[str] = attrs.field(factory=list)
 
 
-def _episodes(records: Iterable[Record]) -> Iterator[Episode]:
-    """The records as ``Episode`` values; one that no longer structures (a foreign
-    or older shape) is skipped (the page's own tables still count it)."""
+def _episodes(records: Iterable[Record]) -> Iterator[EpisodeView]:
+    """The records as ``EpisodeView`` values: no record is structured into an
+    ``Episode`` unless a hook reads a field the view does not answer itself."""
     for raw in records:
-        try:
-            yield episode_from(raw)
-        except Exception:
-            continue
+        yield EpisodeView(raw)
 
 
 def _seen(records: Iterable[Record], each: Callable[[Record], None]) -> Iterator[Record]:

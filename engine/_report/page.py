@@ -76,14 +76,18 @@ def write_report(
         config = {}
     damaged: list[int] = []
     rollouts = config.get("rollouts")
-    scan = Scan(max_transcripts, rollouts=rollouts if isinstance(rollouts, int) else None)
+    summary = _summary(run_dir / "summary.json", notify)
+    scan = Scan(
+        max_transcripts,
+        rollouts=rollouts if isinstance(rollouts, int) else None,
+        summarize=summary is None,  # the eval's summary.json is read, not recomputed
+    )
     # one pass: the scan sees every record while the env's first hook reads them
     own = env_parts(episodes_path, config, env, each=scan.add, damaged=damaged)
     note = _damaged_note(damaged)
     for line in ([note] if note else []) + own.notes:
         if notify is not None:
             notify(line)
-    summary = _summary(run_dir / "summary.json", notify)
     if summary is None:
         if scan.summary.rollouts is None:
             scan.summary.rollouts = 1 + scan.max_rollout

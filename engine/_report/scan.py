@@ -24,7 +24,10 @@ __all__ = ["Scan"]
 class Scan:
     """Feed each episode record to ``add``; then read the fields."""
 
-    def __init__(self, cap: int, *, rollouts: int | None = None) -> None:
+    def __init__(self, cap: int, *, rollouts: int | None = None, summarize: bool = True) -> None:
+        """``summarize``: feed ``summary`` (a ``Summarizer``) every record; False when
+        the run's ``summary.json`` is there to read instead (``summary`` stays empty)."""
+        self.summarize = summarize
         self.cap = max(cap, 0)
         self.episodes = 0
         self.traces = 0
@@ -55,7 +58,8 @@ class Scan:
         self.max_rollout = max(self.max_rollout, as_int(e.get("rollout")))
         if self.env is None and e.get("env") is not None:
             self.env = str(e.get("env"))
-        self.summary.add(e)
+        if self.summarize:
+            self.summary.add(e)
         failed = record_cause(e) is not None
         for t in traces_of(e):
             self.traces += 1
