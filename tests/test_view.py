@@ -149,7 +149,7 @@ async def test_a_record_longer_than_the_index_step_is_served(runs: Path) -> None
                 page = (await http.get("/api/runs/c/episodes", params={"limit": 3})).json()
                 assert [e["line"] for e in page["episodes"]] == [0, 1, 2]
                 assert page["episodes"][1]["record"]["info"]["pad"] == record["info"]["pad"]
-                shown = await http.get("/run/c/episode/2")
+                shown = await http.get("/run/c/episode/3")  # line 3 counted from 1 (issue 40)
                 assert shown.status_code == 200
         nursery.cancel_scope.cancel()
 
@@ -387,7 +387,7 @@ async def test_model_written_markup_is_escaped(viewer: tuple[str, httpx2.AsyncCl
     assert IMAGE not in page.text
     assert "&lt;script&gt;window.__xss = 1&lt;/script&gt;" in page.text
     assert "script-src 'self'" in page.headers["content-security-policy"]
-    episode = await http.get("/run/b/episode/0")
+    episode = await http.get("/run/b/episode/1")  # the first line (issue 40)
     assert SCRIPT not in episode.text
     assert "&lt;script&gt;" in episode.text
 
@@ -460,3 +460,14 @@ async def test_a_running_runs_page_shows_one_count_and_one_interval(runs: Path) 
     assert "summary-episodes" not in page  # no second count, lagging or not
     assert 'class="ci"' not in page  # no live ≈[...] beside the table's interval
     assert page.count('data-stat="reward_ci95"') == 2  # one interval per agent
+
+
+async def test_an_episode_url_and_its_label_count_lines_alike(
+    viewer: tuple[str, httpx2.AsyncClient],
+) -> None:
+    """Issue 40: ``/episode/0`` was labelled "line 1"; both now count from 1."""
+    _, http = viewer
+    first = await http.get("/run/a/episode/1")
+    assert first.status_code == 200
+    assert "<title>a line 1" in first.text
+    assert (await http.get("/run/a/episode/0")).status_code == 404

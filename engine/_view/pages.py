@@ -250,7 +250,7 @@ def newest(run: RunView) -> str:
             else f'<span class="badge bad">failed: {esc(describe_cause(e["cause"]))}</span>'
         )
         items.append(
-            f'<li><a href="{esc(url(run, "/episode/" + str(e["line"])))}">'
+            f'<li><a href="{esc(url(run, "/episode/" + str(e["line"] + 1)))}">'
             f"<code>{esc(e['id'])}</code></a> "
             f'{badge} <span class="muted">{esc(e["stop"])}</span> {rewards}</li>'
         )
