@@ -567,3 +567,14 @@ def test_an_all_failed_runs_stop_conditions_say_why_they_are_empty(tmp_path: Pat
     assert main(["eval", env, "-n", "3", "-o", str(out), "--no-progress"]) == 1
     page = (out / "report.html").read_text()
     assert "no data: all 3 episodes failed (failed episodes are left out)" in page
+
+
+def test_a_transcript_prints_rewards_as_the_tables_do(kuhn_run: Path) -> None:
+    """Issue 40: one reward printed ``0.0625`` in a transcript and ``-0.062`` in a
+    table; every reward now has the tables' format (``+0.062``)."""
+    _, doc = _report(kuhn_run)
+    shown = [el.text for el in doc.select("span", cls="ep-rewards")]
+    assert shown
+    for text in shown:
+        for part in text.split(" · "):
+            assert re.fullmatch(r"player[01] [+-]\d+\.\d{3}", part), part

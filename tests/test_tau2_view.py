@@ -90,7 +90,7 @@ async def test_each_episode_page_shows_its_breakdown_both_seats_and_the_db_diff(
     assert [f["reward_breakdown"]["DB"] for f in idle] == [0.0, 0.0]
     assert gold[0]["reward"] == 1.0
     for line, facts in enumerate(idle):
-        page = await _get(http, f"/run/idle/episode/{line}")
+        page = await _get(http, f"/run/idle/episode/{line + 1}")  # counted from 1
         assert "tau2: reward by task" in page
         assert _breakdown_row(facts) in page
         assert "tau2: both seats, in order" in page
@@ -102,7 +102,7 @@ async def test_each_episode_page_shows_its_breakdown_both_seats_and_the_db_diff(
         others = [_breakdown_row(f) for f in idle if f["id"] != facts["id"]]
         assert others
         assert all(row not in page for row in others)  # this episode's alone
-    page = await _get(http, "/run/gold/episode/0")
+    page = await _get(http, "/run/gold/episode/1")  # the first line, counted from 1
     assert _breakdown_row(gold[0]) in page
     assert f"{ASSISTANT}</td><td>find_user_id_by_name_zip</td>" in page  # a tool call
     assert USER in page

@@ -26,6 +26,7 @@ from viewruns import IMAGE, SCRIPT, eval_run, hostile_run
 
 from taketurns._cli.main import main
 from taketurns._view import lines as lines_module
+from taketurns._view import pages
 from taketurns._view.filters import EpisodeFilter
 from taketurns._view.library import Library
 from taketurns._view.lines import LineIndex
@@ -148,7 +149,7 @@ async def test_a_record_longer_than_the_index_step_is_served(runs: Path) -> None
                 page = (await http.get("/api/runs/c/episodes", params={"limit": 3})).json()
                 assert [e["line"] for e in page["episodes"]] == [0, 1, 2]
                 assert page["episodes"][1]["record"]["info"]["pad"] == record["info"]["pad"]
-                shown = await http.get("/run/c/episode/2")
+                shown = await http.get("/run/c/episode/3")  # line 3 counted from 1 (issue 40)
                 assert shown.status_code == 200
         nursery.cancel_scope.cancel()
 
@@ -386,7 +387,7 @@ async def test_model_written_markup_is_escaped(viewer: tuple[str, httpx2.AsyncCl
     assert IMAGE not in page.text
     assert "&lt;script&gt;window.__xss = 1&lt;/script&gt;" in page.text
     assert "script-src 'self'" in page.headers["content-security-policy"]
-    episode = await http.get("/run/b/episode/0")
+    episode = await http.get("/run/b/episode/1")  # the first line (issue 40)
     assert SCRIPT not in episode.text
     assert "&lt;script&gt;" in episode.text
 
@@ -435,3 +436,38 @@ def test_a_host_beyond_loopback_is_warned_about(runs: Path) -> None:
 def test_loopback_hosts() -> None:
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "192.168.1.2", "::", "example.com"))
+
+
+async def test_a_running_runs_page_shows_one_count_and_one_interval(runs: Path) -> None:
+    """Issue 40: the live header (``DONE 69 ... ≈[...]``) and the summary table
+    (``episodes 50 ... [...]``) disagreed on a running run. The header keeps the live
+    counts and means, the table the run's one (bootstrap) interval."""
+    library = Library([runs])
+    library.discover()
+    fd = os.open(runs / "c" / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a writer: the run is running
+        library.refresh()
+        run = library.get("c")
+        assert run is not None
+        assert run.state == RUNNING
+        while await run.follow(10):  # True: more to read
+            pass
+        page = pages.live_facts(run) + pages.figures(run, await run.summary())
+    finally:
+        os.close(fd)
+    assert page.count('data-fact="done"') == 1
+    assert "summary-episodes" not in page  # no second count, lagging or not
+    assert 'class="ci"' not in page  # no live ≈[...] beside the table's interval
+    assert page.count('data-stat="reward_ci95"') == 2  # one interval per agent
+
+
+async def test_an_episode_url_and_its_label_count_lines_alike(
+    viewer: tuple[str, httpx2.AsyncClient],
+) -> None:
+    """Issue 40: ``/episode/0`` was labelled "line 1"; both now count from 1."""
+    _, http = viewer
+    first = await http.get("/run/a/episode/1")
+    assert first.status_code == 200
+    assert "<title>a line 1" in first.text
+    assert (await http.get("/run/a/episode/0")).status_code == 404

@@ -151,13 +151,16 @@ def _damaged_note(lines: list[int]) -> str:
     )
 
 
-def sections(scan: Scan, summary: Json, own: EnvParts | None = None) -> tuple[str, str]:
+def sections(
+    scan: Scan, summary: Json, own: EnvParts | None = None, *, counts: bool = True
+) -> tuple[str, str]:
     """The report's summary tables, and its figures with the env's own figures and
     sections (``own``: ``env_parts``, when drawn), as HTML (escaped) the way
     ``report.html`` shows them: for other pages over a run (``taketurns view``). Style
-    them with ``REPORT_CSS``."""
+    them with ``REPORT_CSS``. ``counts`` False leaves out the episode counts table (a
+    page that shows live counts elsewhere)."""
     own = own or EnvParts()
-    return _tables(scan, summary), _plots(scan, summary, own) + _sections(own)
+    return _tables(scan, summary, counts=counts), _plots(scan, summary, own) + _sections(own)
 
 
 # --- small helpers -----------------------------------------------------------------
@@ -346,7 +349,7 @@ def _agent_rows(agents: Json) -> list[tuple[str, str, list[str]]]:
     return rows
 
 
-def _tables(scan: Scan, summary: Json) -> str:
+def _tables(scan: Scan, summary: Json, *, counts: bool = True) -> str:
     agents = list(as_dict(summary.get("agents")))
     ident = scan.ident
     head = "".join(f'<th scope="col">{esc(a)}</th>' for a in agents)
@@ -370,11 +373,12 @@ def _tables(scan: Scan, summary: Json) -> str:
         f"{esc(v)}</td></tr>"
         for k, v in ep_rows
     )
+    episodes = f'<table id="summary-episodes"><tbody>{ep_body}</tbody></table>' if counts else ""
     return (
         '<section id="summary"><h2>Summary</h2><div class="tables">'
         f'<table id="summary-agents"><thead><tr><th></th>{head}</tr></thead>'
         f"<tbody>{body}</tbody></table>"
-        f'<table id="summary-episodes"><tbody>{ep_body}</tbody></table></div></section>'
+        f"{episodes}</div></section>"
         f"{measures_section(summary)}"
     )
 

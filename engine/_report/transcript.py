@@ -73,11 +73,23 @@ def render_episode(i: int, e: Json) -> str:
     return _episode(i, e)
 
 
+def signed(value: object) -> str:
+    """A reward as every table and the viewer print it (``+0.062``, issue 40: not
+    ``0.0625`` here and ``+0.062`` there); ``-`` for none."""
+    found = as_float(value)
+    return "-" if found is None else f"{found:+.3f}"
+
+
+def _reward(t: Json) -> str:
+    """A trace's reward; ``-`` for one no rubric scored (a modeled user), not 0."""
+    return signed(t.get("reward")) if as_dict(t.get("rewards")) else "-"
+
+
 def _episode(i: int, e: Json) -> str:
     traces = traces_of(e)
     cause = record_cause(e)
     bad = cause is not None or bool(e.get("errors")) or any(t.get("errors") for t in traces)
-    rewards = " · ".join(f"{agent_of(t)} {num(as_float(t.get('reward')) or 0.0)}" for t in traces)
+    rewards = " · ".join(f"{agent_of(t)} {_reward(t)}" for t in traces)
     search = " ".join(
         [str(e.get("id")), str(e.get("stop"))]
         + [f"{agent_of(t)} {t.get('stop_condition')}" for t in traces]
@@ -104,9 +116,8 @@ def _trace(t: Json) -> str:
     stamp = as_dict(t.get("agent"))
     usage = as_dict(t.get("usage"))
     kv = {
-        # a trace no rubric scored (a modeled user) has no reward: "-", not 0
-        "reward": num(as_float(t.get("reward")) or 0.0) if as_dict(t.get("rewards")) else "-",
-        **{f"reward {k}": shown(v) for k, v in as_dict(t.get("rewards")).items()},
+        "reward": _reward(t),
+        **{f"reward {k}": signed(v) for k, v in as_dict(t.get("rewards")).items()},
         **{f"metric {k}": shown(v) for k, v in as_dict(t.get("metrics")).items()},
         "stop": str(t.get("stop_condition")),
         "tokens": str(usage.get("total_tokens", 0)),

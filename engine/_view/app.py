@@ -149,9 +149,14 @@ def create_app(library: Library, *, allowed_hosts: Collection[str] | None = None
             library.ask_drawing(run)  # the env's own figures: drawn in the background
         return _html(pages.figures(run, summary, own))
 
-    @app.get("/run/<run_id>/episode/<int:line>")
-    async def episode(run_id: str, line: int) -> Any:
+    @app.get("/run/<run_id>/episode/<int:number>")
+    async def episode(run_id: str, number: int) -> Any:
+        """``number``: the record's line in episodes.jsonl counted from 1, as the page
+        labels it (issue 40: the URL counted from 0, its label from 1)."""
         run = find(run_id)
+        line = number - 1
+        if line < 0:
+            raise NotFound(f"run {run_id!r}: episode lines count from 1, not {number}")
         page = await find_episodes(
             run, EpisodeFilter(), line, 1, expand=True, max_scan=1, budget_s=None
         )

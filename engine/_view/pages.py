@@ -91,14 +91,16 @@ def _interval(stats: Mapping[str, Any], kind: str) -> str:
     return f' <span class="ci">{mark}[{signed(ci[0])}, {signed(ci[1])}]</span>'
 
 
-def _means(counts: Mapping[str, Any]) -> str:
+def _means(counts: Mapping[str, Any], *, intervals: bool = True) -> str:
+    """Each agent's mean (and, with ``intervals``, its 95% interval)."""
     agents = as_dict(counts.get("agents"))
     if not agents:
         return '<span class="muted">-</span>'
     kind = str(counts.get("interval"))
     return "".join(
         f'<span class="mean"><span class="agent">{esc(name)}</span> '
-        f"<b>{signed(as_dict(s).get('reward_mean'))}</b>{_interval(as_dict(s), kind)}</span>"
+        f"<b>{signed(as_dict(s).get('reward_mean'))}</b>"
+        f"{_interval(as_dict(s), kind) if intervals else ''}</span>"
         for name, s in agents.items()
     )
 
@@ -225,7 +227,9 @@ def live_facts(run: RunView) -> str:
         f'<div class="fact" data-fact="{esc(k)}"><span>{esc(k)}</span><b>{v}</b></div>'
         for k, v in facts
     )
-    means = _means(row)
+    # the means without an interval: the run's one interval is the summary table's
+    # (issue 40: a live ≈[...] here disagreed with the table's [...] below)
+    means = _means(row, intervals=False)
     reading = ""
     if run.scanned < len(run.index):
         reading = (
@@ -246,7 +250,7 @@ def newest(run: RunView) -> str:
             else f'<span class="badge bad">failed: {esc(describe_cause(e["cause"]))}</span>'
         )
         items.append(
-            f'<li><a href="{esc(url(run, "/episode/" + str(e["line"])))}">'
+            f'<li><a href="{esc(url(run, "/episode/" + str(e["line"] + 1)))}">'
             f"<code>{esc(e['id'])}</code></a> "
             f'{badge} <span class="muted">{esc(e["stop"])}</span> {rewards}</li>'
         )
@@ -265,7 +269,9 @@ def figures(run: RunView, summary: Json, own: EnvParts | None = None) -> str:
             '<div data-final="0"><h2>Summary</h2><p class="muted">reading episodes.jsonl '
             f"({len(run.index):,} lines)…</p></div>"
         )
-    tables, plots = sections(run.scan, summary, own)
+    # while the run goes on, its counts are the live ones at the top of the page only
+    # (issue 40: the table's count lagged behind them): one count on the page
+    tables, plots = sections(run.scan, summary, own, counts=run.state != RUNNING)
     note = ""
     if run.scanned < len(run.index):
         note = (
