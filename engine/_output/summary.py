@@ -232,7 +232,7 @@ class _AgentStats:
         so is its interval. ``reward_ci95``: the bootstrap 95% interval of the mean
         over tasks (``_output.bootstrap``); at ``rollouts > 1`` also ``pass_at_k``,
         ``pass_hat_k`` (pass@k at k = 1, 2, rollouts; pass^k at every k from 1 to
-        rollouts, as tau2-bench reports it) and ``task_spread`` (``_spread``)."""
+        rollouts, the reliability table of tau-bench) and ``task_spread`` (``_spread``)."""
         n, k = self.traces, self.scored
         stderr = math.sqrt(self.m2 / (k - 1) / k) if k >= 2 else 0.0
         stats: dict[str, Any] = {
@@ -262,7 +262,7 @@ class _AgentStats:
             tasks = list(self.by_task.values())
             ks = sorted({1, rollouts} | ({2} if rollouts > 2 else set()))
             stats["pass_at_k"] = {str(k): _over_tasks(tasks, k, pass_at_k) for k in ks}
-            # every k, as tau-bench / tau2-bench report pass^k
+            # every k: tau-bench reports pass^k as a curve over k
             every = range(1, rollouts + 1)
             stats["pass_hat_k"] = {str(k): _over_tasks(tasks, k, pass_hat_k) for k in every}
             stats["task_spread"] = _spread(tasks)
