@@ -38,6 +38,7 @@ the proof that what the engine records is what tau2 scores; ``idle`` a do-nothin
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
@@ -207,7 +208,7 @@ class Tau2Bench(Env):
 
     async def run(self, task: Task, agents: Agents) -> None:
         row = self._row(task)
-        world = await trio.to_thread.run_sync(World, self.config.domain, row)
+        world = await trio.to_thread.run_sync(_one_at_a_time, World, self.config.domain, row)
         if self.config.policy != "model":
             self._script(row, agents)
         async with self._assistant_tools(world) as tools:
@@ -328,11 +329,12 @@ class Tau2Bench(Env):
             raise RuntimeError(
                 "trace.state has no finished tau2 world: run tasks through Tau2Bench.run"
             )
-        info = await trio.to_thread.run_sync(self._evaluate, world)
+        info = await trio.to_thread.run_sync(_one_at_a_time, self._evaluate, world)
         trace.info.setdefault("tau2", {}).update(info)
         return trace.info["tau2"]
 
     def _evaluate(self, world: World) -> dict[str, Any]:
+        """(In a worker thread, under ``_TAU2``.) tau2's evaluation of ``world``."""
         t = tau2()
         assert world.ended is not None
         result = t.evaluator.evaluate_simulation(
@@ -401,3 +403,15 @@ def _all_met(reward_info: dict[str, Any], key: str, field: str) -> float:
     if reward_info.get("reward_basis") is None:
         return 0.0
     return float(all(c.get(field) for c in reward_info.get(key) or ()))
+
+
+# tau2's code in worker threads runs one call at a time: CPython 3.11.7 builds ASTs with
+# a per-interpreter recursion counter that concurrent threads corrupt ("SystemError: AST
+# constructor recursion depth mismatch", seen at -c 64 in DeepDiff/pydantic under
+# tau2's evaluation); on 2 cores under the GIL this costs no parallelism worth having
+_TAU2 = threading.Lock()
+
+
+def _one_at_a_time(fn: Any, *args: Any) -> Any:
+    with _TAU2:
+        return fn(*args)

@@ -11,6 +11,7 @@ no sockets, but trio-asyncio runs the frameworks: the real clock, generous fail_
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +46,16 @@ EXAMPLES = {
 }
 FRAMEWORKS = sorted(EXAMPLES)
 INSTRUCTIONS = "You are a careful agent."  # what the examples' agents are told
+
+
+@pytest.fixture(autouse=True)
+def _forget_the_examples() -> Iterator[None]:
+    """The examples load as modules named after their files: forgotten after each test,
+    so a later test in this process (the docs' commands, run on a copy of examples/)
+    may load its own copy under the same name."""
+    yield
+    for path in EXAMPLES.values():
+        sys.modules.pop(path.stem, None)
 
 
 def example(framework: str) -> str:
