@@ -21,7 +21,10 @@ conversation gets each model answer and the tool results the framework sent back
 Everything runs in the eval process: the framework's loop is an asyncio task on the
 run's trio-asyncio loop (``taketurns.env.run_asyncio``), and its tools are the
 Python functions the user wrote, run there too (an ``async def`` tool runs on the
-loop; a plain ``def`` one the framework may run in a worker thread). A cancellation
+loop; a plain ``def`` one the framework may run in a worker thread). What the
+framework hands the loop's default executor (``run_in_executor(None, ...)``) runs on
+threads the seat owns, joined when it closes (``framework_workers``): no thread of a
+rollout outlives it. A cancellation
 (timeout, ``close()``, Ctrl-C) cancels the framework's asyncio task, which unwinds
 before the segment ends; the segment's model calls in flight are cancelled with it.
 An exception of the framework is the harness failing (its traceback on the trace),
@@ -39,6 +42,7 @@ before any episode.
 from __future__ import annotations
 
 import abc
+import asyncio
 import functools
 import importlib
 import inspect
@@ -51,6 +55,7 @@ from taketurns import ConfigError, HarnessError, Message
 from taketurns.env import run_asyncio
 from taketurns.harness import Harness, Prompt, Rollout, as_tools, load_reference
 from taketurns.harnesses.framework_gate import BASE_URL, Gate, GateTransport
+from taketurns.harnesses.framework_workers import Workers, install, seat_jobs
 
 __all__ = ["FrameworkHarness", "Seat", "tool_specs", "without_platform_thread"]
 
@@ -71,6 +76,8 @@ class Seat:
     agent: Any
     memory: Any = None
     system: str | None = None  # the task's system prompt, for frameworks that re-send it
+    # where the framework's default-executor jobs run (framework_workers): joined at close
+    workers: Workers = attrs.field(factory=Workers)
 
 
 class FrameworkHarness(Harness):
@@ -150,7 +157,7 @@ class FrameworkHarness(Harness):
     async def _segment(self, seat: Seat, messages: Sequence[Message], first: bool) -> None:
         async with seat.gate.open_segment():
             try:
-                await run_asyncio(self.run, seat, messages, first)
+                await run_asyncio(self._run, seat, messages, first)
             except Exception as exc:
                 if seat.gate.failure is not None:  # a refused or failed model call
                     raise seat.gate.failure from exc
@@ -158,11 +165,18 @@ class FrameworkHarness(Harness):
             if seat.gate.failure is not None:  # the framework swallowed it
                 raise seat.gate.failure
 
+    async def _run(self, seat: Seat, messages: Sequence[Message], first: bool) -> None:
+        """``run`` with the loop's default-executor jobs on the seat's own threads."""
+        install(asyncio.get_running_loop())
+        with seat_jobs(seat.workers):
+            await self.run(seat, messages, first)
+
     async def _drop(self, rollout: Rollout) -> None:
         seat: Seat | None = rollout.state.pop("framework", None)
         if seat is not None:
             seat.gate.close()
             await run_asyncio(seat.http.aclose)
+            seat.workers.close()
 
     # -- the factory --------------------------------------------------------------------
 

@@ -15,9 +15,9 @@ builds itself is not the rollout's and is never recorded. A segment is one
 ``graph.ainvoke({"messages": [...new messages]}, {"configurable": {"thread_id": T}})``;
 the rollout's own thread ``T`` carries its state to the next ``turn()`` through the
 graph's checkpointer. Write nodes and tools as ``async def``: langchain runs a plain
-``def`` in a worker thread. langchain-openai itself turns each response into its result
-in the loop's default executor (``run_in_executor``): under trio-asyncio a thread of
-trio's cache, which ends after ~10 s idle; the other framework harnesses start none.
+``def`` in the loop's default executor, and langchain-openai turns each response into
+its result there too; for a seat those jobs run on the seat's own worker threads,
+joined when the rollout closes (``taketurns.harnesses.framework_workers``).
 """
 
 from __future__ import annotations
