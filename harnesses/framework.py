@@ -16,7 +16,9 @@ loop (its tool loop inside) on the user's message; the next ``turn()`` hands the
 framework only the new message and continues its own state (the SDK's ``Session``,
 pydantic-ai's ``message_history``, the graph's checkpointer thread); ``launch`` (a
 first segment) starts a fresh agent and state; ``close()`` drops them. The trace's
-conversation gets each model answer and the tool results the framework sent back.
+conversation gets each model answer and the tool results the framework sent back;
+a rollout tool's result that no request carried back (a run that ends on a tool) is
+recorded when the segment ends (``Gate.run_tool``).
 
 Everything runs in the eval process: the framework's loop is an asyncio task on the
 run's trio-asyncio loop (``taketurns.env.run_asyncio``), and its tools are the
@@ -125,8 +127,8 @@ class FrameworkHarness(Harness):
         """Why ``built`` (the factory's return value) is not a usable agent, or None."""
 
     @abc.abstractmethod
-    def framework_tools(self, rollout: Rollout) -> list[Any]:
-        """The rollout's tools as the framework's function tools."""
+    def framework_tools(self, rollout: Rollout, gate: Gate) -> list[Any]:
+        """The rollout's tools as the framework's function tools (``tool_specs``)."""
 
     @abc.abstractmethod
     async def run(self, seat: Seat, messages: Sequence[Message], first: bool) -> None:
@@ -140,7 +142,7 @@ class FrameworkHarness(Harness):
         gate = Gate(rollout)
         http = self._http(gate)
         model = self.make_model(http, rollout.boundary.model)
-        built = self._checked(self._build(model, self.framework_tools(rollout)))
+        built = self._checked(self._build(model, self.framework_tools(rollout, gate)))
         seat = Seat(gate, http, model, built, system=prompt.system_prompt)
         rollout.state["framework"] = seat
         await self._segment(seat, prompt.messages, True)
@@ -245,10 +247,12 @@ def without_platform_thread(client: Any) -> Any:
     return client
 
 
-def tool_specs(rollout: Rollout) -> list[tuple[Any, str, str, dict[str, Any]]]:
-    """(tool, name, description, JSON schema of its parameters) per rollout tool."""
+def tool_specs(rollout: Rollout, gate: Gate) -> list[tuple[Any, str, str, dict[str, Any]]]:
+    """(call, name, description, JSON schema of its parameters) per rollout tool;
+    ``await call(ToolCall)`` (trio side) runs the tool through ``gate.run_tool``."""
     specs = []
     for tool in as_tools(rollout.tools).values():
         fn = tool.schema["function"]
-        specs.append((tool, tool.name, fn.get("description", ""), fn["parameters"]))
+        call = functools.partial(gate.run_tool, tool)
+        specs.append((call, tool.name, fn.get("description", ""), fn["parameters"]))
     return specs

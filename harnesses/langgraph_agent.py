@@ -35,7 +35,7 @@ from taketurns.harnesses.framework import (
     tool_specs,
     without_platform_thread,
 )
-from taketurns.harnesses.framework_gate import BASE_URL, on_trio
+from taketurns.harnesses.framework_gate import BASE_URL, Gate, on_trio
 
 
 class LangGraphHarness(FrameworkHarness):
@@ -84,7 +84,7 @@ class LangGraphHarness(FrameworkHarness):
             )
         return None
 
-    def framework_tools(self, rollout: Rollout) -> list[Any]:
+    def framework_tools(self, rollout: Rollout, gate: Gate) -> list[Any]:
         from langchain_core.tools import StructuredTool
 
         return [
@@ -92,9 +92,9 @@ class LangGraphHarness(FrameworkHarness):
                 name=name,
                 description=description or name,
                 args_schema=schema,
-                coroutine=_invoker(tool, name),
+                coroutine=_invoker(run, name),
             )
-            for tool, name, description, schema in tool_specs(rollout)
+            for run, name, description, schema in tool_specs(rollout, gate)
         ]
 
     async def run(self, seat: Seat, messages: Sequence[Message], first: bool) -> None:
@@ -108,13 +108,13 @@ class LangGraphHarness(FrameworkHarness):
         await seat.agent.ainvoke({"messages": inputs}, config)
 
 
-def _invoker(tool: Any, name: str) -> Any:
+def _invoker(run: Any, name: str) -> Any:
     """A langchain tool coroutine for one rollout tool: runs it on trio."""
 
     async def invoke(**arguments: Any) -> str:
         import json
 
-        message = await on_trio(tool.call, ToolCall("", name, json.dumps(arguments)))
+        message = await on_trio(run, ToolCall("", name, json.dumps(arguments)))
         return text_of(message.content)
 
     return invoke
