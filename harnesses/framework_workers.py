@@ -94,7 +94,7 @@ def _router() -> type[Any]:
     ``TrioExecutor`` as a default executor, and is imported only when asyncio runs."""
     import trio_asyncio
 
-    class Router(trio_asyncio.TrioExecutor):  # type: ignore[misc]  # untyped
+    class Router(trio_asyncio.TrioExecutor):
         """A loop's default executor: a seat's jobs to its ``Workers``, the rest to
         ``fallback`` (the loop's default before). trio-asyncio awaits ``submit`` as a
         trio task started in the caller's context, so it sees the caller's seat."""
