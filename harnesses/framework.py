@@ -48,8 +48,7 @@ from typing import Any, ClassVar
 import attrs
 
 from taketurns import ConfigError, HarnessError, Message
-from taketurns.env import run_asyncio
-from taketurns.harness import Harness, Prompt, Rollout, as_tools, load_reference
+from taketurns.harness import Harness, Prompt, Rollout, as_tools, load_reference, run_asyncio
 from taketurns.harnesses.framework_gate import BASE_URL, Gate, GateTransport
 
 __all__ = ["FrameworkHarness", "Seat", "tool_specs", "without_platform_thread"]
