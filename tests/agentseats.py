@@ -3,7 +3,6 @@ a conftest: a test module imports the fixtures it uses)."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,12 +12,12 @@ from taketurns.http import InterceptionServer, open_interception_server
 
 
 @pytest.fixture(autouse=True)
-def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Where this test's rollouts make their scratch directories."""
-    root = tmp_path / "tmp"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
+def scratch_root(private_tmpdir: Path) -> Path:
+    """Where this test's rollouts make their scratch directories: the test's own
+    ``TMPDIR`` (``tests/conftest.py``), short enough for the interception server's
+    socket directory to be made there too (past 90 bytes it falls back to ``/tmp``,
+    where a leftover fails no test)."""
+    return private_tmpdir
 
 
 @pytest.fixture

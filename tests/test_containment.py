@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -122,8 +123,7 @@ def kuhn_probe_eval(
     process of its own whose environment holds a canary; its episodes and the
     processes' marker."""
     mark = uuid.uuid4().hex
-    temp = tmp_path / "tmp"
-    temp.mkdir(exist_ok=True)  # the autouse scratch_root made it
+    temp = Path(tempfile.gettempdir())  # the test's own TMPDIR (tests/conftest.py)
     env = {
         "TT_ESCAPE": str(tmp_path / "escaped"),
         "TT_FORBIDDEN_PORT": str(port),
@@ -338,8 +338,7 @@ def start_hanging_eval(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[st
     """A CLI eval whose player0 hangs with children (player1 in process); its process,
     the marker, its private temp directory."""
     mark = uuid.uuid4().hex
-    temp = tmp_path / "tmp"
-    temp.mkdir(exist_ok=True)  # the autouse scratch_root made it
+    temp = Path(tempfile.gettempdir())  # the test's own TMPDIR (tests/conftest.py)
     program = tmp_path / "hang.py"
     program.write_text(HANG)
     command = [sys.executable, str(program)]

@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -38,12 +37,12 @@ LIMIT = 60
 
 
 @pytest.fixture(autouse=True)
-def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Where this test's rollouts make their scratch directories."""
-    root = tmp_path / "scratch"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
+def scratch_root(private_tmpdir: Path) -> Path:
+    """Where this test's rollouts make their scratch directories: the test's own
+    ``TMPDIR`` (``tests/conftest.py``), short enough for the interception server's
+    socket directory to be made there too (past 90 bytes it falls back to ``/tmp``,
+    where a leftover fails no test)."""
+    return private_tmpdir
 
 
 def pairs(num_tasks: int, rollouts: int = 1) -> list[tuple[int, int]]:

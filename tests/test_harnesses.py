@@ -2,8 +2,8 @@
 (the reference programs) talking to a real interception server over loopback HTTP,
 on the real clock (docs/design.md "Testing": autojump + sockets gives false timeouts).
 
-Scratch directories are created under a per-test temp dir (``tempfile.tempdir`` is
-pointed at ``tmp_path``), so "none is left" is checked without racing other runs."""
+Scratch directories are created in the test's own ``TMPDIR`` (``tests/conftest.py``),
+so "none is left" is checked without racing other runs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import tomllib
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -61,12 +60,12 @@ LIMIT = 30
 
 
 @pytest.fixture(autouse=True)
-def scratch_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Where this test's rollouts make their scratch directories."""
-    root = tmp_path / "tmp"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
+def scratch_root(private_tmpdir: Path) -> Path:
+    """Where this test's rollouts make their scratch directories: the test's own
+    ``TMPDIR`` (``tests/conftest.py``), short enough for the interception server's
+    socket directory to be made there too (past 90 bytes it falls back to ``/tmp``,
+    where a leftover fails no test)."""
+    return private_tmpdir
 
 
 def leftovers(root: Path) -> list[str]:

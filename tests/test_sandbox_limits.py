@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -32,8 +33,7 @@ def test_runaways_end_their_rollout_as_resource_limit_and_the_eval_goes_on(
     tmp_path: Path,
 ) -> None:
     mark = uuid.uuid4().hex
-    temp = tmp_path / "tmp"
-    temp.mkdir(exist_ok=True)
+    temp = Path(tempfile.gettempdir())  # the test's own TMPDIR (tests/conftest.py)
     env = {"TT_PROBE_MARK": mark}
     hogs = {**env, "TT_PROBE_HOG": "J=fork,Q=memory,K=disk"}
     command = json.dumps([sys.executable, str(PROBE)])
