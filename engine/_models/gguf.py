@@ -22,9 +22,22 @@ vocab_only=True)``: the tokenizer and metadata, no weights) and the server's own
   re-tokenization of the reply's text.
 
 Not recoverable through this server (docs/train/samples.md): the end-of-generation
-token that ended a reply (the server drops it before reporting; it appears as the first
-token the next prompt inserts) and its logprob. A reply that ended on it
-(``finish_reason`` ``stop``) says so: ``stop_token`` ``dropped``.
+token that ended a reply and its logprob. ``Llama._create_completion`` breaks out of
+its loop on any end-of-generation token before it keeps, counts or reports it, and
+SmolLM2 has three (``<|endoftext|>`` 0, ``<|im_end|>`` 2, ``<reponame>`` 4), each of
+nonzero probability at temperature 1 over the whole vocabulary: which one ended the
+reply is not in the response, so none is appended (it would be a guess). A reply that
+ended on one (``finish_reason`` ``stop``) says so: ``stop_token`` ``dropped``; the next
+prompt's template inserts ``<|im_end|>`` there.
+
+Tools under ``chatml-function-calling`` (``FUNCTION_CALLING``; a request with tools
+and a ``tool_choice`` other than ``none``): the format picks a message or a call
+greedily under a grammar, then samples the reply under another grammar (a call's
+arguments under its JSON schema's, a message under the follow-up grammar), while the
+logprobs the server reports are the unconstrained model's. So such a turn's token
+data says what it lacks (``token_gap``): a tool call comes back with no token ids or
+logprobs at all (``TOOL_CALL_GAP``); a message keeps its exact ids but not the
+logprobs, which are not the sampler's (``GRAMMAR_GAP``).
 
 The final-turn check: the reply is rendered into a next prompt (the request's messages
 and the reply, through the same template) and the tokens at the completion's positions
@@ -47,8 +60,18 @@ import attrs
 from taketurns._models.model import ModelResponse
 from taketurns._models.wire import messages_to_wire
 
-__all__ = ["GgufTokens", "gguf_tokens"]
+__all__ = ["FUNCTION_CALLING", "GRAMMAR_GAP", "TOOL_CALL_GAP", "GgufTokens", "gguf_tokens"]
 
+#: llama-cpp-python's chat format that samples every turn given tools under a grammar
+FUNCTION_CALLING = "chatml-function-calling"
+TOOL_CALL_GAP = (
+    "tool call: chatml-function-calling samples it in several grammar-constrained "
+    "completions and the server returns no token ids or logprobs for it"
+)
+GRAMMAR_GAP = (
+    "no logprobs: chatml-function-calling sampled this reply under a grammar, and the "
+    "server reports the unconstrained model's logprobs, not the sampler's"
+)
 _SEARCH_STEPS = 100_000  # bound on the completion-id search (a pathological reply gives up)
 _cache: dict[tuple[Path, str | None], GgufTokens] = {}
 _lock = threading.Lock()
@@ -195,13 +218,26 @@ class GgufTokens:
         again = None
         if prompt is not None and completion is not None:
             again = self.retokenized(body, response, len(prompt), completion)
+        gap, logprobs = None, response.logprobs
+        if self._grammar_constrained(body):
+            gap = TOOL_CALL_GAP if response.message.tool_calls else GRAMMAR_GAP
+            logprobs = None
         return attrs.evolve(
             response,
             prompt_token_ids=prompt,
             token_ids=completion,
+            logprobs=logprobs,
             stop_token=self._stop(response, completion),
             retokenized=again,
+            token_gap=gap,
         )
+
+    def _grammar_constrained(self, body: Mapping[str, Any]) -> bool:
+        """Whether the server samples ``body``'s reply under a grammar of its chat
+        format (module docstring): ``FUNCTION_CALLING`` given tools to choose from."""
+        choice = body.get("tool_choice")
+        chosen = choice is not None and choice != "none"
+        return self.chat_format == FUNCTION_CALLING and bool(body.get("tools")) and chosen
 
     def _stop(self, response: ModelResponse, completion: list[int] | None) -> str | None:
         """``dropped`` for a reply the end-of-generation token ended: ``stop``, its ids

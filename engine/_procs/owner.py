@@ -63,7 +63,7 @@ import attrs
 import trio
 import trio.lowlevel
 
-from taketurns._procs.sandbox import MODEL_SOCKET, Sandbox, bwrap_argv
+from taketurns._procs.sandbox import MODEL_SOCKET, Sandbox, bwrap_argv, hand_over, host_ids
 
 __all__ = ["Captured", "Launch", "OwnedProcess", "run", "start"]
 
@@ -133,6 +133,9 @@ class Launch:
             supervised += ["--status", str(self.status)]
         if self.grace_s > 0:
             supervised += ["--grace", repr(self.grace_s)]
+        user = host_ids() if sandbox.kind == "bwrap" else None
+        if user is not None:  # the eval runs as root: the sandbox does not
+            supervised += ["--user", f"{user[0]}:{user[1]}", os.path.realpath(self.cwd)]
         if sandbox.kind == "bwrap":
             supervised += ["--limits", sandbox.limits.argument()]
             supervised += ["--scratch", os.path.realpath(self.scratch)]
@@ -152,6 +155,7 @@ class Launch:
             model_socket=self.model_socket if self.bridged else None,
             search_path=self.search_path,
             info_fd=self.status,
+            user=user,
         )
 
 
@@ -378,6 +382,8 @@ async def start(
     SIGTERM, killed at once). ``on_limit``: called with the limit's name when a
     sandboxed tree passed one of its resource limits and was killed (at the latest
     when ``wait`` returns)."""
+    if sandbox.kind == "bwrap":
+        hand_over(scratch, host_ids())  # its uid may write it (the eval runs as root)
     read_end, write_end = os.pipe()
     status_read, status_write = os.pipe()
     report_read, report_write = os.pipe()
