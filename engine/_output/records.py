@@ -379,10 +379,8 @@ def _typed(record: dict[str, Any], types: dict[str, tuple[type, ...]]) -> bool:
     for key, kinds in types.items():
         if key in record and not isinstance(record[key], kinds):
             return False
-    for error in record.get("errors") or ():
-        if not isinstance(error, dict):
-            return False
-    return True
+    errors = record.get("errors")
+    return not errors or all(isinstance(error, dict) for error in errors)
 
 
 def _number(value: Any) -> bool:
