@@ -54,8 +54,7 @@ from typing import Any, ClassVar
 import attrs
 
 from taketurns import ConfigError, HarnessError, Message
-from taketurns.env import run_asyncio
-from taketurns.harness import Harness, Prompt, Rollout, as_tools, load_reference
+from taketurns.harness import Harness, Prompt, Rollout, as_tools, load_reference, run_asyncio
 from taketurns.harnesses.framework_gate import BASE_URL, Gate, GateTransport
 from taketurns.harnesses.framework_workers import Workers, install, seat_jobs
 

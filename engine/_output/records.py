@@ -238,6 +238,7 @@ def _turn_out(turn: Turn, wire: Any, shared: int = 0) -> dict[str, Any]:
         "sampling": turn.sampling,
         "stop_token": turn.stop_token,
         "retokenized": turn.retokenized,
+        "token_gap": turn.token_gap,
     }
 
 

@@ -4,15 +4,15 @@ become.
 
 On by default in every bubblewrap sandbox; each field overridable per role
 (``--env.<role>.sandbox_limits.memory_mb=2048``). How they are enforced (no cgroup
-v2 is delegated on most hosts an eval runs on, and ``RLIMIT_NPROC`` does not bind a
-process whose host uid is root, as a sandbox's is when the eval runs as root):
+v2 is delegated on most hosts an eval runs on):
 
 - by the kernel: ``/dev/shm`` and ``/tmp`` are tmpfs capped at ``shm_mb`` and
   ``scratch_mb`` (a write past the cap fails with ``ENOSPC``); the rlimits
   ``RLIMIT_NOFILE`` (``open_files``), ``RLIMIT_CPU`` (``cpu_s``, per process),
-  ``RLIMIT_FSIZE`` (``scratch_mb``: no one file larger) and ``RLIMIT_NPROC``
-  (``processes``: binding when the eval does not run as root) are set on the
-  sandbox's first process, and every process inherits them;
+  ``RLIMIT_FSIZE`` (``scratch_mb``: no one file larger) and ``RLIMIT_NPROC`` (twice
+  ``processes``: a backstop, counted per sandbox since each has its own user
+  namespace and an unprivileged uid) are set on the sandbox's first process, and
+  every process inherits them;
 - by the supervisor, the PID namespace's init, which sees exactly the tree's
   processes: every ``POLL_S`` it counts them (``processes``), sums their resident
   memory (``memory_mb``) and CPU time (``cpu_s``, the reaped ones' included), and

@@ -63,7 +63,7 @@ import attrs
 import trio
 import trio.lowlevel
 
-from taketurns._procs.sandbox import MODEL_SOCKET, Sandbox, bwrap_argv
+from taketurns._procs.sandbox import MODEL_SOCKET, Sandbox, bwrap_argv, hand_over, host_ids
 
 __all__ = ["Captured", "OwnedProcess", "run", "start"]
 
@@ -113,6 +113,9 @@ def command(
         supervised += ["--status", str(status)]
     if grace_s > 0:
         supervised += ["--grace", repr(grace_s)]
+    user = host_ids() if sandbox.kind == "bwrap" else None
+    if user is not None:  # the eval runs as root: the sandbox does not
+        supervised += ["--user", f"{user[0]}:{user[1]}", os.path.realpath(cwd)]
     if sandbox.kind == "bwrap":
         supervised += ["--limits", sandbox.limits.argument()]
         supervised += ["--scratch", os.path.realpath(scratch)]
@@ -139,6 +142,7 @@ def command(
         model_socket=socket,
         search_path=search_path,
         info_fd=status,
+        user=user,
     )
 
 
@@ -365,6 +369,8 @@ async def start(
     SIGTERM, killed at once). ``on_limit``: called with the limit's name when a
     sandboxed tree passed one of its resource limits and was killed (at the latest
     when ``wait`` returns)."""
+    if sandbox.kind == "bwrap":
+        hand_over(scratch, host_ids())  # its uid may write it (the eval runs as root)
     read_end, write_end = os.pipe()
     status_read, status_write = os.pipe()
     report_read, report_write = os.pipe()

@@ -45,6 +45,14 @@ loopback): listen on ``127.0.0.1:PORT`` before PROGRAM starts and forward each
 connection to the Unix socket ``SOCKET`` (the interception server's, bind-mounted
 into the sandbox), so PROGRAM's model base URL stays ``http://127.0.0.1:PORT/...``.
 
+``--user UID:GID DIR`` (inside a sandbox bwrap started as root, with only
+``CAP_SETUID`` and ``CAP_SETGID``): before anything else, drop to host uid ``UID`` and
+gid ``GID`` with no supplementary group (the kernel then clears every capability),
+make a user namespace mapping them to ``SANDBOX_ID`` (as bwrap's own does for a
+user), and change to the working directory ``DIR`` (the scratch is that uid's, which
+root without its capabilities may not enter); a drop that fails ends the supervisor
+(status 126) before PROGRAM starts.
+
 ``--limits`` (inside a sandbox, where the supervisor is the PID namespace's init and
 ``/proc`` shows exactly the tree; ``taketurns._procs.limits`` says what each limit
 means): the rlimits are set on the supervisor before PROGRAM starts (every process
@@ -69,6 +77,9 @@ import time
 from collections.abc import Callable
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
+CLONE_NEWUSER = 0x10000000
+SANDBOX_ID = 65534  # the uid and gid inside (taketurns._procs.sandbox.SANDBOX_UID)
 _CHUNK = 65536
 _ROUNDS = 1000  # kill rounds before giving up on a tree that keeps forking
 PARENT_POLL_S = 0.2
@@ -82,6 +93,26 @@ def _subreaper() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def _drop(uid: int, gid: int, cwd: str) -> None:
+    """Become host ``uid``/``gid``, unprivileged, in a user namespace of its own, in
+    ``cwd`` (``--user``). Single-threaded: ``unshare(CLONE_NEWUSER)`` refuses
+    otherwise."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)  # from root: every capability is cleared
+    libc = ctypes.CDLL(None, use_errno=True)
+    # a uid change made the process undumpable: its /proc/self is root's then
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    if libc.unshare(CLONE_NEWUSER) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER) failed")
+    for name, line in (("setgroups", "deny"), ("uid_map", f"{SANDBOX_ID} {uid} 1"),
+                       ("gid_map", f"{SANDBOX_ID} {gid} 1")):  # fmt: skip
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(line)
+    os.chdir(cwd)
+    os.environ["PWD"] = cwd  # bwrap set it to where it could go (a CLI may read it)
 
 
 def _children() -> list[int]:
@@ -176,7 +207,10 @@ def _apply_rlimits(limits: dict[str, int]) -> None:
         resource.RLIMIT_NOFILE: limits["open_files"],
         resource.RLIMIT_CPU: limits["cpu_s"],
         resource.RLIMIT_FSIZE: limits["scratch_mb"] * _MB,
-        resource.RLIMIT_NPROC: limits["processes"],
+        # a backstop past the watchdog's count (which ends the tree at the limit):
+        # the kernel stops a bomb faster than the polls, and a program that failed to
+        # fork still leaves its tree over the limit when it exits (``_report_last``)
+        resource.RLIMIT_NPROC: 2 * limits["processes"],
     }
     for which, value in wanted.items():
         _soft, hard = resource.getrlimit(which)
@@ -259,8 +293,10 @@ def _report(options: _Options, hit: str) -> None:
 
 
 def _report_last(options: _Options) -> None:
+    """The program failed: the tree it leaves (not killed yet) past a limit, a full
+    disk, is why."""
     assert options.limits is not None
-    hit = _disk_over(options.limits, options.scratch)
+    hit = _over(options.limits, options.scratch, disk=True)
     if hit is not None:
         _report(options, hit)
 
@@ -303,6 +339,11 @@ class _Options:
         report = value("--report")
         self.report = int(report) if report is not None else None
         self.scratch = value("--scratch")
+        self.user = None
+        if "--user" in options:
+            at = options.index("--user")
+            uid, gid = options[at + 1].split(":")
+            self.user = (int(uid), int(gid), options[at + 2])
         if not self.program:
             raise SystemExit("supervisor: no program after --")
         if self.status is not None and self.bridge is not None:
@@ -366,6 +407,12 @@ def _reporter(status: int | None) -> Callable[[], None] | None:
 
 def main(argv: list[str]) -> int:
     options = _Options(argv)
+    if options.user is not None:
+        try:
+            _drop(*options.user)
+        except OSError as exc:
+            print(f"supervisor: cannot drop to {options.user[:2]}: {exc}", file=sys.stderr)
+            return 126
     _subreaper()
     if options.limits is not None:
         _apply_rlimits(options.limits)
@@ -404,11 +451,12 @@ def main(argv: list[str]) -> int:
         if pid == child.pid:
             status = os.waitstatus_to_exitcode(raw)
             break
-    kill_tree(child.pid)
     if options.limits is not None and status != 0:
-        # a write past a tmpfs's cap fails at once (ENOSPC), and the program may exit
-        # on that before the watchdog's next look: a failure on a full disk is the limit
+        # a write past a tmpfs's cap fails at once (ENOSPC), a fork past RLIMIT_NPROC
+        # too (EAGAIN), and the program may exit on that before the watchdog's next
+        # look: a failure on a full disk or with its tree past a limit is the limit
         _report_last(options)
+    kill_tree(child.pid)
     return 128 - status if status < 0 else status
 
 
