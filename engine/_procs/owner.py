@@ -63,6 +63,7 @@ import attrs
 import trio
 import trio.lowlevel
 
+from taketurns._procs.limits import tree_cgroup
 from taketurns._procs.sandbox import MODEL_SOCKET, Sandbox, bwrap_argv, hand_over, host_ids
 
 __all__ = ["Captured", "OwnedProcess", "run", "start"]
@@ -143,6 +144,7 @@ def command(
         search_path=search_path,
         info_fd=status,
         user=user,
+        cgroup=tree_cgroup(sandbox.limits),  # where cgroup v2 is delegated
     )
 
 
