@@ -261,12 +261,20 @@ def test_telecom_tools_reach_the_managed_model_in_its_prompt_tokens(tmp_path: Pa
         # a split at a tool call says why it had no token ids
         if "came without token ids" in (r["reason"] or ""):
             assert TOOL_CALL_GAP in r["reason"]
-    # where the prompt ids are exact (a turn that answered with a message), every tool
-    # the turn offered is in them
+    # the prompt ids are exact for a message and for a single call (the prompt its
+    # arguments were sampled after, ending in the choice "functions.NAME:\n"), and
+    # every tool the turn offered is in them
     tokens = gguf_tokens(gguf_path(MODEL, field="model"), TOOLS_FORMAT)
+    single = [u for u in with_tools if len((u["response"] or {}).get("tool_calls") or []) == 1]
+    assert single
+    for u in single:
+        assert u["prompt_token_ids"] is not None
+        name = u["response"]["tool_calls"][0]["function"]["name"]
+        assert tokens.detokenize(u["prompt_token_ids"]).decode().endswith(f"functions.{name}:\n")
     seen = [u for u in with_tools if u["prompt_token_ids"]]
-    assert seen, "no tools turn came back with exact prompt ids"
+    assert {"assistant", "user"} <= {a for a, u in turns if u in seen}
     for u in seen:
+        assert len(u["prompt_token_ids"]) == u["usage"]["prompt_tokens"]
         text = tokens.detokenize(u["prompt_token_ids"]).decode()
         for name in u["tools"]:
             assert f"functions.{name}:" in text

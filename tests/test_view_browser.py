@@ -266,24 +266,28 @@ def test_pages_fit_the_window(site: tuple[str, Path], browser: WebDriver, width:
             driver.save_screenshot(str(Path(shots) / f"{name}-{width}.png"))
 
 
-def test_the_runs_table_fits_1400_px_with_long_names(
-    site: tuple[str, Path], browser: WebDriver
+@pytest.mark.parametrize(
+    ("page", "table"), [("", "runs"), (f"compare?run={LONG_RUN}&run=finished", "compared")]
+)
+def test_the_runs_tables_fit_1400_px_with_long_names(
+    site: tuple[str, Path], browser: WebDriver, page: str, table: str
 ) -> None:
     """Long run ids, env ids and model names wrap in their cells: at 1400 px the runs
-    table needs no scrolling of its own and its last column ends inside the window."""
+    table (and a comparison's) needs no scrolling of its own and its last column ends
+    inside the window."""
 
     url, _ = site
     driver = browser
     driver.set_window_size(1400, 1000)
-    driver.get(url)
-    _wait(driver, lambda d: _row(d, LONG_RUN))
-    assert LONG_ENV in _row(driver, LONG_RUN).text
+    driver.get(url + page)
+    _wait(driver, lambda d: LONG_ENV in d.find_element(By.ID, table).text)
     wide, box, last, window, columns = driver.execute_script(
-        "var table = document.getElementById('runs'), heads = table.tHead.rows[0].cells;"
+        "var table = document.getElementById(arguments[0]), heads = table.tHead.rows[0].cells;"
         "return [table.scrollWidth, table.parentElement.clientWidth,"
         " heads[heads.length - 1].getBoundingClientRect().right,"
         " document.documentElement.clientWidth,"
-        " Array.from(heads, h => Math.round(h.getBoundingClientRect().width))]"
+        " Array.from(heads, h => Math.round(h.getBoundingClientRect().width))]",
+        table,
     )
-    assert wide <= box, f"the runs table scrolls in its box ({wide} > {box} px: {columns})"
+    assert wide <= box, f"the {table} table scrolls in its box ({wide} > {box} px: {columns})"
     assert last <= window, f"the last column ends at {last} px, past the window ({window})"

@@ -35,8 +35,10 @@ and a ``tool_choice`` other than ``none``): the format picks a message or a call
 greedily under a grammar, then samples the reply under another grammar (a call's
 arguments under its JSON schema's, a message under the follow-up grammar), while the
 logprobs the server reports are the unconstrained model's. So such a turn's token
-data says what it lacks (``token_gap``): a tool call comes back with no token ids or
-logprobs at all (``TOOL_CALL_GAP``); a message keeps its exact ids but not the
+data says what it lacks (``token_gap``): a tool call comes back with no completion
+ids or logprobs at all (``TOOL_CALL_GAP``; a single call keeps its exact prompt ids,
+the rendered prompt and the ``functions.NAME:`` choice its arguments were sampled
+after, checked against the server's count); a message keeps its exact ids but not the
 logprobs, which are not the sampler's (``GRAMMAR_GAP``).
 
 The final-turn check: the reply is rendered into a next prompt (the request's messages
@@ -66,7 +68,7 @@ __all__ = ["FUNCTION_CALLING", "GRAMMAR_GAP", "TOOL_CALL_GAP", "GgufTokens", "gg
 FUNCTION_CALLING = "chatml-function-calling"
 TOOL_CALL_GAP = (
     "tool call: chatml-function-calling samples it in several grammar-constrained "
-    "completions and the server returns no token ids or logprobs for it"
+    "completions and the server returns no completion ids or logprobs for it"
 )
 GRAMMAR_GAP = (
     "no logprobs: chatml-function-calling sampled this reply under a grammar, and the "
@@ -152,17 +154,20 @@ class GgufTokens:
         """The GGUF's own Jinja chat template (empty when it has none)."""
         return str(self._llama.metadata.get("tokenizer.chat_template", ""))
 
-    def prompt_ids(self, body: Mapping[str, Any], *, count: int | None = None) -> list[int] | None:
+    def prompt_ids(
+        self, body: Mapping[str, Any], *, count: int | None = None, choice: str = _MESSAGE_CHOICE
+    ) -> list[int] | None:
         """The prompt ids the server makes of the request ``body``, or None when its
         request model refuses the body. ``count``: the server's ``usage.prompt_tokens``;
         a text prompt (chatml-function-calling's) that it does not count is tried with
-        the format's message choice appended, the prompt it samples a message after."""
+        the format's ``choice`` appended (the message choice, or a single call's
+        ``functions.NAME:``), the prompt it samples the reply after."""
         prompt = self._render(body)
         if not isinstance(prompt, str):
             return prompt
         ids = self._tokenize(prompt)
         if count is not None and len(ids) != count:
-            ids = self._tokenize(prompt + _MESSAGE_CHOICE)
+            ids = self._tokenize(prompt + choice)
         return ids
 
     def _tokenize(self, text: str) -> list[int]:
@@ -206,7 +211,10 @@ class GgufTokens:
     ) -> ModelResponse:
         """``response`` with ``prompt_token_ids`` and ``token_ids`` set where they are
         exact: each must also match the server's usage count."""
-        prompt = self.prompt_ids(body, count=response.usage.prompt_tokens)
+        calls = response.message.tool_calls
+        # one call's usage counts the prompt its arguments were sampled after
+        choice = f"functions.{calls[0].name}:\n" if len(calls) == 1 else _MESSAGE_CHOICE
+        prompt = self.prompt_ids(body, count=response.usage.prompt_tokens, choice=choice)
         if prompt is not None and len(prompt) != response.usage.prompt_tokens:
             prompt = None
         completion = None

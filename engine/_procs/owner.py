@@ -63,6 +63,7 @@ import attrs
 import trio
 import trio.lowlevel
 
+from taketurns._procs.limits import tree_cgroup
 from taketurns._procs.sandbox import MODEL_SOCKET, Sandbox, bwrap_argv, hand_over, host_ids
 
 __all__ = ["Captured", "Launch", "OwnedProcess", "run", "start"]
@@ -156,6 +157,7 @@ class Launch:
             search_path=self.search_path,
             info_fd=self.status,
             user=user,
+            cgroup=tree_cgroup(sandbox.limits),  # where cgroup v2 is delegated
         )
 
 

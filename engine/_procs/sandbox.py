@@ -86,6 +86,11 @@ ETC = (
     "mime.types", "nsswitch.conf", "os-release", "passwd", "pki", "protocols",
     "resolv.conf", "services", "ssl", "timezone",
 )  # fmt: skip
+# start bwrap in a cgroup (its cgroup.procs: argv[1]; bwrap's argv: the rest)
+ENTER = (
+    "import os, sys; f = open(sys.argv[1], 'w'); f.write(str(os.getpid())); f.close(); "
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
 INSTALL_HINT = "install Debian's bubblewrap (apt-get install bubblewrap)"
 
 
@@ -336,19 +341,25 @@ def bwrap_argv(
     search_path: str | None = None,
     info_fd: int | None = None,
     user: tuple[int, int] | None = None,
+    cgroup: Path | None = None,
 ) -> list[str]:
     """``bwrap`` options then ``--`` and ``supervised`` (the supervisor's argv around
-        ``program``, the agent's own, whose install tree is bound): see the module
-        docstring. ``model_socket``: the host's interception socket, mounted at
-        ``MODEL_SOCKET``; ``search_path``: the ``PATH`` the program is started with;
-        ``info_fd``: where bwrap writes its JSON info (``child-pid``: the host pid of
-        the sandbox's first process, the PID namespace's init); ``user``: ``host_ids()``
-        when the eval runs as root (``supervised`` then drops to them and changes to ``cwd``
-    itself: its ``--user``)."""
+            ``program``, the agent's own, whose install tree is bound): see the module
+            docstring. ``model_socket``: the host's interception socket, mounted at
+            ``MODEL_SOCKET``; ``search_path``: the ``PATH`` the program is started with;
+            ``info_fd``: where bwrap writes its JSON info (``child-pid``: the host pid of
+            the sandbox's first process, the PID namespace's init); ``user``: ``host_ids()``
+            when the eval runs as root (``supervised`` then drops to them and changes to ``cwd``
+        itself: its ``--user``); ``cgroup``: the tree's cgroup v2 (``limits.tree_cgroup``),
+    which bwrap is started in (``ENTER``: the interpreter writes its own pid into it, then
+    executes bwrap, so every process of the tree is in it from its start)."""
     bwrap = bwrap_path()
     if bwrap is None:
         raise FileNotFoundError(INSTALL_HINT)
     argv = [bwrap, *_namespaces(sandbox, as_root=user is not None)]
+    if cgroup is not None:
+        enter = [os.path.realpath(sys.executable), "-I", "-S", "-c", ENTER]
+        argv = [*enter, str(cgroup / "cgroup.procs"), *argv]
     # --as-pid-1: the program (the supervisor) is the PID namespace's init, so when it
     # exits the kernel kills everything left in the namespace. bwrap's own init would
     # wait for every process in it instead (measured: a setsid child kept it alive).
