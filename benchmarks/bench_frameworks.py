@@ -24,8 +24,7 @@ import trio
 
 from taketurns import Agent, AgentConfig, Message, Task
 from taketurns._eval.aio import open_asyncio_host
-from taketurns.env import run_asyncio
-from taketurns.harness import Prompt, Rollout
+from taketurns.harness import Prompt, Rollout, run_asyncio
 from taketurns.harnesses.framework import Seat, without_platform_thread
 from taketurns.harnesses.framework_gate import Gate
 from taketurns.harnesses.openai_agents import OpenAIAgentsHarness

@@ -13,6 +13,8 @@ taskset author's ``taketurns.taskset``):
   ``McpConnection``, ``open_mcp_servers``
 - processes: ``start_owned``/``run_owned`` (the process owner), ``OwnedProcess``,
   ``Captured``, ``Sandbox``
+- asyncio-only libraries inside an episode (a framework's agent loop, an env's
+  client): ``run_asyncio``
 
 The errors a harness raises (and ``RolloutStopped``, the stop it lets through) are in
 ``taketurns.errors``.
@@ -22,6 +24,7 @@ import typing
 
 from taketurns._config.reference import load_reference
 from taketurns._config.registry import harnesses as harness_registry
+from taketurns._eval.aio import run_asyncio
 from taketurns._exchange.harness import Harness, Prompt, Rollout, can_chat
 from taketurns._exchange.mcp_servers import McpConnection, McpServer, McpTool, open_mcp_servers
 from taketurns._exchange.null import NullHarness
@@ -82,6 +85,7 @@ __all__ = [
     "messages_from_wire",
     "messages_to_wire",
     "open_mcp_servers",
+    "run_asyncio",
     "run_owned",
     "start_owned",
     "text_of",

@@ -31,7 +31,7 @@ by attribute) or the ``missing_items``; then ``calls`` (the BFCL call strings).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -50,9 +50,10 @@ from taketurns import (
     stop,
 )
 from taketurns.envs.bfcl_backends import CATEGORIES, Backends, bfcl, check, entries
-from taketurns.envs.episode_mcp import python_or_mcp
+from taketurns.envs.bfcl_mcp import McpFace
+from taketurns.envs.episode_mcp import McpService, python_or_mcp
 from taketurns.errors import ScoringError
-from taketurns.harness import McpServer, McpTool, open_mcp_servers
+from taketurns.harness import McpTool
 
 __all__ = ["BfclConfig", "BfclMultiTurn"]
 
@@ -90,7 +91,7 @@ class BfclMultiTurn(Env):
         super().__init__(config)
         self.entries = entries(self.config.category)  # ConfigError without bfcl-eval
         self.step_limit_calls = bfcl().prompts.MAXIMUM_STEP_LIMIT + 1
-        self.face: Any = None  # with tools = "mcp": the McpFace while services() are held
+        self.mcp = McpService(McpFace, "tools")
 
     def default_harness(self, role: str) -> str:
         return "tools"
@@ -120,30 +121,15 @@ class BfclMultiTurn(Env):
 
     def services(self) -> contextlib.AbstractAsyncContextManager[None]:
         """With ``tools = "mcp"``: the MCP server of this eval's episodes."""
-        return self._serving() if self.config.tools == "mcp" else contextlib.nullcontext()
-
-    @contextlib.asynccontextmanager
-    async def _serving(self) -> AsyncIterator[None]:
-        from taketurns.envs.bfcl_mcp import McpFace
-
-        face = McpFace()
-        async with face.serving():
-            self.face = face
-            try:
-                yield
-            finally:
-                self.face = None
+        return self.mcp.services(self.config.tools == "mcp")
 
     async def run(self, task: Task, agents: Agents) -> None:
         backends = Backends(self._entry(task)[0])
         if self.config.tools == "python":
             await self._play(task, backends, agents, None)
             return
-        if self.face is None:
-            raise RuntimeError("tools = 'mcp' serves through env.services(): run under an eval")
-        with self.face.episode(backends) as url:
-            async with open_mcp_servers([McpServer("bfcl", url=url)]) as (_, connections):
-                await self._play(task, backends, agents, connections["bfcl"])
+        async with self.mcp.open(backends, "bfcl") as (_, connections):
+            await self._play(task, backends, agents, connections["bfcl"])
 
     async def _play(self, task: Task, backends: Backends, agents: Agents, mcp: Any) -> None:
         """The exchange: each user turn one ``session.turn``; ``mcp``: the episode's

@@ -10,6 +10,10 @@ the body's duration; a request names its episode by that path alone, so an episo
 client reaches no other episode's tools. An unknown secret gets 404. What the tools are
 and what a call does is the subclass's: ``functions(state)`` and ``call(state, name,
 arguments)``.
+
+An env holds its ``EpisodeMcp`` through an ``McpService``: the env's ``services()``
+returns ``service.services(wanted)`` (the option asks for ``mcp``), and an episode
+reaches its tools by ``service.open(state, server)``.
 """
 
 from __future__ import annotations
@@ -20,15 +24,16 @@ import functools
 import importlib.util
 import logging
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import attrs
 import trio
 
 from taketurns import OptionError
+from taketurns.harness import McpConnection, McpServer, McpTool, open_mcp_servers
 
-__all__ = ["EpisodeMcp", "python_or_mcp"]
+__all__ = ["EpisodeMcp", "McpService", "python_or_mcp"]
 
 log = logging.getLogger(__name__)
 _EPISODE = "taketurns.mcp.episode"  # the ASGI scope key naming the request's episode
@@ -148,3 +153,43 @@ class EpisodeMcp(abc.ABC, Generic[State]):
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], is_error=failed
         )
+
+
+class McpService(Generic[State]):
+    """An env's tools served over MCP when its option ``option`` says ``mcp``: one fresh
+    ``face()`` per eval, held while the env's ``services()`` are."""
+
+    def __init__(self, face: Callable[[], EpisodeMcp[State]], option: str) -> None:
+        self._face = face
+        self.option = option
+        self.face: EpisodeMcp[State] | None = None  # while served
+
+    def services(self, wanted: bool) -> contextlib.AbstractAsyncContextManager[None]:
+        """What the env's ``services()`` returns: with ``wanted``, a fresh ``face()``
+        serving (``self.face``) for the body; else nothing."""
+        return self._serving() if wanted else contextlib.nullcontext()
+
+    @contextlib.asynccontextmanager
+    async def _serving(self) -> AsyncIterator[None]:
+        face = self._face()
+        async with face.serving():
+            self.face = face
+            try:
+                yield
+            finally:
+                self.face = None
+
+    @contextlib.asynccontextmanager
+    async def open(
+        self, state: State, server: str
+    ) -> AsyncIterator[tuple[tuple[McpTool, ...], dict[str, McpConnection]]]:
+        """One episode's connection to ``state``'s tools, as the MCP server ``server``:
+        yields what ``open_mcp_servers`` does. Raises ``RuntimeError`` outside
+        ``services()`` (the env was not run under an eval)."""
+        if self.face is None:
+            raise RuntimeError(
+                f"{self.option} = 'mcp' serves through env.services(): run under an eval"
+            )
+        with self.face.episode(state) as url:
+            async with open_mcp_servers([McpServer(server, url=url)]) as opened:
+                yield opened

@@ -66,8 +66,9 @@ from taketurns import (
     stop,
 )
 from taketurns.env import int_between, one_of
-from taketurns.envs.episode_mcp import python_or_mcp
+from taketurns.envs.episode_mcp import McpService, python_or_mcp
 from taketurns.envs.tau2_judge import Tau2JudgeConfig, nl_rubric
+from taketurns.envs.tau2_mcp import Tau2Face
 from taketurns.envs.tau2_package import DOMAINS, package_version, tasks, tau2
 from taketurns.envs.tau2_world import GREETING, World
 from taketurns.report import EpisodeView, Section
@@ -139,7 +140,7 @@ class Tau2Bench(Env):
         self.rows = self._rows()  # ConfigError without the package, or on bad input
         self.by_id = {row.id: row for row in self.rows}
         self.version = package_version()
-        self.face: Any = None  # with tools = "mcp": the Tau2Face while served
+        self.mcp = McpService(Tau2Face, "tools")
         self.judge = Judge.of(self.config.judge)
 
     def _rows(self) -> tuple[Any, ...]:
@@ -186,19 +187,7 @@ class Tau2Bench(Env):
 
     def services(self) -> contextlib.AbstractAsyncContextManager[None]:
         """With ``tools = "mcp"``: the MCP server of this eval's environments."""
-        return self._serving() if self.config.tools == "mcp" else contextlib.nullcontext()
-
-    @contextlib.asynccontextmanager
-    async def _serving(self) -> AsyncIterator[None]:
-        from taketurns.envs.tau2_mcp import Tau2Face
-
-        face = Tau2Face()
-        async with face.serving():
-            self.face = face
-            try:
-                yield
-            finally:
-                self.face = None
+        return self.mcp.services(self.config.tools == "mcp")
 
     def _row(self, task: Task) -> Any:
         row = self.by_id.get(task.info.get("id"))
@@ -227,13 +216,8 @@ class Tau2Bench(Env):
         if self.config.tools == "python":
             yield world.tools("assistant")
             return
-        if self.face is None:
-            raise RuntimeError("tools = 'mcp' serves through env.services(): run under an eval")
-        from taketurns.harness import McpServer, open_mcp_servers
-
-        with self.face.episode(world) as url:
-            async with open_mcp_servers([McpServer("tau2", url=url)]) as (tools, _):
-                yield tools
+        async with self.mcp.open(world, "tau2") as (tools, _):
+            yield tools
 
     async def _play(
         self, task: Task, row: Any, agents: Agents, world: World, tools: Sequence[Any]

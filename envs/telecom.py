@@ -52,10 +52,10 @@ from taketurns import (
     reward,
 )
 from taketurns.env import int_between
-from taketurns.envs.episode_mcp import python_or_mcp
+from taketurns.envs.episode_mcp import McpService, python_or_mcp
+from taketurns.envs.telecom_mcp import DeviceFace
 from taketurns.envs.telecom_report import action_log, actions_per_episode
 from taketurns.envs.telecom_world import BackOffice, Device, DeviceState, Line, World
-from taketurns.harness import McpServer, open_mcp_servers
 from taketurns.report import EpisodeView, Figure, Section
 
 __all__ = ["KINDS", "POLICY", "TelecomConfig", "TelecomLite", "make_world"]
@@ -137,25 +137,11 @@ class TelecomLite(Env):
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
-        self.face: Any = None  # with user_tools = "mcp": the DeviceFace while served
+        self.mcp = McpService(DeviceFace, "user_tools")
 
     def services(self) -> contextlib.AbstractAsyncContextManager[None]:
         """With ``user_tools = "mcp"``: the MCP server of this eval's devices."""
-        if self.config.user_tools == "mcp":
-            return self._serving()
-        return contextlib.nullcontext()
-
-    @contextlib.asynccontextmanager
-    async def _serving(self) -> AsyncIterator[None]:
-        from taketurns.envs.telecom_mcp import DeviceFace
-
-        face = DeviceFace()
-        async with face.serving():
-            self.face = face
-            try:
-                yield
-            finally:
-                self.face = None
+        return self.mcp.services(self.config.user_tools == "mcp")
 
     def tasks(self, num_tasks: int) -> list[Task]:
         kinds = [k.strip() for k in self.config.kinds.split(",")]
@@ -186,13 +172,8 @@ class TelecomLite(Env):
         if self.config.user_tools == "python":
             yield device.all()
             return
-        if self.face is None:
-            raise RuntimeError(
-                "user_tools = 'mcp' serves through env.services(): run under an eval"
-            )
-        with self.face.episode(device) as url:
-            async with open_mcp_servers([McpServer("device", url=url)]) as (tools, _):
-                yield tools
+        async with self.mcp.open(device, "device") as (tools, _):
+            yield tools
 
     async def _play(
         self, task: Task, agents: Agents, world: World, device_tools: tuple[Any, ...]

@@ -16,12 +16,17 @@ loop (its tool loop inside) on the user's message; the next ``turn()`` hands the
 framework only the new message and continues its own state (the SDK's ``Session``,
 pydantic-ai's ``message_history``, the graph's checkpointer thread); ``launch`` (a
 first segment) starts a fresh agent and state; ``close()`` drops them. The trace's
-conversation gets each model answer and the tool results the framework sent back.
+conversation gets each model answer and the tool results the framework sent back;
+a rollout tool's result that no request carried back (a run that ends on a tool) is
+recorded when the segment ends (``Gate.run_tool``).
 
 Everything runs in the eval process: the framework's loop is an asyncio task on the
 run's trio-asyncio loop (``taketurns.env.run_asyncio``), and its tools are the
 Python functions the user wrote, run there too (an ``async def`` tool runs on the
-loop; a plain ``def`` one the framework may run in a worker thread). A cancellation
+loop; a plain ``def`` one the framework may run in a worker thread). What the
+framework hands the loop's default executor (``run_in_executor(None, ...)``) runs on
+threads the seat owns, joined when it closes (``framework_workers``): no thread of a
+rollout outlives it. A cancellation
 (timeout, ``close()``, Ctrl-C) cancels the framework's asyncio task, which unwinds
 before the segment ends; the segment's model calls in flight are cancelled with it.
 An exception of the framework is the harness failing (its traceback on the trace),
@@ -39,6 +44,7 @@ before any episode.
 from __future__ import annotations
 
 import abc
+import asyncio
 import functools
 import importlib
 import inspect
@@ -48,9 +54,9 @@ from typing import Any, ClassVar
 import attrs
 
 from taketurns import ConfigError, HarnessError, Message
-from taketurns.env import run_asyncio
-from taketurns.harness import Harness, Prompt, Rollout, as_tools, load_reference
+from taketurns.harness import Harness, Prompt, Rollout, as_tools, load_reference, run_asyncio
 from taketurns.harnesses.framework_gate import BASE_URL, Gate, GateTransport
+from taketurns.harnesses.framework_workers import Workers, install, seat_jobs
 
 __all__ = ["FrameworkHarness", "Seat", "tool_specs", "without_platform_thread"]
 
@@ -71,6 +77,8 @@ class Seat:
     agent: Any
     memory: Any = None
     system: str | None = None  # the task's system prompt, for frameworks that re-send it
+    # where the framework's default-executor jobs run (framework_workers): joined at close
+    workers: Workers = attrs.field(factory=Workers)
 
 
 class FrameworkHarness(Harness):
@@ -118,8 +126,8 @@ class FrameworkHarness(Harness):
         """Why ``built`` (the factory's return value) is not a usable agent, or None."""
 
     @abc.abstractmethod
-    def framework_tools(self, rollout: Rollout) -> list[Any]:
-        """The rollout's tools as the framework's function tools."""
+    def framework_tools(self, rollout: Rollout, gate: Gate) -> list[Any]:
+        """The rollout's tools as the framework's function tools (``tool_specs``)."""
 
     @abc.abstractmethod
     async def run(self, seat: Seat, messages: Sequence[Message], first: bool) -> None:
@@ -133,7 +141,7 @@ class FrameworkHarness(Harness):
         gate = Gate(rollout)
         http = self._http(gate)
         model = self.make_model(http, rollout.boundary.model)
-        built = self._checked(self._build(model, self.framework_tools(rollout)))
+        built = self._checked(self._build(model, self.framework_tools(rollout, gate)))
         seat = Seat(gate, http, model, built, system=prompt.system_prompt)
         rollout.state["framework"] = seat
         await self._segment(seat, prompt.messages, True)
@@ -150,7 +158,7 @@ class FrameworkHarness(Harness):
     async def _segment(self, seat: Seat, messages: Sequence[Message], first: bool) -> None:
         async with seat.gate.open_segment():
             try:
-                await run_asyncio(self.run, seat, messages, first)
+                await run_asyncio(self._run, seat, messages, first)
             except Exception as exc:
                 if seat.gate.failure is not None:  # a refused or failed model call
                     raise seat.gate.failure from exc
@@ -158,11 +166,18 @@ class FrameworkHarness(Harness):
             if seat.gate.failure is not None:  # the framework swallowed it
                 raise seat.gate.failure
 
+    async def _run(self, seat: Seat, messages: Sequence[Message], first: bool) -> None:
+        """``run`` with the loop's default-executor jobs on the seat's own threads."""
+        install(asyncio.get_running_loop())
+        with seat_jobs(seat.workers):
+            await self.run(seat, messages, first)
+
     async def _drop(self, rollout: Rollout) -> None:
         seat: Seat | None = rollout.state.pop("framework", None)
         if seat is not None:
             seat.gate.close()
             await run_asyncio(seat.http.aclose)
+            seat.workers.close()
 
     # -- the factory --------------------------------------------------------------------
 
@@ -231,10 +246,12 @@ def without_platform_thread(client: Any) -> Any:
     return client
 
 
-def tool_specs(rollout: Rollout) -> list[tuple[Any, str, str, dict[str, Any]]]:
-    """(tool, name, description, JSON schema of its parameters) per rollout tool."""
+def tool_specs(rollout: Rollout, gate: Gate) -> list[tuple[Any, str, str, dict[str, Any]]]:
+    """(call, name, description, JSON schema of its parameters) per rollout tool;
+    ``await call(ToolCall)`` (trio side) runs the tool through ``gate.run_tool``."""
     specs = []
     for tool in as_tools(rollout.tools).values():
         fn = tool.schema["function"]
-        specs.append((tool, tool.name, fn.get("description", ""), fn["parameters"]))
+        call = functools.partial(gate.run_tool, tool)
+        specs.append((call, tool.name, fn.get("description", ""), fn["parameters"]))
     return specs

@@ -45,7 +45,7 @@ import trio
 from taketurns import AssistantMessage, Message, ModelEndpointError, ToolMessage
 from taketurns.env import ModelResponse
 from taketurns.errors import RolloutStopped
-from taketurns.harness import Rollout, messages_from_wire, to_wire
+from taketurns.harness import Rollout, ToolCall, messages_from_wire, to_wire
 
 __all__ = ["BASE_URL", "Gate", "GateState", "GateTransport", "on_trio"]
 
@@ -88,6 +88,7 @@ class Gate:
         self.refused = 0  # requests answered 409 (between segments, after close)
         self._calls: trio.Nursery | None = None
         self._answered = 0  # model calls answered in this segment
+        self._unsent: list[ToolMessage] = []  # rollout tool results no request carried yet
 
     @asynccontextmanager
     async def open_segment(self) -> AsyncIterator[None]:
@@ -95,7 +96,7 @@ class Gate:
         flight are cancelled and the gate is idle again."""
         if self.state is not GateState.IDLE or self.rollout is None:
             raise RuntimeError(f"a segment of a rollout whose endpoint is {self.state.value}")
-        self.failure, self._answered = None, 0
+        self.failure, self._answered, self._unsent = None, 0, []
         async with trio.open_nursery() as calls:
             self.state, self._calls = GateState.OPEN, calls
             try:
@@ -105,6 +106,19 @@ class Gate:
                 self._calls = None
                 if self.state is GateState.OPEN:
                     self.state = GateState.IDLE
+                for message in _named_after_calls(self._unsent, self.rollout.conversation):
+                    self.rollout.emit(message)  # results the segment ended on
+                self._unsent = []
+
+    async def run_tool(self, tool: Any, call: ToolCall) -> ToolMessage:
+        """One of the rollout's tools, called by the framework (trio side). Its result
+        is recorded from the next model request, which carries it as the framework
+        sends it back (with the framework's own tools' results), or, when the segment
+        ends without one (a run that ends on a tool, a timeout), as the tool returned
+        it, as the ``tools`` harness records it."""
+        message: ToolMessage = await tool.call(call)
+        self._unsent.append(message)
+        return message
 
     def close(self) -> None:
         """The rollout closed: every later request answers 409 ``rollout_closed``."""
@@ -119,6 +133,7 @@ class Gate:
             await trio.lowlevel.checkpoint()
             return _CLOSED if self.state is GateState.CLOSED else _IDLE
         rollout = self.rollout
+        self._unsent = []  # the request carries them: recorded from it
         try:
             messages, tools, sampling = _parse(raw, rollout)
         except (ValueError, TypeError, KeyError) as exc:
@@ -196,6 +211,27 @@ def _trailing_tool_messages(messages: list[Message]) -> list[ToolMessage]:
         m if m.name else ToolMessage(m.tool_call_id, m.content, names.get(m.tool_call_id))
         for m in reversed(tail)
     ]
+
+
+def _named_after_calls(
+    results: list[ToolMessage], conversation: list[Message]
+) -> list[ToolMessage]:
+    """``results``, each without a call id (a framework that does not hand it to its
+    tool) given the id of the last answer's call to a tool of its name, in order."""
+    last = next((m for m in reversed(conversation) if isinstance(m, AssistantMessage)), None)
+    ids: dict[str, list[str]] = {}
+    for call in (last.tool_calls if last is not None else None) or ():
+        ids.setdefault(call.name, []).append(call.id)
+    named = []
+    for m in results:
+        pending = ids.get(m.name or "", [])
+        if m.tool_call_id:
+            if m.tool_call_id in pending:
+                pending.remove(m.tool_call_id)
+            named.append(m)
+        else:
+            named.append(ToolMessage(pending.pop(0) if pending else "", m.content, m.name))
+    return named
 
 
 def completion_json(response: ModelResponse, model: str) -> Json:

@@ -15,9 +15,9 @@ builds itself is not the rollout's and is never recorded. A segment is one
 ``graph.ainvoke({"messages": [...new messages]}, {"configurable": {"thread_id": T}})``;
 the rollout's own thread ``T`` carries its state to the next ``turn()`` through the
 graph's checkpointer. Write nodes and tools as ``async def``: langchain runs a plain
-``def`` in a worker thread. langchain-openai itself turns each response into its result
-in the loop's default executor (``run_in_executor``): under trio-asyncio a thread of
-trio's cache, which ends after ~10 s idle; the other framework harnesses start none.
+``def`` in the loop's default executor, and langchain-openai turns each response into
+its result there too; for a seat those jobs run on the seat's own worker threads,
+joined when the rollout closes (``taketurns.harnesses.framework_workers``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from taketurns.harnesses.framework import (
     tool_specs,
     without_platform_thread,
 )
-from taketurns.harnesses.framework_gate import BASE_URL, on_trio
+from taketurns.harnesses.framework_gate import BASE_URL, Gate, on_trio
 
 
 class LangGraphHarness(FrameworkHarness):
@@ -84,7 +84,7 @@ class LangGraphHarness(FrameworkHarness):
             )
         return None
 
-    def framework_tools(self, rollout: Rollout) -> list[Any]:
+    def framework_tools(self, rollout: Rollout, gate: Gate) -> list[Any]:
         from langchain_core.tools import StructuredTool
 
         return [
@@ -92,9 +92,9 @@ class LangGraphHarness(FrameworkHarness):
                 name=name,
                 description=description or name,
                 args_schema=schema,
-                coroutine=_invoker(tool, name),
+                coroutine=_invoker(run, name),
             )
-            for tool, name, description, schema in tool_specs(rollout)
+            for run, name, description, schema in tool_specs(rollout, gate)
         ]
 
     async def run(self, seat: Seat, messages: Sequence[Message], first: bool) -> None:
@@ -108,13 +108,13 @@ class LangGraphHarness(FrameworkHarness):
         await seat.agent.ainvoke({"messages": inputs}, config)
 
 
-def _invoker(tool: Any, name: str) -> Any:
+def _invoker(run: Any, name: str) -> Any:
     """A langchain tool coroutine for one rollout tool: runs it on trio."""
 
     async def invoke(**arguments: Any) -> str:
         import json
 
-        message = await on_trio(tool.call, ToolCall("", name, json.dumps(arguments)))
+        message = await on_trio(run, ToolCall("", name, json.dumps(arguments)))
         return text_of(message.content)
 
     return invoke

@@ -30,7 +30,7 @@ from taketurns.harnesses.framework import (
     tool_specs,
     without_platform_thread,
 )
-from taketurns.harnesses.framework_gate import BASE_URL, on_trio
+from taketurns.harnesses.framework_gate import BASE_URL, Gate, on_trio
 
 
 class Memory:
@@ -78,7 +78,7 @@ class OpenAIAgentsHarness(FrameworkHarness):
             return None
         return "the factory must return an agents.Agent, e.g. Agent(name=..., model=model)"
 
-    def framework_tools(self, rollout: Rollout) -> list[Any]:
+    def framework_tools(self, rollout: Rollout, gate: Gate) -> list[Any]:
         from agents import FunctionTool
 
         return [
@@ -86,10 +86,10 @@ class OpenAIAgentsHarness(FrameworkHarness):
                 name=name,
                 description=description,
                 params_json_schema=schema,
-                on_invoke_tool=_invoker(tool, name),
+                on_invoke_tool=_invoker(run, name),
                 strict_json_schema=False,
             )
-            for tool, name, description, schema in tool_specs(rollout)
+            for run, name, description, schema in tool_specs(rollout, gate)
         ]
 
     async def run(self, seat: Seat, messages: Sequence[Message], first: bool) -> None:
@@ -105,12 +105,12 @@ class OpenAIAgentsHarness(FrameworkHarness):
         await Runner.run(seat.agent, items, session=seat.memory, run_config=config)
 
 
-def _invoker(tool: Any, name: str) -> Any:
+def _invoker(run: Any, name: str) -> Any:
     """The SDK's ``on_invoke_tool`` for one rollout tool: runs it on trio."""
 
     async def invoke(context: Any, arguments: str) -> str:
         call = ToolCall(getattr(context, "tool_call_id", "") or "", name, arguments or "{}")
-        message = await on_trio(tool.call, call)
+        message = await on_trio(run, call)
         return text_of(message.content)
 
     return invoke

@@ -30,7 +30,7 @@ from taketurns.harnesses.framework import (
     tool_specs,
     without_platform_thread,
 )
-from taketurns.harnesses.framework_gate import BASE_URL, on_trio
+from taketurns.harnesses.framework_gate import BASE_URL, Gate, on_trio
 
 
 class PydanticAIHarness(FrameworkHarness):
@@ -58,12 +58,12 @@ class PydanticAIHarness(FrameworkHarness):
             return None
         return "the factory must return a pydantic_ai.Agent, e.g. Agent(model, instructions=...)"
 
-    def framework_tools(self, rollout: Rollout) -> list[Any]:
+    def framework_tools(self, rollout: Rollout, gate: Gate) -> list[Any]:
         from pydantic_ai import Tool
 
         return [
-            Tool.from_schema(_invoker(tool, name), name, description, schema, takes_ctx=True)
-            for tool, name, description, schema in tool_specs(rollout)
+            Tool.from_schema(_invoker(run, name), name, description, schema, takes_ctx=True)
+            for run, name, description, schema in tool_specs(rollout, gate)
         ]
 
     async def run(self, seat: Seat, messages: Sequence[Message], first: bool) -> None:
@@ -104,7 +104,7 @@ def _split(messages: Sequence[Message]) -> tuple[list[Any], list[str], str]:
     return history, prompt, "\n\n".join(system)
 
 
-def _invoker(tool: Any, name: str) -> Any:
+def _invoker(run: Any, name: str) -> Any:
     """A pydantic-ai tool function for one rollout tool: runs it on trio."""
 
     async def invoke(context: Any, **arguments: Any) -> str:
@@ -112,7 +112,7 @@ def _invoker(tool: Any, name: str) -> Any:
 
         call_id = getattr(context, "tool_call_id", None) or ""
         call = ToolCall(call_id, name, json.dumps(arguments))
-        message = await on_trio(tool.call, call)
+        message = await on_trio(run, call)
         return text_of(message.content)
 
     invoke.__name__ = name

@@ -5,7 +5,8 @@ Each episode asks the seat once and keeps ``info["word"]``: ``<b>word N</b>``, m
 that the report must show as text. ``hooks`` makes the report hooks misbehave:
 ``raises`` (``report_figures`` raises), ``wrong`` (``report_sections`` returns a
 string, not ``Section`` values), ``first`` (``report_figures`` reads only the first
-episode).
+episode), ``sections-first`` (``report_sections`` reads only the first episode),
+``sections-raises`` (``report_sections`` raises after reading the first episode).
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ class WordsEnv(Env):
     def report_sections(self, episodes: Iterable[EpisodeView]) -> Any:
         if self.config.hooks == "wrong":
             return "<p>not a section</p>"
+        if self.config.hooks == "sections-first":
+            episodes = [next(iter(episodes))]
+        if self.config.hooks == "sections-raises":
+            next(iter(episodes))
+            raise RuntimeError("the section broke")
         rows = [(e.id, t.agent.name, t.info["word"]) for e in episodes for t in e.traces]
         html = table(["episode", "seat", "word"], rows, tag_column=1, mono=[2])
         return [Section("Words by episode", html, id="words"), Section("Again", html)]

@@ -34,8 +34,8 @@ from taketurns import (
     run_eval,
 )
 from taketurns._eval.aio import open_asyncio_host
-from taketurns.env import run_asyncio
 from taketurns.errors import AsyncioCancelled
+from taketurns.harness import run_asyncio
 
 
 async def _echo(stream: trio.SocketStream) -> None:

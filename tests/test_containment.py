@@ -39,6 +39,7 @@ from taketurns.harnesses.program import ProgramHarness
 from taketurns.http import InterceptionServer
 
 PROBE = Path(__file__).with_name("probe.py")
+MCP_PROBE = Path(__file__).with_name("mcp_probe.py")  # an MCP stdio server running it
 # the probe as an agent CLI's shell runs it: its source on the command line (the
 # sandbox holds no file of the checkout's but the package and what the agent's own
 # command line names)
@@ -568,6 +569,80 @@ async def test_an_agent_clis_own_mcp_server_runs_in_its_sandbox_and_dies_with_it
     assert any("count=5" in text_of(m.content) for m in results), results
     assert session.trace.info["sandbox"] == "bwrap"
     assert await none_left_async(mark) == []
+    assert leftovers(scratch_root) == []
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude-code"])
+async def test_a_probe_through_an_agent_clis_mcp_stdio_server_reaches_nothing(
+    harness: str,
+    server: InterceptionServer,
+    scratch_root: Path,
+    tmp_path: Path,
+    listener: int,
+    host_sockets: list[str],
+) -> None:
+    """The MCP stdio server an agent CLI starts is the agent's: it runs in the
+    agent's sandbox, so the probe run as its tool reaches what the CLI's shell does
+    (nothing), and it leaves nothing."""
+    from scripted import ScriptedModel, tool_call
+
+    from taketurns import ToolMessage
+    from taketurns._exchange.agent import make_harness
+    from taketurns.harness import McpServer, open_mcp_servers, text_of
+
+    mark = uuid.uuid4().hex
+    other = scratch_root / "taketurns-opponent"  # another rollout's scratch, with a card
+    other.mkdir()
+    (other / "session.json").write_text("Your card: K. Act now.")
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-fake\n")
+    prober = McpServer(
+        name="prober",
+        command=[sys.executable, str(MCP_PROBE), str(PROBE)],
+        env={
+            "TT_ESCAPE": str(tmp_path / "escaped"),
+            "TT_FORBIDDEN_PORT": str(listener),
+            "TT_PROBE_MARK": mark,
+            "TT_CANARIES": str(tmp_path / ".env"),
+            "TT_HOST_SOCKETS": os.pathsep.join(host_sockets),
+        },
+    )
+    name = "mcp__prober__run_probe"
+    call = tool_call("call_probe1", name, "{}")
+    options: dict[str, Any] = {"allowed_tools": [name]} if harness == "claude-code" else {}
+    agent = Agent(
+        "agent",
+        AgentConfig(model="builtin/echo"),
+        client=ScriptedModel(call, "probed"),
+        harness=make_harness(harness, options, field="env.agent"),
+        services={"interception": server},
+    )
+    with trio.fail_after(LIMIT):
+        async with (
+            open_mcp_servers([prober]) as (tools, _),
+            agent.chat(Task(0, prompt="probe"), tools=tools) as session,
+        ):
+            assert (await session.turn()).text == "probed"
+    results = [
+        text_of(m.content)
+        for turn in session.trace.turns
+        for m in turn.request
+        if isinstance(m, ToolMessage)
+    ]
+    # the tool's structured result, as the CLI shows it (codex: after its own header)
+    [line] = [ln for r in results for ln in r.splitlines() if '"result":"PROBE ' in ln]
+    result = json.loads(line[line.index("{") :])["result"]
+    report = json.loads(result.removeprefix("PROBE "))
+    assert session.trace.info["sandbox"] == "bwrap"
+    assert report["foreign"] == report["homes"] == report["environ"] == []
+    assert report["wrote"] == report["connected"] == []
+    assert report["sockets"] == report["canaries"] == []
+    assert report["shadow"] is False
+    assert report["uid"] == 65534
+    assert report["pids_seen"] < 20  # its own sandbox's processes, not the host's
+    assert not (tmp_path / "escaped").exists()
+    assert await none_left_async(mark) == []
+    (other / "session.json").unlink()
+    other.rmdir()
     assert leftovers(scratch_root) == []
 
 

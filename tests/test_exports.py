@@ -70,6 +70,7 @@ TIERS: dict[str, list[str]] = {
             "messages_from_wire",
             "messages_to_wire",
             "open_mcp_servers",
+            "run_asyncio",
             "run_owned",
         ),
         *("start_owned", "text_of", "to_wire", "tool_schema"),
@@ -79,7 +80,7 @@ TIERS: dict[str, list[str]] = {
         *("AgentStamp", "EpisodeInfo", "JudgeCall", "ModelClient", "ModelRequest"),
         *("ModelResponse", "PolicyProbe", "Turn", "TurnReward", "Usage"),
         *("at_least", "env_registry", "int_between", "one_of", "register_builtin_policy"),
-        *("roles_of", "run_asyncio"),
+        "roles_of",
     ],
     # a taskset author's door (issue 41)
     "taketurns.taskset": [
@@ -172,11 +173,23 @@ def test_the_in_process_tiers_do_not_load_the_http_stack_or_the_runner() -> None
 
 
 @pytest.mark.parametrize(
-    "face", ["taketurns", "taketurns.harness", "taketurns.train", "taketurns.testing"]
+    "face",
+    ["taketurns", "taketurns.env", "taketurns.harness", "taketurns.train", "taketurns.testing"],
 )
 def test_an_unknown_name_is_an_attribute_error(face: str) -> None:
     with pytest.raises(AttributeError, match=f"module '{face}' has no attribute 'no_such_name'"):
         _ = importlib.import_module(face).no_such_name
+
+
+def test_run_asyncio_lives_in_the_harness_door_and_the_env_door_still_has_it() -> None:
+    """Its home is ``taketurns.harness`` (a harness's and an env's); code written when
+    ``taketurns.env`` exported it still imports it from there."""
+    import taketurns.env
+    import taketurns.harness
+    from taketurns.env import run_asyncio
+
+    assert run_asyncio is taketurns.harness.run_asyncio is taketurns.env.run_asyncio
+    assert "run_asyncio" not in vars(taketurns.env)
 
 
 def _walk(package: str) -> set[str]:

@@ -109,7 +109,52 @@ def three(model, tools, extra):
 def failing(model, tools):
     """An agent whose own code raises mid-run."""
     FAILING
+
+USED = []  # the threads the plain def tool below ran on
+
+def threaded(model, tools):
+    """The example agent of FRAMEWORK with a plain def tool, as its own tool."""
+    import threading
+    def note() -> str:
+        """Note the thread this runs on."""
+        USED.append(threading.current_thread())
+        return "noted"
+    THREADED
+
+def ends_on_tool(model, tools):
+    """An agent whose run ends on the tool's result, never sent back to the model."""
+    ENDS_ON_TOOL
 '''
+
+ENDS_ON_TOOL = {
+    "openai-agents": """
+    from agents import Agent
+    return Agent(name="seat", model=model, tools=tools, tool_use_behavior="stop_on_first_tool")""",
+    "pydantic-ai": """
+    return EXAMPLE(model, tools)  # pydantic-ai always sends a tool's result back""",
+    "langgraph": """
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode
+    llm = model.bind_tools(tools)
+    async def agent(state):
+        return {"messages": [await llm.ainvoke(state["messages"])]}
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode(tools))
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "tools")
+    builder.add_edge("tools", END)
+    return builder.compile(checkpointer=InMemorySaver())""",
+}
+
+THREADED = {
+    "openai-agents": "from agents import function_tool\n    "
+    "return EXAMPLE(model, [function_tool(note)])",
+    "pydantic-ai": "return EXAMPLE(model, [note])",
+    "langgraph": "from langchain_core.tools import StructuredTool\n    "
+    "return EXAMPLE(model, [StructuredTool.from_function(note)])",
+}
 
 FAILING = {
     "openai-agents": """
@@ -149,6 +194,8 @@ def factories(tmp_path: Path, framework: str) -> Iterator[tuple[str, Any]]:
 
     name = f"factories_{framework.replace('-', '_')}"
     source = FACTORIES.replace("    FAILING", FAILING[framework].strip("\n"))
+    source = source.replace("THREADED", THREADED[framework])
+    source = source.replace("    ENDS_ON_TOOL", ENDS_ON_TOOL[framework].strip("\n"))
     example_module = EXAMPLES[framework].stem
     source = f"from {example_module} import make as EXAMPLE\n{source}"
     path = tmp_path / f"{name}.py"
@@ -250,6 +297,21 @@ def test_user_sim_three_turns_on_retail_tools(tmp_path: Path, framework: str) ->
 # --- retail-lite's tools as the framework's function tools ------------------------------
 
 
+def _conversation(trace: Any) -> list[tuple[Any, ...]]:
+    """A trace's messages past the system prompt: role, content, tool calls (name and
+    arguments: a call's id is the model's, derived from what it was sent) and name."""
+    return [
+        (
+            m.role,
+            m.content,
+            [(c.name, c.arguments) for c in getattr(m, "tool_calls", None) or ()],
+            getattr(m, "name", None),
+        )
+        for m in trace.messages
+        if m.role != "system"
+    ]
+
+
 @pytest.mark.parametrize("model", ["clerk", "builtin/tools"])
 async def test_retail_tools_score_as_the_tools_harness_does(framework: str, model: str) -> None:
     """retail-lite's tools as the framework's function tools, called mid-segment: the
@@ -279,13 +341,42 @@ async def test_retail_tools_score_as_the_tools_harness_does(framework: str, mode
         expected, got = traces
         assert got.rewards == expected.rewards, task.name
         assert got.metrics == expected.metrics, task.name
-        called = [m.name for m in got.messages if isinstance(m, ToolMessage)]
-        assert called == [m.name for m in expected.messages if isinstance(m, ToolMessage)]
-        assert called  # a tool ran mid-segment
+        # the conversation on the trace: the same answers, tool calls and tool results
+        assert _conversation(got) == _conversation(expected), task.name
+        assert any(isinstance(m, ToolMessage) for m in got.messages)  # a tool ran mid-segment
         assert len(got.turns) == len(expected.turns)
         earned += got.reward
     if model == "clerk":
         assert earned == 6.0
+
+
+@pytest.mark.parametrize("framework", ["openai-agents", "langgraph"])
+async def test_a_run_that_ends_on_a_tool_records_its_result(framework: str, factories: Any) -> None:
+    """A framework's run may end on a tool (the SDK's ``stop_on_first_tool``, a graph
+    whose last node is its tool node): no model request carries the result back, and
+    it is on the trace as the tool returned it, as the ``tools`` harness records it."""
+
+    async def lookup(order_id: str) -> str:
+        """Look an order up."""
+        return f"order {order_id}: shipped"
+
+    path, _ = factories
+    traces = []
+    for seat in (
+        Agent("seat", AgentConfig(model="builtin/tools", harness="tools")),
+        agent_for(framework, "builtin/tools", agent=f"{path}:ends_on_tool"),
+    ):
+        with trio.fail_after(60):
+            traces.append(await seat.run(Task(0, "t", "where is #W1?"), tools=[lookup]))
+    expected, got = traces
+    assert got.errors == []
+    assert len(got.turns) == 1
+    call, result = got.messages[-2:]
+    assert isinstance(call, AssistantMessage)
+    (tool_call,) = call.tool_calls
+    (recorded,) = [m for m in expected.messages if isinstance(m, ToolMessage)]
+    assert "shipped" in text_of(recorded.content)
+    assert result == ToolMessage(tool_call.id, recorded.content, "lookup")
 
 
 # --- the gate, limits, failures, cancellation -----------------------------------------
@@ -385,7 +476,75 @@ async def test_a_cancelled_segment_leaves_no_task_or_thread(framework: str) -> N
         await trio.testing.wait_all_tasks_blocked()
         left = [t for t in asyncio.all_tasks(loop) if not t.done()]
         assert left == []
-    assert _threads() - before == set()  # none started (an idle one of trio's may end)
+    assert _threads() - before == set()
+
+
+THREADED_GRAPH = """
+import threading
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+USED = []  # the threads the graph's plain def node ran on
+
+def make(model):
+    async def agent(state):
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    def note(state):
+        USED.append(threading.current_thread())
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("note", note)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "note")
+    builder.add_edge("note", END)
+    return builder.compile(checkpointer=InMemorySaver())
+"""
+
+
+async def test_langgraph_leaves_no_thread_after_the_rollout(tmp_path: Path) -> None:
+    """langchain runs a plain ``def`` node, and langchain-openai every response's
+    conversion, in the loop's default executor: on the seat's own threads, joined when
+    the rollout closes (trio's cached threads would linger ~10 s after their job)."""
+    path = tmp_path / "threaded_graph.py"
+    path.write_text(THREADED_GRAPH)
+    before = _threads()
+    seat = agent_for("langgraph", agent=f"{path}:make")
+    try:
+        async with trio_asyncio.open_loop():  # outlives the rollout, as an eval's loop does
+            with trio.fail_after(60):
+                async with seat.chat(Task(0, "t", None)) as session:
+                    assert (await session.turn("alpha")).text == "alpha"
+                    assert (await session.turn("bravo")).text == "bravo"
+            used = sys.modules["threaded_graph"].USED
+            assert len(used) == 2
+            assert threading.main_thread() not in used  # each node ran in a worker thread
+            assert [t for t in used if t.is_alive()] == []  # joined at close, no sleep
+            assert _threads() - before == set()
+    finally:
+        sys.modules.pop("threaded_graph", None)
+
+
+async def test_a_plain_def_tool_leaves_no_thread(framework: str, factories: Any) -> None:
+    """Each framework runs a plain ``def`` tool in a worker thread (the SDK through
+    ``asyncio.to_thread`` and langchain through ``run_in_executor``: the seat's own,
+    joined when the rollout closes; pydantic-ai through anyio, whose threads stop when
+    the segment's asyncio task ends): none is left once the rollout is closed."""
+    path, module = factories
+    before = _threads()
+    async with trio_asyncio.open_loop():  # outlives the rollout, as an eval's loop does
+        seat = agent_for(framework, "builtin/tools", agent=f"{path}:threaded")
+        with trio.fail_after(60):
+            trace = await seat.run(Task(0, "t", "go"))
+        assert trace.errors == []
+        assert trace.messages[-1].content == "The tool said: noted"
+        used = module().USED
+        assert len(used) == 1
+        assert threading.main_thread() not in used
+        assert [t for t in used if t.is_alive()] == []  # joined at close, no sleep needed
+        assert _threads() - before == set()
 
 
 # --- refused before any episode --------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from taketurns._cli.main import main
-from taketurns._models.gguf import gguf_tokens
+from taketurns._models.gguf import GRAMMAR_GAP, TOOL_CALL_GAP, gguf_tokens
 from taketurns._models.local import TOOLS_FORMAT, gguf_path
 from taketurns._output.records import expand_turns
 
@@ -31,6 +31,8 @@ pytestmark = pytest.mark.slow
 MODEL = "llamacpp/smollm2-135m-instruct"
 QA = Path(__file__).resolve().parent.parent / "examples" / "qa.jsonl"
 IM_END = 2  # SmolLM2's <|im_end|>: the end-of-turn token that stops a reply
+# every token llama.cpp stops on for SmolLM2: <|endoftext|>, <|im_end|>, <reponame>
+EOG = (0, 2, 4)
 # Recomputed as the server evaluates (the prompt in one batch, then each completion
 # token alone) the logprobs agree to float32 precision: the largest gap measured was
 # 4e-7 nats. (One batched pass over the whole sequence differs by up to 0.22 nats on
@@ -148,6 +150,27 @@ def test_every_recorded_logprob_matches_a_recomputation_at_the_sent_sampler(
     assert sorted(mismatched)[len(mismatched) // 2] > 100 * TOLERANCE
 
 
+def test_a_dropped_stop_token_could_have_been_any_of_the_end_tokens(run: Path, llama: Any) -> None:
+    """Why the server's dropped stop token is not appended: llama.cpp stops on any
+    end-of-generation token, and at every position where a reply stopped each of
+    SmolLM2's has nonzero probability, so which one ended it is not in the response."""
+    vocab = llama_cpp.llama_model_get_vocab(llama.model)
+    ends = [t for t in range(llama.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)]
+    assert tuple(ends) == EOG
+    stopped = 0
+    for row in _rows(run):
+        for (start, end), stop in zip(turn_spans(row), row["turn_stop_tokens"], strict=True):
+            if stop != "dropped":
+                continue
+            prompt = row["prompt_ids"] + row["completion_ids"][:start]
+            reply = row["completion_ids"][start:end]
+            # each end token's logprob right after the reply, where it stopped
+            again = [recomputed(llama, prompt, [*reply, t], 1.0)[-1] for t in EOG]
+            stopped += 1
+            assert all(-100.0 < lp < 0.0 for lp in again), again
+    assert stopped
+
+
 def test_every_turn_and_sample_carry_finish_reason_and_stop_token(run: Path) -> None:
     turns = [u for u in _turns(run) if u["response"] is not None]
     assert turns
@@ -197,7 +220,7 @@ def test_telecom_tools_reach_the_managed_model_in_its_prompt_tokens(tmp_path: Pa
     argv = ["eval", "telecom-lite", "-n", "1", "--model", MODEL, "-o", str(out), "--seed", "3"]
     # the format writes a call's arguments with no max_tokens: two assistant turns
     argv += ["--env.exchanges=1", "--env.assistant.limits.max_turns=2"]
-    argv += ["--sampling.max_tokens=24", "--no-progress"]
+    argv += ["--sampling.max_tokens=24", "--env.user.trainable=true", "--no-progress"]
     assert main(argv) in (0, 1)
     assert f"--chat_format {TOOLS_FORMAT}" in (out / "model-server.log").read_text()
     turns = [
@@ -216,12 +239,42 @@ def test_telecom_tools_reach_the_managed_model_in_its_prompt_tokens(tmp_path: Pa
     ]
     assert called
     assert all(name in offered for name, offered in called)
-    # where the prompt ids are exact (a turn that answered with a message), every tool
-    # the turn offered is in them
+    # the server samples every turn given tools under a grammar: a tool call comes
+    # back without token data, a message without the logprobs (not the sampler's);
+    # the turn says so, never silently
+    for u in with_tools:
+        if u["response"] is None:
+            continue
+        if u["response"].get("tool_calls"):
+            assert u["token_gap"] == TOOL_CALL_GAP
+            assert u["token_ids"] is None
+        else:
+            assert u["token_gap"] == GRAMMAR_GAP
+        assert u["logprobs"] is None
+    assert main(["export", str(out), "--level", "tokens"]) == 0
+    rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert rows
+    for r in rows:
+        # every merged turn was sampled under the grammar: said per turn, no logprobs
+        assert r["turn_token_gaps"] == [GRAMMAR_GAP] * len(r["turns"])
+        assert r["completion_logprobs"] is None
+        # a split at a tool call says why it had no token ids
+        if "came without token ids" in (r["reason"] or ""):
+            assert TOOL_CALL_GAP in r["reason"]
+    # the prompt ids are exact for a message and for a single call (the prompt its
+    # arguments were sampled after, ending in the choice "functions.NAME:\n"), and
+    # every tool the turn offered is in them
     tokens = gguf_tokens(gguf_path(MODEL, field="model"), TOOLS_FORMAT)
+    single = [u for u in with_tools if len((u["response"] or {}).get("tool_calls") or []) == 1]
+    assert single
+    for u in single:
+        assert u["prompt_token_ids"] is not None
+        name = u["response"]["tool_calls"][0]["function"]["name"]
+        assert tokens.detokenize(u["prompt_token_ids"]).decode().endswith(f"functions.{name}:\n")
     seen = [u for u in with_tools if u["prompt_token_ids"]]
-    assert seen, "no tools turn came back with exact prompt ids"
+    assert {"assistant", "user"} <= {a for a, u in turns if u in seen}
     for u in seen:
+        assert len(u["prompt_token_ids"]) == u["usage"]["prompt_tokens"]
         text = tokens.detokenize(u["prompt_token_ids"]).decode()
         for name in u["tools"]:
             assert f"functions.{name}:" in text

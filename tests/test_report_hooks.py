@@ -7,7 +7,10 @@ page is read back with ``test_report``'s HTML parser."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -87,6 +90,58 @@ def test_a_hook_that_reads_part_of_the_run_leaves_the_page_whole(tmp_path: Path)
     ]
     assert len(doc.select("details", cls="transcript")) == 4
     assert len(doc.select("tr", within=doc.by_id("words"))) == 1 + 4
+
+
+_OPENED: list[list[str]] = []  # while a list is on it, the files opened go there
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if event == "open" and _OPENED and isinstance(args[0], str | os.PathLike):
+        _OPENED[-1].append(os.fspath(args[0]))
+
+
+sys.addaudithook(_audit)  # (a hook cannot be removed: it records only inside _opens)
+
+
+def _opens(path: Path, call: Callable[[], object]) -> int:
+    """How many times ``call()`` opens ``path``."""
+    _OPENED.append([])
+    try:
+        call()
+    finally:
+        opened = _OPENED.pop()
+    return sum(Path(p).resolve() == path.resolve() for p in opened)
+
+
+def test_an_env_with_both_hooks_reads_the_run_once(tmp_path: Path) -> None:
+    """Both hooks and the page's own scan read one pass over episodes.jsonl."""
+    run = _eval(tmp_path / "run")
+    (run / "report.html").unlink()
+    assert _opens(run / "episodes.jsonl", lambda: write_report(run)) == 1
+    doc = Doc((run / "report.html").read_text())
+    assert len(doc.select("title", within=doc.by_id("plot-words"))) == 2
+    assert len(doc.select("tr", within=doc.by_id("words"))) == 1 + 4
+
+
+@pytest.mark.parametrize("hooks", ["sections-first", "sections-raises"])
+def test_a_second_hook_that_stops_reading_leaves_the_page_whole(tmp_path: Path, hooks: str) -> None:
+    """The second hook reads the same pass; one that returns or raises after the
+    first episode is handed nothing more, and the figure and the page count all 4."""
+    run = _eval(tmp_path / "run", f"--env.hooks={hooks}")
+    notes: list[str] = []
+    _, doc = _page(run, notes)
+    tips = sorted(t.text for t in doc.select("title", within=doc.by_id("plot-words")))
+    assert tips == ["episodes · <b>word 0</b>: 2", "episodes · <b>word 1</b>: 2"]
+    assert len(doc.select("details", cls="transcript")) == 4
+    if hooks == "sections-first":
+        assert not notes
+        assert len(doc.select("tr", within=doc.by_id("words"))) == 1 + 1
+    else:
+        assert notes == [
+            "env 'reportenv:WordsEnv': report_sections failed (RuntimeError: the section "
+            "broke); left out"
+        ]
+        assert not doc.has_id("words")
 
 
 def test_a_hook_returning_the_wrong_thing_is_left_out(tmp_path: Path) -> None:

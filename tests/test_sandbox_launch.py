@@ -38,9 +38,12 @@ from test_containment import (  # noqa: F401 - host_sockets: a fixture
 )
 
 from taketurns import read_episodes
+from taketurns._procs.limits import delegated_cgroup
 from taketurns.http import InterceptionServer
 
 CHECKOUT = Path(__file__).resolve().parent.parent
+# what the trace says enforced the limits: cgroup v2 too where it is delegated
+ENFORCED_BY = ("cgroup2+" if delegated_cgroup() else "") + "rlimits+supervisor"
 ENV_FILE = """\
 from taketurns.envs.kuhn import KuhnPoker
 
@@ -114,7 +117,7 @@ def test_no_launch_style_widens_the_sandbox(
         cards = {t["info"]["seat"]: t["info"]["card"] for t in episode["traces"]}
         for trace in episode["traces"]:
             assert trace["info"]["sandbox"] == "bwrap"
-            assert trace["info"]["sandbox_limits"]["enforced_by"] == "rlimits+supervisor"
+            assert trace["info"]["sandbox_limits"]["enforced_by"] == ENFORCED_BY
             opponent = cards[1 - trace["info"]["seat"]]
             for report in reports(trace):
                 probes += 1

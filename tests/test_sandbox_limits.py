@@ -14,11 +14,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import trio
 from agentprocs import leftovers
 from test_containment import PROBE, none_left
 
 from taketurns import read_episodes
 from taketurns._config.options import AgentConfig, SandboxLimits
+from taketurns._procs import owner
+from taketurns._procs.limits import TreeLimits, delegated_cgroup
+from taketurns._procs.sandbox import Sandbox
 from taketurns.errors import ConfigError
 
 LIMITS = {"processes": 48, "memory_mb": 192, "scratch_mb": 96, "shm_mb": 32}
@@ -93,3 +97,33 @@ def test_a_bad_limit_on_the_command_line_is_refused_naming_the_option(
     assert done.returncode == 2, done.stdout + done.stderr
     assert said in done.stderr
     assert not (tmp_path / "run" / "episodes.jsonl").exists()
+
+
+def cgroup_of(pid: int) -> str:
+    """The cgroup v2 path of process ``pid`` (its ``0::`` line)."""
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    return next(line for line in lines if line.startswith("0::")).strip()
+
+
+@pytest.mark.skipif(delegated_cgroup() is None, reason="no cgroup v2 delegated here")
+async def test_where_cgroup_v2_is_delegated_each_tree_runs_in_its_own_capped_cgroup(
+    tmp_path: Path,
+) -> None:
+    limits = TreeLimits(processes=40)
+    scratch = tmp_path / "scratches" / "scratch"
+    scratch.mkdir(parents=True)
+    env = {"PATH": os.environ["PATH"]}
+    owned = await owner.start(
+        ["sleep", "30"], cwd=scratch, env=env, sandbox=Sandbox(limits=limits), scratch=scratch
+    )
+    try:
+        with trio.fail_after(10):
+            while "taketurns-" not in cgroup_of(owned.pid):  # noqa: ASYNC110 - no event
+                await trio.sleep(0.05)
+        parent = delegated_cgroup()
+        assert parent is not None
+        folder = parent / cgroup_of(owned.pid).rsplit("/", 1)[1]
+        assert (folder / "pids.max").read_text().strip() == "80"  # twice the processes
+        assert TreeLimits().record()["enforced_by"] == "cgroup2+rlimits+supervisor"
+    finally:
+        await owned.aclose()

@@ -170,6 +170,14 @@ def test_a_turn_without_token_ids_splits_the_sample() -> None:
     one, two = trace_samples(trace)
     assert (one.turns, two.turns) == ((0,), (2,))
     assert two.reason == "turn 1 came without token ids"
+    assert one.turn_token_gaps == two.turn_token_gaps == (None,)
+    # a client that knows why a turn has no ids says so, and the split quotes it; a
+    # merged turn's gap (logprobs left out) rides along with its turn
+    gapped = attrs.evolve(trace.turns[1], token_gap="tool call: none returned")
+    lacking = attrs.evolve(trace.turns[2], token_gap="no logprobs: a grammar")
+    one, two = trace_samples(attrs.evolve(trace, turns=[trace.turns[0], gapped, lacking]))
+    assert two.reason == "turn 1 came without token ids (tool call: none returned)"
+    assert two.turn_token_gaps == ("no logprobs: a grammar",)
     failed = converse(["a b", "c d"])
     failed.turns[0] = attrs.evolve(failed.turns[0], response=None, error="boom")
     (only,) = trace_samples(failed)

@@ -4,6 +4,7 @@ built-in model, and a run whose episodes hold markup a model might write."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -38,5 +39,22 @@ def hostile_run(source: Path, out: Path) -> Path:
                 message["content"] = SCRIPT
         trace["errors"] = [{"kind": "harness", "type": "X", "message": IMAGE, "traceback": SCRIPT}]
     lines[0] = json.dumps(first)
+    (out / "episodes.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def renamed_run(source: Path, out: Path, env: str, model: str) -> Path:
+    """A copy of ``source`` whose env is called ``env`` (a plugin's, say) and whose
+    agents' models are ``model`` followed by the agent's name."""
+    shutil.copytree(source, out)
+    config = out / "config.toml"
+    text = config.read_text(encoding="utf-8")
+    config.write_text(re.sub(r'(?m)^env_id = ".*"$', f'env_id = "{env}"', text), encoding="utf-8")
+    lines = []
+    for line in (out / "episodes.jsonl").read_text(encoding="utf-8").splitlines():
+        record: dict[str, Any] = json.loads(line)
+        for trace in record["traces"]:
+            trace["agent"]["model"] = f"{model}{trace['agent']['name']}"
+        lines.append(json.dumps(record))
     (out / "episodes.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out

@@ -149,5 +149,7 @@ class Env(abc.ABC):
         """Sections of this env's own, after the plots and before the transcripts
         (``taketurns.report``: ``Section``, ``table``...): what a reader of this
         env's runs looks at besides the transcripts. ``episodes`` as for
-        ``report_figures``. Default: none."""
+        ``report_figures``, from the same pass over the file: an env with both
+        hooks has this one called in a thread of its own, run only while the pass
+        waits for it (never at the same time as ``report_figures``). Default: none."""
         return ()

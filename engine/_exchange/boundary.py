@@ -290,6 +290,7 @@ class ModelBoundary:
                 sampling=_sent(request.sampling, response.dropped),
                 stop_token=response.stop_token,
                 retokenized=response.retokenized,
+                token_gap=response.token_gap,
             )
         )
 

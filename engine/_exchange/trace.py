@@ -101,7 +101,11 @@ class Turn:
     not returned by the server (``dropped``: llama.cpp's), or None (no stop token
     ended it, or the server does not say). ``retokenized``: the completion's tokens
     as the next prompt would re-tokenize it, kept only where that differs from
-    ``token_ids`` (checked where the client knows the tokenizer)."""
+    ``token_ids`` (checked where the client knows the tokenizer). ``token_gap``: what
+    the turn's token data lacks that a trainer would expect and why, where the client
+    knows (a tool call the server reports no token ids for, logprobs left out because
+    the server sampled under a grammar it does not report); None: nothing known
+    missing."""
 
     index: int
     request: tuple[Message, ...]
@@ -120,6 +124,7 @@ class Turn:
     sampling: dict[str, Any] | None = None
     stop_token: str | None = None
     retokenized: list[int] | None = None
+    token_gap: str | None = None
 
 
 @attrs.frozen

@@ -475,6 +475,10 @@ class InterceptionServer:
                 )
                 self.url = binds[0]
                 self.unix_path = f"{socket_dir}/model.sock"
+                # connectable by a sandbox's own uid (the eval runs as root, the
+                # sandbox as nobody: taketurns._procs.sandbox); the directory keeps
+                # every other host user out
+                os.chmod(self.unix_path, 0o666)
                 self._nursery = nursery
                 task_status.started(self)
         finally:

@@ -22,9 +22,24 @@ vocab_only=True)``: the tokenizer and metadata, no weights) and the server's own
   re-tokenization of the reply's text.
 
 Not recoverable through this server (docs/train/samples.md): the end-of-generation
-token that ended a reply (the server drops it before reporting; it appears as the first
-token the next prompt inserts) and its logprob. A reply that ended on it
-(``finish_reason`` ``stop``) says so: ``stop_token`` ``dropped``.
+token that ended a reply and its logprob. ``Llama._create_completion`` breaks out of
+its loop on any end-of-generation token before it keeps, counts or reports it, and
+SmolLM2 has three (``<|endoftext|>`` 0, ``<|im_end|>`` 2, ``<reponame>`` 4), each of
+nonzero probability at temperature 1 over the whole vocabulary: which one ended the
+reply is not in the response, so none is appended (it would be a guess). A reply that
+ended on one (``finish_reason`` ``stop``) says so: ``stop_token`` ``dropped``; the next
+prompt's template inserts ``<|im_end|>`` there.
+
+Tools under ``chatml-function-calling`` (``FUNCTION_CALLING``; a request with tools
+and a ``tool_choice`` other than ``none``): the format picks a message or a call
+greedily under a grammar, then samples the reply under another grammar (a call's
+arguments under its JSON schema's, a message under the follow-up grammar), while the
+logprobs the server reports are the unconstrained model's. So such a turn's token
+data says what it lacks (``token_gap``): a tool call comes back with no completion
+ids or logprobs at all (``TOOL_CALL_GAP``; a single call keeps its exact prompt ids,
+the rendered prompt and the ``functions.NAME:`` choice its arguments were sampled
+after, checked against the server's count); a message keeps its exact ids but not the
+logprobs, which are not the sampler's (``GRAMMAR_GAP``).
 
 The final-turn check: the reply is rendered into a next prompt (the request's messages
 and the reply, through the same template) and the tokens at the completion's positions
@@ -47,8 +62,18 @@ import attrs
 from taketurns._models.model import ModelResponse
 from taketurns._models.wire import messages_to_wire
 
-__all__ = ["GgufTokens", "gguf_tokens"]
+__all__ = ["FUNCTION_CALLING", "GRAMMAR_GAP", "TOOL_CALL_GAP", "GgufTokens", "gguf_tokens"]
 
+#: llama-cpp-python's chat format that samples every turn given tools under a grammar
+FUNCTION_CALLING = "chatml-function-calling"
+TOOL_CALL_GAP = (
+    "tool call: chatml-function-calling samples it in several grammar-constrained "
+    "completions and the server returns no completion ids or logprobs for it"
+)
+GRAMMAR_GAP = (
+    "no logprobs: chatml-function-calling sampled this reply under a grammar, and the "
+    "server reports the unconstrained model's logprobs, not the sampler's"
+)
 _SEARCH_STEPS = 100_000  # bound on the completion-id search (a pathological reply gives up)
 _cache: dict[tuple[Path, str | None], GgufTokens] = {}
 _lock = threading.Lock()
@@ -129,17 +154,20 @@ class GgufTokens:
         """The GGUF's own Jinja chat template (empty when it has none)."""
         return str(self._llama.metadata.get("tokenizer.chat_template", ""))
 
-    def prompt_ids(self, body: Mapping[str, Any], *, count: int | None = None) -> list[int] | None:
+    def prompt_ids(
+        self, body: Mapping[str, Any], *, count: int | None = None, choice: str = _MESSAGE_CHOICE
+    ) -> list[int] | None:
         """The prompt ids the server makes of the request ``body``, or None when its
         request model refuses the body. ``count``: the server's ``usage.prompt_tokens``;
         a text prompt (chatml-function-calling's) that it does not count is tried with
-        the format's message choice appended, the prompt it samples a message after."""
+        the format's ``choice`` appended (the message choice, or a single call's
+        ``functions.NAME:``), the prompt it samples the reply after."""
         prompt = self._render(body)
         if not isinstance(prompt, str):
             return prompt
         ids = self._tokenize(prompt)
         if count is not None and len(ids) != count:
-            ids = self._tokenize(prompt + _MESSAGE_CHOICE)
+            ids = self._tokenize(prompt + choice)
         return ids
 
     def _tokenize(self, text: str) -> list[int]:
@@ -183,7 +211,10 @@ class GgufTokens:
     ) -> ModelResponse:
         """``response`` with ``prompt_token_ids`` and ``token_ids`` set where they are
         exact: each must also match the server's usage count."""
-        prompt = self.prompt_ids(body, count=response.usage.prompt_tokens)
+        calls = response.message.tool_calls
+        # one call's usage counts the prompt its arguments were sampled after
+        choice = f"functions.{calls[0].name}:\n" if len(calls) == 1 else _MESSAGE_CHOICE
+        prompt = self.prompt_ids(body, count=response.usage.prompt_tokens, choice=choice)
         if prompt is not None and len(prompt) != response.usage.prompt_tokens:
             prompt = None
         completion = None
@@ -195,13 +226,26 @@ class GgufTokens:
         again = None
         if prompt is not None and completion is not None:
             again = self.retokenized(body, response, len(prompt), completion)
+        gap, logprobs = None, response.logprobs
+        if self._grammar_constrained(body):
+            gap = TOOL_CALL_GAP if response.message.tool_calls else GRAMMAR_GAP
+            logprobs = None
         return attrs.evolve(
             response,
             prompt_token_ids=prompt,
             token_ids=completion,
+            logprobs=logprobs,
             stop_token=self._stop(response, completion),
             retokenized=again,
+            token_gap=gap,
         )
+
+    def _grammar_constrained(self, body: Mapping[str, Any]) -> bool:
+        """Whether the server samples ``body``'s reply under a grammar of its chat
+        format (module docstring): ``FUNCTION_CALLING`` given tools to choose from."""
+        choice = body.get("tool_choice")
+        chosen = choice is not None and choice != "none"
+        return self.chat_format == FUNCTION_CALLING and bool(body.get("tools")) and chosen
 
     def _stop(self, response: ModelResponse, completion: list[int] | None) -> str | None:
         """``dropped`` for a reply the end-of-generation token ended: ``stop``, its ids

@@ -50,8 +50,8 @@ class ModelResponse:
     prompt's token ids and the completion's logprobs, when the endpoint returned them;
     ``policy_version``: the model name (or version tag) that answered, when known;
     ``dropped``: request fields the client left out because the endpoint refuses them
-    (``seed``, by ``OpenAIClient``); ``stop_token`` and ``retokenized``: as on the
-    recorded ``Turn`` (``taketurns._exchange.trace``)."""
+    (``seed``, by ``OpenAIClient``); ``stop_token``, ``retokenized`` and
+    ``token_gap``: as on the recorded ``Turn`` (``taketurns._exchange.trace``)."""
 
     message: AssistantMessage
     usage: Usage = Usage()
@@ -63,6 +63,7 @@ class ModelResponse:
     dropped: frozenset[str] = frozenset()
     stop_token: str | None = None
     retokenized: list[int] | None = None
+    token_gap: str | None = None
 
 
 class ModelClient(abc.ABC):

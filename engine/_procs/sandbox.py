@@ -26,15 +26,24 @@ by file path or by module):
   bound (its file arguments still are), one inside another rollout's scratch neither;
 - its own user, PID, IPC, UTS, cgroup and network namespaces: it runs as uid and gid
   ``SANDBOX_UID`` (65534, ``nobody``) inside, sees only its own processes, and its
-  network is its own loopback (``network = "host"`` keeps the host's,
-  ``--share-net``). Its first process (the supervisor) is the namespace's init
-  (``--as-pid-1``): when it exits, the kernel kills every process left in it;
+  network is its own loopback (``network = "host"`` keeps the host's). Its first
+  process (the supervisor) is the namespace's init (``--as-pid-1``): when it exits,
+  the kernel kills every process left in it;
+- unprivileged on the host too (``host_ids``): run by a user, bwrap's user namespace
+  maps ``SANDBOX_UID`` to that user; run as root, bwrap (which needs root's reach to
+  bind what it binds) makes no user namespace and keeps only ``CAP_SETUID`` and
+  ``CAP_SETGID`` for the supervisor, which first drops to the host's ``nobody``
+  (uid and gid, no supplementary group: the kernel clears every capability then) and
+  makes its own user namespace mapping ``SANDBOX_UID`` to it (``--user``). So host
+  root's files are others' to the agent, by owner and by group bits alike; the
+  scratch is handed to that uid before each start (``hand_over``);
 - no capabilities (bwrap drops them all), a new session (no terminal injection).
 
 What it cannot hide: the kernel is the host's; inside, files keep their host owners
-mapped (the user namespace maps the sandbox's uid to the eval's user, so what that
-user owns in the bound trees is the sandbox's by owner bits: a reason nothing of the
-user's own is bound); with ``network = "host"`` every host port is reachable.
+mapped (run by a user, the user namespace maps the sandbox's uid to that user, so
+what the user owns in the bound trees is the sandbox's by owner bits: a reason
+nothing of the user's own is bound; run as root, what ``nobody`` owns); with
+``network = "host"`` every host port is reachable.
 """
 
 from __future__ import annotations
@@ -53,7 +62,16 @@ import attrs
 
 from taketurns._procs.limits import TreeLimits
 
-__all__ = ["MODEL_SOCKET", "SANDBOXES", "Sandbox", "bwrap_argv", "bwrap_path", "missing_bwrap"]
+__all__ = [
+    "MODEL_SOCKET",
+    "SANDBOXES",
+    "Sandbox",
+    "bwrap_argv",
+    "bwrap_path",
+    "hand_over",
+    "host_ids",
+    "missing_bwrap",
+]
 
 SANDBOXES = ("bwrap", "none")
 NETWORKS = ("endpoint", "host")
@@ -68,6 +86,11 @@ ETC = (
     "mime.types", "nsswitch.conf", "os-release", "passwd", "pki", "protocols",
     "resolv.conf", "services", "ssl", "timezone",
 )  # fmt: skip
+# start bwrap in a cgroup (its cgroup.procs: argv[1]; bwrap's argv: the rest)
+ENTER = (
+    "import os, sys; f = open(sys.argv[1], 'w'); f.write(str(os.getpid())); f.close(); "
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
 INSTALL_HINT = "install Debian's bubblewrap (apt-get install bubblewrap)"
 
 
@@ -102,6 +125,35 @@ def missing_bwrap(field: str) -> str:
         f"{field}.sandbox = 'bwrap' needs bubblewrap, which is not on PATH: "
         f"{INSTALL_HINT}, or set --{field}.sandbox=none to run its agents unsandboxed"
     )
+
+
+def host_ids() -> tuple[int, int] | None:
+    """The host uid and gid a sandbox's processes run as when the eval runs as root
+    (``nobody``'s, else 65534); None otherwise (bwrap's user namespace maps the
+    eval's own unprivileged user)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        return SANDBOX_UID, SANDBOX_UID
+    return nobody.pw_uid, nobody.pw_gid
+
+
+def hand_over(scratch: Path, ids: tuple[int, int] | None) -> None:
+    """Give the scratch (everything in it the engine wrote: its config, its prompt
+    files) to the sandbox's host uid and gid ``ids``, so the agent may write it; what
+    that uid owns already is left alone, links are not followed. Nothing for None."""
+    if ids is None:
+        return
+    uid, gid = ids
+    names = [os.fspath(scratch)]
+    for root, dirs, files in os.walk(scratch):
+        names += [os.path.join(root, name) for name in (*dirs, *files)]
+    for name in names:
+        with contextlib.suppress(OSError):
+            if os.lstat(name).st_uid != uid:
+                os.chown(name, uid, gid, follow_symlinks=False)
 
 
 def _homes() -> set[str]:
@@ -206,18 +258,19 @@ def _allowed(path: str, forbidden: Sequence[str], others: str | None) -> bool:
     return others is None or not _inside(path, others)
 
 
-def _system_binds() -> list[str]:
+def _system_trees() -> list[str]:
     argv: list[str] = []
     for tree in SYSTEM_TREES:
         if os.path.islink(tree):
             argv += ["--symlink", os.readlink(tree), tree]
         elif os.path.isdir(tree):
             argv += ["--ro-bind", tree, tree]
-    for name in ETC:
-        path = f"/etc/{name}"
-        if os.path.exists(path):  # a link is bound as what it points at
-            argv += ["--ro-bind", path, path]
     return argv
+
+
+def _etc() -> list[str]:
+    """What of ``/etc`` is bound (``ETC``: those that exist)."""
+    return [p for p in (f"/etc/{name}" for name in ETC) if os.path.exists(p)]
 
 
 def _tmpfs(path: str, size_mb: int, perms: str) -> list[str]:
@@ -245,21 +298,36 @@ def readable_binds(
     return bound[len(SYSTEM_TREES) :]
 
 
-def _sealed_parents(paths: Iterable[str]) -> list[str]:
-    """``--dir`` options making the folders bwrap would create on the way to
-    ``paths`` inside the writable ``/tmp`` (the scratch under ``TMPDIR=/tmp/...``)
-    unwritable (0555), so that nothing at a host path outside the scratch can be
-    written, even privately."""
+def _parents(paths: Iterable[str]) -> list[str]:
+    """``--dir`` options making every folder on the way to ``paths`` that bwrap would
+    otherwise make (``/etc``, ``/run``, a home, the scratch's folders, also inside
+    the writable ``/tmp``) readable and unwritable (0555): bwrap makes them 0700, its
+    own uid's (as root: root's, closed to the sandbox's uid), and nothing at a host
+    path outside the scratch may be written, even privately."""
     parents = set()
     for path in paths:
         parent = os.path.dirname(path)
-        while _inside(parent, "/tmp") and parent != "/tmp":
+        while parent not in ("/", "/tmp") and not any(_inside(parent, t) for t in SYSTEM_TREES):
             parents.add(parent)
             parent = os.path.dirname(parent)
     argv: list[str] = []
     for parent in sorted(parents):  # outer first
         argv += ["--perms", "0555", "--dir", parent]
     return argv
+
+
+def _namespaces(sandbox: Sandbox, *, as_root: bool) -> list[str]:
+    """bwrap's namespace and capability options. By a user: a user namespace mapping
+    the user to ``SANDBOX_UID``. As root: none (the supervisor makes it once it has
+    dropped to ``host_ids``), and of root's capabilities only the two that drop."""
+    if not as_root:
+        uid = str(SANDBOX_UID)
+        argv = ["--unshare-all", "--unshare-user", "--uid", uid, "--gid", uid]
+        return [*argv, "--share-net"] if sandbox.network == "host" else argv
+    argv = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+    if sandbox.network != "host":
+        argv.append("--unshare-net")
+    return [*argv, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
 
 
 def bwrap_argv(
@@ -272,38 +340,47 @@ def bwrap_argv(
     model_socket: str | None,
     search_path: str | None = None,
     info_fd: int | None = None,
+    user: tuple[int, int] | None = None,
+    cgroup: Path | None = None,
 ) -> list[str]:
     """``bwrap`` options then ``--`` and ``supervised`` (the supervisor's argv around
-    ``program``, the agent's own, whose install tree is bound): see the module
-    docstring. ``model_socket``: the host's interception socket, mounted at
-    ``MODEL_SOCKET``; ``search_path``: the ``PATH`` the program is started with;
-    ``info_fd``: where bwrap writes its JSON info (``child-pid``: the host pid of
-    the sandbox's first process, the PID namespace's init)."""
+            ``program``, the agent's own, whose install tree is bound): see the module
+            docstring. ``model_socket``: the host's interception socket, mounted at
+            ``MODEL_SOCKET``; ``search_path``: the ``PATH`` the program is started with;
+            ``info_fd``: where bwrap writes its JSON info (``child-pid``: the host pid of
+            the sandbox's first process, the PID namespace's init); ``user``: ``host_ids()``
+            when the eval runs as root (``supervised`` then drops to them and changes to ``cwd``
+        itself: its ``--user``); ``cgroup``: the tree's cgroup v2 (``limits.tree_cgroup``),
+    which bwrap is started in (``ENTER``: the interpreter writes its own pid into it, then
+    executes bwrap, so every process of the tree is in it from its start)."""
     bwrap = bwrap_path()
     if bwrap is None:
         raise FileNotFoundError(INSTALL_HINT)
-    uid = str(SANDBOX_UID)
+    argv = [bwrap, *_namespaces(sandbox, as_root=user is not None)]
+    if cgroup is not None:
+        enter = [os.path.realpath(sys.executable), "-I", "-S", "-c", ENTER]
+        argv = [*enter, str(cgroup / "cgroup.procs"), *argv]
     # --as-pid-1: the program (the supervisor) is the PID namespace's init, so when it
     # exits the kernel kills everything left in the namespace. bwrap's own init would
     # wait for every process in it instead (measured: a setsid child kept it alive).
-    argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", uid, "--gid", uid]
     argv += ["--as-pid-1", "--new-session"]
-    if sandbox.network == "host":
-        argv.append("--share-net")
-    argv += _system_binds()
+    argv += _system_trees()
     argv += ["--dev", "/dev", "--proc", "/proc"]
     argv += _tmpfs("/dev/shm", sandbox.limits.shm_mb, "1777")
     argv += _tmpfs("/tmp", sandbox.limits.scratch_mb, "1777")
     own = os.path.realpath(scratch)
+    etc = _etc()  # a link is bound as what it points at
     readable = readable_binds(program, own, sandbox, search_path)
-    argv += _sealed_parents([*readable, own])
-    for path in readable:
+    socket = [MODEL_SOCKET] if model_socket is not None else []
+    argv += _parents([*etc, *readable, own, *socket])
+    for path in [*etc, *readable]:
         argv += ["--ro-bind", path, path]
     argv += ["--bind", own, own]
     if model_socket is not None:
-        argv += ["--dir", os.path.dirname(MODEL_SOCKET), "--bind", model_socket, MODEL_SOCKET]
+        argv += ["--bind", model_socket, MODEL_SOCKET]
     argv += ["--remount-ro", "/"]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
-    argv += ["--chdir", os.path.realpath(cwd), "--", *supervised]
-    return argv
+    if user is None:  # else the supervisor changes to it once it is that uid
+        argv += ["--chdir", os.path.realpath(cwd)]
+    return [*argv, "--", *supervised]

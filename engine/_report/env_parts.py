@@ -7,12 +7,17 @@ one the eval ran (``write_report(env=...)``) or one built from the run's
 ``config.toml``; each hook gets the run's episodes as ``EpisodeView`` values (the
 parsed records, read like ``Episode`` values; nothing is structured through cattrs
 unless a hook reads a field beyond the view's own), streamed from
-``episodes.jsonl``. The first hook reads them from the report's own pass over the
-file (``each`` sees every record, however far the hook reads: the rest is read
-after it returns), so an env with one hook costs no second pass; a second hook
-reads the file again. An env that cannot be built here (its plugin is not
-installed, its config no longer loads) or a hook that raises or returns the wrong
-thing costs the report only that part: the page says why.
+``episodes.jsonl``.
+
+One pass over the file, whatever the env draws: the first hook reads the report's
+own pass (``each`` sees every record, however far the hook reads: the rest is read
+after it returns); a second hook reads the same pass from a thread of its own, in
+lockstep (``_Follower``): it is handed the records in chunks as the pass reads them
+and runs only while the pass waits for it, so no two of the hooks and the page's
+scan ever run at the same time, and memory holds one chunk, never the run. An env
+that cannot be built here (its plugin is not installed, its config no longer
+loads) or a hook that raises or returns the wrong thing costs the report only that
+part: the page says why.
 
 ``taketurns view`` builds the env once per run (``env_from``) and draws its
 sections over one episode too, for that episode's page (``episode_parts``).
@@ -21,7 +26,8 @@ sections over one episode too, for that episode's page (``episode_parts``).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +41,9 @@ from taketurns._report.parts import Figure, Section
 __all__ = ["EnvParts", "env_from", "env_parts", "episode_parts"]
 
 HOOKS = ("report_figures", "report_sections")
+KINDS: dict[str, type] = {"report_figures": Figure, "report_sections": Section}
 Record = dict[str, Any]
+Hook = Callable[[Iterable[EpisodeView]], Iterable[Any]]
 
 
 @attrs.define
@@ -52,23 +60,108 @@ def _episodes(records: Iterable[Record]) -> Iterator[EpisodeView]:
         yield EpisodeView(raw)
 
 
-def _seen(records: Iterable[Record], each: Callable[[Record], None]) -> Iterator[Record]:
+def _seen(records: Iterable[Record], each: Sequence[Callable[[Record], None]]) -> Iterator[Record]:
     for raw in records:
-        each(raw)
+        for see in each:
+            see(raw)
         yield raw
 
 
-def _build(config: dict[str, Any]) -> Env | None:
-    """The env ``config`` names, built from it; None when its class draws nothing of
-    its own (no need to build it: a taskset env opens its taskset)."""
-    from taketurns._config.settings import load_eval_config
-    from taketurns._eval.plan import env_class, make_env
+class _Drawn:
+    """What one hook came to: its values, or the exception it raised."""
 
-    data = {k: v for k, v in config.items() if k != "output_dir"}
-    env_cls = env_class(str(data.get("env_id")), field="env_id")
-    if all(getattr(env_cls, hook) is getattr(Env, hook) for hook in HOOKS):
-        return None
-    return make_env(load_eval_config(env_cls.config_class, file_data=data))
+    __slots__ = ("error", "found")
+
+    def __init__(self) -> None:
+        self.found: list[Any] = []
+        self.error: BaseException | None = None
+
+    def call(self, hook: Hook, episodes: Iterable[EpisodeView]) -> None:
+        try:
+            self.found = list(hook(episodes))
+        except Exception as exc:  # noted by _add
+            self.error = exc
+
+    def call_in_thread(self, hook: Hook, episodes: Iterable[EpisodeView]) -> None:
+        try:
+            self.found = list(hook(episodes))
+        except BaseException as exc:  # noted (an Exception) or raised (anything else) by _add
+            self.error = exc
+
+
+class _Follower:
+    """A hook that reads the report's pass from a thread of its own, in lockstep
+    (module docstring): ``add`` each record of the pass, then ``close``. The hook
+    runs only inside ``__init__``, ``add`` (when a chunk is handed over) and
+    ``close``, while the caller waits for it; a hook that stops reading early is
+    handed nothing more."""
+
+    CHUNK = 512  # records per hand-over: the memory it holds, and two thread switches
+
+    __slots__ = ("_chunk", "_drawn", "_finished", "_given", "_thread", "_to_hook", "_to_pass")
+
+    def __init__(self, hook: Hook) -> None:
+        self._chunk: list[Record] = []
+        self._given: list[Record] | None = None
+        self._to_hook = threading.Semaphore(0)  # released: the hook has records (or the end)
+        self._to_pass = threading.Semaphore(0)  # released: the hook wants more, or is done
+        self._finished = False
+        self._drawn = _Drawn()
+        self._thread = threading.Thread(
+            target=self._run, args=(hook,), name="taketurns-report-hook", daemon=True
+        )
+        self._thread.start()
+        self._to_pass.acquire()  # until it asks for its first records (or is done)
+
+    def _run(self, hook: Hook) -> None:
+        try:
+            self._drawn.call_in_thread(hook, self._views())
+        finally:
+            self._finished = True
+            self._to_pass.release()
+
+    def _views(self) -> Iterator[EpisodeView]:
+        while True:
+            self._to_pass.release()  # asks for the next chunk; the pass runs meanwhile
+            self._to_hook.acquire()
+            given = self._given
+            if given is None:
+                return
+            for raw in given:
+                yield EpisodeView(raw)
+
+    def _hand(self, given: list[Record] | None) -> None:
+        if self._finished:
+            return
+        self._given = given
+        self._to_hook.release()
+        self._to_pass.acquire()  # the hook runs; back when it wants more or is done
+
+    def add(self, raw: Record) -> None:
+        chunk = self._chunk
+        chunk.append(raw)
+        if len(chunk) >= self.CHUNK:
+            self._chunk = []
+            self._hand(chunk)
+
+    def close(self) -> _Drawn:
+        """The pass is over: the hook gets the last chunk and the end; its result."""
+        if self._chunk:
+            self._hand(self._chunk)
+            self._chunk = []
+        self._hand(None)
+        self._thread.join()
+        return self._drawn
+
+
+def _hooks(env: Env, names: tuple[str, ...]) -> list[tuple[str, Hook]]:
+    """The hooks of ``names`` that ``env``'s class overrides (the default draws
+    nothing and reads nothing), in the order of ``HOOKS``."""
+    return [
+        (name, getattr(env, name))
+        for name in HOOKS
+        if name in names and getattr(type(env), name) is not getattr(Env, name)
+    ]
 
 
 def env_parts(
@@ -80,21 +173,30 @@ def env_parts(
     damaged: list[int] | None = None,
 ) -> EnvParts:
     """What ``env`` (or the env ``config`` names) adds to the report of the run whose
-    episodes are in ``path``. ``each`` is called with every record of the file, once,
-    in order (the page's own scan); ``damaged`` collects the numbers of the lines
-    that are not records."""
+    episodes are in ``path``, from one pass over the file (module docstring).
+    ``each`` is called with every record of the file, once, in order (the page's
+    own scan); ``damaged`` collects the numbers of the lines that are not records."""
     parts = EnvParts()
-    records: Iterator[Record] = read_episodes(path, damaged=damaged)
-    if each is not None:
-        records = _seen(records, each)
     if env is None:
         env, notes = env_from(config)
         parts.notes.extend(notes)
-    if env is not None:
-        again = lambda: read_episodes(path)  # noqa: E731
-        _draw(env, str(config.get("env_id") or "?"), records, again, HOOKS, parts)
-    for _ in records:  # the pass ends at the file's end, however far a hook read
-        pass
+    hooks = _hooks(env, HOOKS) if env is not None else []
+    followers = [_Follower(hook) for _, hook in hooks[1:]]
+    seers = ([each] if each is not None else []) + [f.add for f in followers]
+    records: Iterator[Record] = _seen(read_episodes(path, damaged=damaged), seers)
+    drawn: list[_Drawn] = []
+    try:
+        if hooks:
+            first = _Drawn()
+            first.call(hooks[0][1], _episodes(records))
+            drawn.append(first)
+        for _ in records:  # the pass ends at the file's end, however far a hook read
+            pass
+    finally:
+        drawn.extend(f.close() for f in followers)
+    env_id = str(config.get("env_id") or "?")
+    for (name, _), result in zip(hooks, drawn, strict=True):
+        _add(parts, env_id, name, result)
     return parts
 
 
@@ -111,42 +213,43 @@ def env_from(config: dict[str, Any]) -> tuple[Env | None, list[str]]:
         ]
 
 
+def _build(config: dict[str, Any]) -> Env | None:
+    """The env ``config`` names, built from it; None when its class draws nothing of
+    its own (no need to build it: a taskset env opens its taskset)."""
+    from taketurns._config.settings import load_eval_config
+    from taketurns._eval.plan import env_class, make_env
+
+    data = {k: v for k, v in config.items() if k != "output_dir"}
+    env_cls = env_class(str(data.get("env_id")), field="env_id")
+    if all(getattr(env_cls, hook) is getattr(Env, hook) for hook in HOOKS):
+        return None
+    return make_env(load_eval_config(env_cls.config_class, file_data=data))
+
+
 def episode_parts(record: Record, env: Env, env_id: str) -> EnvParts:
     """The sections ``env`` draws (``report_sections``) over one episode, ``record``:
     for the page that shows that episode. A hook that fails costs only its part."""
     parts = EnvParts()
-    _draw(env, env_id, [record], lambda: [record], ("report_sections",), parts)
+    for name, hook in _hooks(env, ("report_sections",)):
+        result = _Drawn()
+        result.call(hook, _episodes([record]))
+        _add(parts, env_id, name, result)
     return parts
 
 
-def _draw(
-    env: Env,
-    env_id: str,
-    records: Iterable[Record],
-    again: Callable[[], Iterable[Record]],
-    names: tuple[str, ...],
-    parts: EnvParts,
-) -> None:
-    """Call each hook of ``names``: the first on ``records`` (the report's pass), the
-    next on ``again()`` (a new read)."""
-    hooks: tuple[tuple[str, type, list[Any]], ...] = (
-        ("report_figures", Figure, parts.figures),
-        ("report_sections", Section, parts.sections),
-    )
-    source: Iterable[Record] = records
-    for name, kind, into in hooks:
-        if name not in names or getattr(type(env), name) is getattr(Env, name):
-            continue  # the default draws nothing and reads nothing
-        try:
-            found = list(getattr(env, name)(_episodes(source)))
-            wrong = [x for x in found if not isinstance(x, kind)]
-            if wrong:
-                raise TypeError(f"returned {type(wrong[0]).__name__}, not {kind.__name__}")
-        except Exception as exc:
-            parts.notes.append(f"env {env_id!r}: {name} failed ({_why(exc)}); left out")
-        else:
-            into.extend(found)
-        source = again()
+def _add(parts: EnvParts, env_id: str, name: str, drawn: _Drawn) -> None:
+    """``drawn`` (hook ``name``'s result) into ``parts``, or its note: an error, or
+    values of the wrong kind. Anything but an ``Exception`` is raised."""
+    error, kind = drawn.error, KINDS[name]
+    if error is not None and not isinstance(error, Exception):
+        raise error
+    if error is None:
+        wrong = [x for x in drawn.found if not isinstance(x, kind)]
+        if not wrong:
+            (parts.figures if name == "report_figures" else parts.sections).extend(drawn.found)
+            return
+        error = TypeError(f"returned {type(wrong[0]).__name__}, not {kind.__name__}")
+    parts.notes.append(f"env {env_id!r}: {name} failed ({_why(error)}); left out")
 
 
 def _why(exc: BaseException) -> str:

@@ -16,7 +16,8 @@ per-turn rewards lined up with ``turns``: ``turn_rewards`` (what the env paid on
 turn, 0.0 for none) and ``turn_ends`` (where in ``completion_ids`` each turn's own
 tokens end); what each turn can be trusted for, lined up with ``turns`` too:
 ``turn_finish_reasons``, ``turn_truncated``, ``turn_stop_tokens`` (``sampled``,
-``dropped`` or null), with ``truncated`` (any turn cut at ``max_tokens``),
+``dropped`` or null), ``turn_token_gaps`` (what a turn's token data lacks, else
+null), with ``truncated`` (any turn cut at ``max_tokens``),
 ``sampling`` (the request fields the turns were sent; a JSON string in Parquet)
 and ``final_divergence`` (the last completion re-tokenizes differently; shaped as
 ``divergence``) — see ``taketurns._train.samples``.
@@ -100,6 +101,7 @@ ROW_COLUMNS = (
     "truncated",
     "sampling",
     "final_divergence",
+    "turn_token_gaps",
 )
 
 
@@ -166,6 +168,7 @@ def sample_rows(groups: Iterable[Group]) -> Iterator[dict[str, Any]]:
                 "truncated": s.truncated,
                 "sampling": s.sampling,
                 "final_divergence": _divergence(s.final_divergence),
+                "turn_token_gaps": list(s.turn_token_gaps),
             }
 
 
@@ -319,6 +322,7 @@ def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
             ("truncated", pa.bool_()),
             ("sampling", pa.string()),
             ("final_divergence", _divergence_type(pa)),
+            ("turn_token_gaps", pa.list_(pa.string())),
         ]
     )
     pq.write_table(pa.table(columns, schema=schema), target)

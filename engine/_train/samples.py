@@ -10,7 +10,9 @@ turn's prompt + completion token for token. Where one does not (a harness rewrot
 history, a template re-rendered an earlier turn differently, a completion re-tokenized
 differently, a turn came back without token ids) the sample ends there and a new one
 starts, its ``reason`` saying why and its ``divergence`` (``_exchange.divergence``)
-where: the position, the two token runs and the kind.
+where: the position, the two token runs and the kind. A turn without token ids whose
+client knows why (``Turn.token_gap``: a tool call llama-cpp-python's
+``chatml-function-calling`` reports no ids for) has the why in that ``reason``.
 
 What a trainer needs to trust each turn rides along, lined up with ``turns``:
 ``turn_finish_reasons`` (the endpoint's: ``stop``, ``length``, ``tool_calls``...),
@@ -23,7 +25,9 @@ token ended the turn, or the server does not say). ``sampling`` is what the turn
 were sent (temperature, top_p...: ``Turn.sampling``); a turn sent other sampling
 starts a new sample. ``final_divergence``: the sample's last completion
 re-tokenizes differently once rendered into a next prompt (``Turn.retokenized``);
-the sampled ids are kept, as they are what was sampled.
+the sampled ids are kept, as they are what was sampled. ``turn_token_gaps``: each
+merged turn's ``Turn.token_gap`` (what its token data lacks, e.g. logprobs left out
+because the server sampled under a grammar; None: nothing known missing).
 
 Per-turn rewards (``Trace.record_turn_reward``) ride along for per-turn credit
 assignment: ``Sample.turn_rewards[i]`` is the sum of the rewards paid on
@@ -63,6 +67,7 @@ class TurnTokens:
     stop_token: str | None = None
     sampling: dict[str, Any] | None = None
     retokenized: list[int] | None = None
+    token_gap: str | None = None
 
 
 @attrs.frozen
@@ -79,8 +84,8 @@ class Sample:
     ``divergence`` says where, when the reason is a prompt that does not extend the
     sequence before it. ``reward`` is the trace's; ``advantage`` is filled in by
     ``taketurns.train.group_advantages``. ``turn_finish_reasons``,
-    ``turn_truncated``, ``turn_stop_tokens`` (per turn), ``truncated``, ``sampling``
-    and ``final_divergence``: module docstring."""
+    ``turn_truncated``, ``turn_stop_tokens``, ``turn_token_gaps`` (per turn),
+    ``truncated``, ``sampling`` and ``final_divergence``: module docstring."""
 
     episode_id: str
     agent: str
@@ -104,6 +109,7 @@ class Sample:
     truncated: bool = False
     sampling: dict[str, Any] | None = None
     final_divergence: Divergence | None = None
+    turn_token_gaps: tuple[str | None, ...] = ()
 
     @property
     def input_ids(self) -> list[int]:
@@ -128,6 +134,7 @@ def turn_tokens(turn: Turn) -> TurnTokens | None:
         turn.stop_token,
         turn.sampling,
         turn.retokenized,
+        turn.token_gap,
     )
 
 
@@ -200,6 +207,7 @@ class _Builder:
             any(cut),
             self.first.sampling,
             retokenized(last.turn, start, last.completion_ids, last.retokenized),
+            tuple(t.token_gap for t in self.merged),
         )
 
 
@@ -218,6 +226,8 @@ def trace_samples(trace: Trace) -> list[Sample]:
                 samples.append(current.build(trace))
                 current = None
             what = "failed" if turn.response is None else "came without token ids"
+            if turn.response is not None and turn.token_gap is not None:
+                what += f" ({turn.token_gap})"
             reason, divergence = f"turn {turn.index} {what}", None
             continue
         if current is not None:

@@ -22,11 +22,16 @@ table.grid th,table.grid td{text-align:left;vertical-align:top;white-space:nowra
 table.grid td.n,table.grid th.n{text-align:right;font-variant-numeric:tabular-nums}
 table.grid td.models,table.grid td.means{white-space:normal;min-width:150px}
 table.grid td.run{white-space:normal;overflow-wrap:anywhere;min-width:160px;max-width:340px}
+table.grid td.env{white-space:normal;overflow-wrap:anywhere;min-width:110px;max-width:260px}
+table.grid td.models code{overflow-wrap:anywhere}
+table.grid td.means span.mean,table.grid td.when{white-space:normal}
+table.grid td.means .ci{white-space:nowrap}
 table.grid thead th{background:#f2f4f7;position:sticky;top:0}
+#runs thead th{white-space:normal}
 th[data-sort]{cursor:pointer;user-select:none}
-th[data-sort]:after{content:" ↕";color:#98a2b3;font-size:11px}
-th[aria-sort=ascending]:after{content:" ▲";color:#1d2433}
-th[aria-sort=descending]:after{content:" ▼";color:#1d2433}
+th[data-sort]:after{content:"\\00a0↕";color:#98a2b3;font-size:11px}
+th[aria-sort=ascending]:after{content:"\\00a0▲";color:#1d2433}
+th[aria-sort=descending]:after{content:"\\00a0▼";color:#1d2433}
 tbody tr:hover{background:#f9fafb}
 td.bad{color:#b42318;font-weight:600}
 td.done progress{display:block;width:70px;height:6px;margin:3px 0 0 auto}

@@ -37,8 +37,9 @@ def comparison_page(runs: Sequence[RunView], results: Sequence[Json]) -> str:
     base = runs[0]
     heads = "".join(
         f'<tr><th scope="row">{"A" if i == 0 else f"B{i}"}</th>'
-        f'<td><a href="{esc(url(r))}">{esc(r.id)}</a>'
-        f"</td><td>{esc(r.env)}</td><td>{models_cell(r.models())}</td><td>{state_badge(r.state)}</td>"
+        f'<td class="run"><a href="{esc(url(r))}">{esc(r.id)}</a></td>'
+        f'<td class="env">{esc(r.env)}</td><td class="models">{models_cell(r.models())}</td>'
+        f"<td>{state_badge(r.state)}</td>"
         f'<td class="n">{count(r.row().get("episodes"))}</td></tr>'
         for i, r in enumerate(runs)
     )

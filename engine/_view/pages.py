@@ -132,7 +132,7 @@ def run_row(run: RunView) -> str:
         f'aria-label="compare {esc(run.id)}"></td>',
         f'<td class="run" data-value="{esc(run.id)}">'
         f'<a href="{esc(url(run))}">{esc(run.id)}</a></td>',
-        f'<td data-value="{esc(row["env"])}">{esc(row["env"])}</td>',
+        f'<td class="env" data-value="{esc(row["env"])}">{esc(row["env"])}</td>',
         f'<td class="models">{models_cell(row["models"])}</td>',
         f'<td data-value="{esc(row["state"])}">{state_badge(row["state"])}</td>',
         f'<td class="n" data-value="{esc(-1 if planned is None else planned)}">'
@@ -145,7 +145,8 @@ def run_row(run: RunView) -> str:
         f"{count(row.get('failed'))}</td>",
         f'<td class="means" data-value="{esc(as_dict(first_mean).get("reward_mean") or "")}">'
         f"{_means(row)}</td>",
-        f'<td data-value="{esc(row["started"] or 0)}">{esc(_when(row["started"]))}</td>',
+        f'<td class="when" data-value="{esc(row["started"] or 0)}">'
+        f"{esc(_when(row['started']))}</td>",
         f'<td class="n" data-value="{esc(row["duration_s"] or 0)}">'
         f"{esc(_duration(row['duration_s']))}</td>",
     ]
