@@ -9,7 +9,13 @@
 (d') the ``program`` harness with ``persistent = true``: ``agent.run`` on a warm
     pooled reference program (``--serve``), which serves one rollout after another;
 (e) for reference, the interception hop alone: a bare httpx2 POST to a rollout's
-    endpoint on the interception server (the in-process built-in model behind it).
+    endpoint on the interception server (the in-process built-in model behind it);
+(f) throughput at ``--concurrency`` (32, the eval's default): a whole Kuhn eval over
+    HTTP against ``taketurns serve`` (the mock, in its own process) beside a bare
+    httpx2 loop of as many concurrent workers POSTing the eval's own request bodies
+    to the same server, alternated ``--repeats`` times in this run; model calls per
+    second of wall time (the eval's as the slope between two run sizes, so its
+    start-up and end cancel out). The target: the eval >= 0.8 of the bare loop.
 
 Calls are sequential (concurrency 1), so wall time is latency. CPU is this process
 plus its finished children (the program's processes), so (d) includes the program's
@@ -25,6 +31,8 @@ import argparse
 import os
 import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 
@@ -186,13 +194,59 @@ async def run_all(args: argparse.Namespace) -> dict[str, tuple[float, float, int
     return results
 
 
+def throughput(args: argparse.Namespace) -> list[tuple[float, float]]:
+    """(f): (eval calls/s, bare calls/s) per round, alternated in this run."""
+    from bench_http_kuhn import BODIES, bare_cost, eval_cost, kuhn_bodies
+
+    BODIES.extend(kuhn_bodies())
+    rounds = []
+    with subprocess.Popen(
+        [sys.executable, "-m", "taketurns", "serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as server:
+        assert server.stdout is not None
+        base_url = server.stdout.readline().strip()
+        endpoint = {"base_url": base_url, "model": "builtin/bracket"}
+        try:
+            for _ in range(args.repeats):
+                w1, _, t1 = eval_cost(args.small, args.concurrency, endpoint)
+                w2, _, t2 = eval_cost(args.large, args.concurrency, endpoint)
+                bare_us, _ = trio.run(
+                    bare_cost, f"{base_url}/chat/completions", t2 - t1, args.concurrency
+                )
+                rounds.append(((t2 - t1) / (w2 - w1), 1e6 / bare_us))
+        finally:
+            server.terminate()
+    return rounds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fast", type=int, default=2000, help="calls per batch for (a)")
     parser.add_argument("--http", type=int, default=300, help="calls per batch, (b) (c) (d') (e)")
     parser.add_argument("--programs", type=int, default=15, help="calls per batch for (d)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=32, help="for (f)")
+    parser.add_argument("--small", type=int, default=200, help="(f): the smaller eval")
+    parser.add_argument("--large", type=int, default=1000, help="(f): the larger eval")
+    parser.add_argument("--only-f", action="store_true", help="only (f), the throughput")
     args = parser.parse_args()
+    if not args.only_f:
+        _paths(args)
+    rounds = throughput(args)
+    print(f"(f) c = {args.concurrency}, Kuhn eval vs bare httpx2 against taketurns serve:")
+    for i, (ours, bare) in enumerate(rounds, 1):
+        print(
+            f"    round {i}: eval {ours:>7.0f} calls/s, bare {bare:>7.0f} calls/s, "
+            f"{ours / bare:.2f}"
+        )
+    ratio = statistics.median(ours / bare for ours, bare in rounds)
+    print(f"    median ratio {ratio:.2f} (target >= 0.8)")
+
+
+def _paths(args: argparse.Namespace) -> None:
     results = trio.run(run_all, args)
     base_wall, base_cpu, _ = results["(a) in-process null harness"]
     head = f"{'path':36} {'calls':>6} {'wall us':>10} {'cpu us':>10} {'wall x(a)':>10}"

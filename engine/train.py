@@ -2,7 +2,9 @@
 samples of a trace (``trace_samples``, ``episode_samples``; ``Sample``,
 ``TurnTokens``, ``turn_tokens``), groups of rollouts of one task (``Group``,
 ``make_group``, ``GroupStream``, ``RolloutSource``), group advantages
-(``group_advantages``, ``TraceAdvantage``) and dataset export (``export_samples``)."""
+(``group_advantages``, ``TraceAdvantage``), dataset export (``export_samples``) and a
+live in-process policy to train (``LocalPolicy``, ``load_policy``: the ``learn``
+extra, torch and transformers, imported on first use only)."""
 
 import typing
 
@@ -19,9 +21,15 @@ from taketurns._train.samples import (
 
 if typing.TYPE_CHECKING:  # the lazy name below, for type checkers
     from taketurns._train.export import export_samples
+    from taketurns._train.policy import LocalPolicy, load_policy
 
-# export reads run directories (the output stack): imported on first use
-_LAZY = {"export_samples": "taketurns._train.export"}
+# export reads run directories (the output stack), the policy imports torch: each
+# imported on first use
+_LAZY = {
+    "export_samples": "taketurns._train.export",
+    "LocalPolicy": "taketurns._train.policy",
+    "load_policy": "taketurns._train.policy",
+}
 
 
 def __getattr__(name: str) -> object:
@@ -36,6 +44,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "Group",
     "GroupStream",
+    "LocalPolicy",
     "RolloutSource",
     "Sample",
     "TraceAdvantage",
@@ -43,6 +52,7 @@ __all__ = [
     "episode_samples",
     "export_samples",
     "group_advantages",
+    "load_policy",
     "make_group",
     "trace_samples",
     "turn_tokens",

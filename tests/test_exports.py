@@ -92,9 +92,9 @@ TIERS: dict[str, list[str]] = {
         *("dialect_registry", "open_interception_server", "serve"),
     ],
     "taketurns.train": [
-        *("Group", "GroupStream", "RolloutSource", "Sample", "TraceAdvantage", "TurnTokens"),
-        *("episode_samples", "export_samples", "group_advantages", "make_group"),
-        *("trace_samples", "turn_tokens"),
+        *("Group", "GroupStream", "LocalPolicy", "RolloutSource", "Sample", "TraceAdvantage"),
+        *("TurnTokens", "episode_samples", "export_samples", "group_advantages"),
+        *("load_policy", "make_group", "trace_samples", "turn_tokens"),
     ],
     "taketurns.report": [
         *("EpisodeView", "Figure", "Section", "Series", "TraceView", "bar_chart", "details"),
@@ -166,7 +166,7 @@ def test_the_in_process_tiers_do_not_load_the_http_stack_or_the_runner() -> None
         "import sys, taketurns, taketurns.errors, taketurns.harness, taketurns.testing\n"
         "import taketurns.train, taketurns.env, taketurns.taskset\n"
         "print(sorted(m for m in ('hypercorn', 'quart', 'quart_trio', 'rich', 'pyarrow',"
-        " 'taketurns._runner') if m in sys.modules))"
+        " 'taketurns._runner', 'torch', 'transformers') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -238,3 +238,40 @@ async def test_run_starts_as_start_does_and_captures_the_output(tmp_path: Path) 
             grace_s=1.0,
         )
     assert done == owner.Captured(3, f"given in {tmp_path}\n".encode(), b"oops\n")
+
+
+@pytest.mark.parametrize("kind", ["none", "bwrap"])
+async def test_the_program_starts_with_the_standard_streams_and_default_signals(
+    tmp_path: Path, kind: str
+) -> None:
+    """The supervisor forks the program itself: the program gets only descriptors
+    0-2 (never the lifeline, status or report pipes), leads its own session, and
+    does not inherit the signals Python ignores (SIGPIPE, SIGXFSZ)."""
+    script = "ls /proc/$$/fd; echo $$; ps -o sid= -p $$; grep SigIgn /proc/self/status"
+    env = {"PATH": os.environ["PATH"]}
+    with trio.fail_after(LIMIT):
+        done = await owner.run(
+            ["sh", "-c", script], cwd=tmp_path, env=env, sandbox=Sandbox(kind), scratch=tmp_path
+        )
+    assert done.returncode == 0, done.stderr
+    *fds, pid, sid, ignored = done.stdout.decode().splitlines()
+    assert fds == ["0", "1", "2"]
+    assert pid == sid.strip()  # a session of its own
+    mask = int(ignored.split()[1], 16)
+    assert not mask & (1 << (signal.SIGPIPE - 1))
+    assert not mask & (1 << (signal.SIGXFSZ - 1))
+
+
+async def test_a_program_that_cannot_start_is_status_127(tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"]}
+    with trio.fail_after(LIMIT):
+        done = await owner.run(
+            ["no-such-program-xyz"],
+            cwd=tmp_path,
+            env=env,
+            sandbox=Sandbox("none"),
+            scratch=tmp_path,
+        )
+    assert done.returncode == 127
+    assert b"cannot start 'no-such-program-xyz'" in done.stderr
+    assert b"No such file or directory" in done.stderr

@@ -16,7 +16,9 @@ from hypothesis import given, settings
 
 from taketurns import ConfigError, EvalConfig, Sampling, open_rollouts
 from taketurns._eval.plan import make_env
+from taketurns._models.model import ModelRequest, ModelResponse
 from taketurns.errors import SessionError
+from taketurns.testing import BuiltinModel
 from taketurns.train import Group
 
 SLOW = "builtin/bracket?latency_ms=10"
@@ -277,3 +279,35 @@ async def test_a_trainer_samples_at_temperature_one_without_truncation_unless_se
         async for group in source.groups(task, per_task=1):
             sent = group.episodes[0].traces[0].turns[0].sampling
             assert sent == {"temperature": 0.7, "top_p": 1.0, "top_k": 20}
+
+
+class _Owned(BuiltinModel):
+    """A caller's in-process client: counts its calls and whether it was closed."""
+
+    def __init__(self) -> None:
+        super().__init__("bracket")
+        self.calls = 0
+        self.closed = False
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.calls += 1
+        return await super().complete(request)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_client_the_caller_owns_serves_its_model_name_unchecked_and_stays_open() -> None:
+    owned = _Owned()
+    # a base URL nothing listens on: never preflighted nor called for the owned name
+    config = EvalConfig(
+        env_id="kuhn-poker", concurrency=4, model="live", base_url="http://127.0.0.1:9/v1"
+    )
+    env = make_env(config)
+    async with open_rollouts(env, config, models={"live": owned}) as source:
+        async for group in source.groups(env.tasks(2), per_task=2):
+            turns = [t for e in group.episodes for tr in e.traces for t in tr.turns]
+            assert turns
+            assert all(e.ok for e in group.episodes)
+    assert owned.calls > 0
+    assert not owned.closed

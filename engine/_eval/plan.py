@@ -13,7 +13,7 @@ Nothing here starts a task: a ``Plan`` is plain objects, closed by ``aclose``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import attrs
@@ -190,19 +190,24 @@ _DEFAULT_KEY_VAR = attrs.fields(EvalConfig).api_key_var.default
 
 
 async def preflight(
-    config: EvalConfig, env: Env, *, say: Callable[[str], None] | None = None
+    config: EvalConfig,
+    env: Env,
+    *,
+    say: Callable[[str], None] | None = None,
+    owned: Collection[str] = (),
 ) -> None:
     """Call every distinct endpoint once with throwaway clients (their connections
     belong to this trio run), each check bounded by ``config.preflight_timeout_s``
     (retries included); ``say`` hears which endpoint is being checked; then the env's
     judges. Raises ``ConfigError`` naming the failing endpoint. Roles served by a
-    model server the eval starts are checked once it is up (``_eval.servers``)."""
+    model server the eval starts are checked once it is up (``_eval.servers``);
+    roles whose model is ``owned`` (in-process clients, ``Plan``'s ``models``), never."""
     seen = set()
     limit = config.preflight_timeout_s
     for role, agent in env.roles.items():
         agent = resolve_role(config, env, role, agent)
         key = (agent.model, agent.base_url, agent.api_key_var)
-        if agent.base_url is None or key in seen:
+        if agent.base_url is None or key in seen or agent.model in owned:
             continue  # the built-in model, or served by a server not started yet
         seen.add(key)
         model = agent.model or DEFAULT_MODEL
@@ -230,13 +235,20 @@ async def preflight(
 
 class Plan:
     """Clients, harnesses and limiters per role, built (and validated, raising
-    ``ConfigError``) before any episode starts; ``run_eval`` builds one if not given."""
+    ``ConfigError``) before any episode starts; ``run_eval`` builds one if not given.
+    ``models``: in-process clients the caller owns, by model name (a trainer's live
+    policy, ``taketurns.train.LocalPolicy``): a role whose model is one of these
+    names calls that client (no endpoint, no server, no preflight); ``aclose`` leaves
+    them open."""
 
-    def __init__(self, config: EvalConfig, env: Env) -> None:
+    def __init__(
+        self, config: EvalConfig, env: Env, *, models: Mapping[str, ModelClient] | None = None
+    ) -> None:
         self.env = env
         self.roles = {r: resolve_role(config, env, r, a) for r, a in env.roles.items()}
         _refuse_dropped_tools(env, self.roles)
         self.clients: dict[tuple[Any, ...], ModelClient] = {}  # one per distinct endpoint
+        self.owned = dict(models or {})  # the caller's, by model name: never closed here
         self.services: dict[str, Any] = {}  # filled by the runner (interception server)
         self.servers: dict[str, ModelServer] = {}  # started by _eval.servers
         formats = chat_formats(config, env, self.roles)
@@ -247,12 +259,16 @@ class Plan:
         # one prototype agent per role; each episode binds its own copy
         self.agents: dict[str, Agent] = {}
         for role, agent in self.roles.items():
-            served = server_key(config, agent)
+            if agent.model in self.owned:
+                agent = self.roles[role] = attrs.evolve(agent, base_url=None)
+            served = None if agent.model in self.owned else server_key(config, agent)
             if served is not None and served not in self.servers:
                 chat_format = formats.get(agent.model or "")
                 self.servers[served] = _make_server(config, role, agent, served, chat_format)
             key = (agent.model, agent.base_url, agent.api_key_var, served)
-            if key not in self.clients:
+            if agent.model in self.owned:
+                self.clients[key] = self.owned[agent.model]
+            elif key not in self.clients:
                 server = self.servers[served] if served is not None else None
                 chat_format = formats.get(agent.model or "")
                 self.clients[key] = _client_for(config, role, agent, server, chat_format)
@@ -348,8 +364,10 @@ class Plan:
     async def aclose(self) -> None:
         """Close the model clients, then shut each distinct harness down; shielded."""
         with trio.CancelScope(shield=True):
+            owned = {id(c) for c in self.owned.values()}
             for client in self.clients.values():
-                await client.aclose()
+                if id(client) not in owned:
+                    await client.aclose()
             for harness in {id(a.harness): a.harness for a in self.agents.values()}.values():
                 await harness.shutdown()
 

@@ -142,7 +142,9 @@ class Segment:
                     if deadline <= now:
                         condition = which
                     else:
-                        scope.deadline, start = deadline, now
+                        if deadline != math.inf:  # the scope's is inf already: setting
+                            scope.deadline = deadline  # it costs a quarter of a scope
+                        start = now
                         rollout.start_segment()
                         async with self.harness.open_segment(rollout):
                             await self._launch_or_resume(first, new, text)

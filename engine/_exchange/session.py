@@ -234,10 +234,11 @@ class ChatSession:
 
     async def turn(self, message: UserInput | None = None) -> Reply:
         """Send one user turn and run one harness segment; see the class docstring."""
-        if self in _HOLDING.get():
+        held = _HOLDING.get()  # this task's: unchanged while it waits for the lock
+        if self in held:
             await self._refuse("turn")
         async with self._lock:  # FIFO behind the waiters; a checkpoint, taken or not
-            holding = _HOLDING.set((*_HOLDING.get(), self))
+            holding = _HOLDING.set((*held, self))
             try:
                 state = self._state
                 if state is SessionState.CLOSING or state is SessionState.CLOSED:

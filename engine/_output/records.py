@@ -376,13 +376,27 @@ _TRACE_TYPES: dict[str, tuple[type, ...]] = {
 
 
 def _typed(record: dict[str, Any], types: dict[str, tuple[type, ...]]) -> bool:
-    return all(isinstance(record[k], kinds) for k, kinds in types.items() if k in record) and all(
-        isinstance(e, dict) for e in record.get("errors") or ()
-    )
+    # plain loops (no generator per check): this runs for every line read back
+    for key, kinds in types.items():
+        if key in record and not isinstance(record[key], kinds):
+            return False
+    errors = record.get("errors")
+    return not errors or all(isinstance(error, dict) for error in errors)
 
 
 def _number(value: Any) -> bool:
+    kind = type(value)
+    if kind is float or kind is int:  # what JSON gives: the common case, answered first
+        return True
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _numbers(values: Any) -> bool:
+    for value in values:
+        kind = type(value)
+        if kind is not float and kind is not int and not _number(value):
+            return False
+    return True
 
 
 def _turn_reward(raw: Any) -> bool:
@@ -403,15 +417,18 @@ def _well_shaped(record: dict[str, Any]) -> bool:
             return False
         if "reward" in trace and not _number(trace["reward"]):
             return False
-        for scores in (trace.get("rewards") or {}, trace.get("metrics") or {}):
-            if not all(_number(v) for v in scores.values()):
+        if not _numbers((trace.get("rewards") or {}).values()):
+            return False
+        if not _numbers((trace.get("metrics") or {}).values()):
+            return False
+        if not _numbers((trace.get("usage") or {}).values()):
+            return False
+        for turn in trace.get("turns") or ():
+            if not isinstance(turn, dict):
                 return False
-        if not all(_number(v) for v in (trace.get("usage") or {}).values()):
-            return False
-        if not all(isinstance(t, dict) for t in trace.get("turns") or ()):
-            return False
-        if not all(_turn_reward(r) for r in trace.get("turn_rewards") or ()):
-            return False
+        for reward in trace.get("turn_rewards") or ():
+            if not _turn_reward(reward):
+                return False
         name = (trace.get("agent") or {}).get("name", "")
         if not isinstance(name, str):
             return False

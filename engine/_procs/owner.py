@@ -66,7 +66,7 @@ import trio.lowlevel
 from taketurns._procs.limits import tree_cgroup
 from taketurns._procs.sandbox import MODEL_SOCKET, Sandbox, bwrap_argv, hand_over, host_ids
 
-__all__ = ["Captured", "OwnedProcess", "run", "start"]
+__all__ = ["Captured", "Launch", "OwnedProcess", "run", "start"]
 
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 KILL_S = 3.0  # how long the supervisor may take to kill its tree and exit
@@ -89,63 +89,76 @@ def _interpreter() -> str:
     return os.path.realpath(sys.executable)
 
 
-def command(
-    program: Sequence[str],
-    *,
-    lifeline: int,
-    status: int | None = None,
-    grace_s: float = 0.0,
-    sandbox: Sandbox,
-    scratch: Path,
-    cwd: Path,
-    model_socket: str | None,
-    model_port: int | None,
-    report: int | None = None,
-    search_path: str | None = None,
-) -> list[str]:
-    """The full argv: the supervisor around ``program``, in bwrap unless ``none``;
-    ``status``: the descriptor the program's pid (``none``) or bwrap's info (the
-    namespace init's host pid) is reported on; ``grace_s``: how long the program may
-    take to exit on SIGTERM before it is killed; ``report``: where a sandbox's
-    supervisor writes the name of a resource limit the tree passed;
-    ``search_path``: the ``PATH`` ``program`` is started with."""
-    supervised = [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", str(lifeline)]
-    if status is not None and sandbox.kind == "none":  # a sandbox's pids are its own
-        supervised += ["--status", str(status)]
-    if grace_s > 0:
-        supervised += ["--grace", repr(grace_s)]
-    user = host_ids() if sandbox.kind == "bwrap" else None
-    if user is not None:  # the eval runs as root: the sandbox does not
-        supervised += ["--user", f"{user[0]}:{user[1]}", os.path.realpath(cwd)]
-    if sandbox.kind == "bwrap":
-        supervised += ["--limits", sandbox.limits.argument()]
-        supervised += ["--scratch", os.path.realpath(scratch)]
-        if report is not None:
-            supervised += ["--report", str(report)]
-    bridge = (
-        sandbox.kind == "bwrap"
-        and sandbox.network == "endpoint"
-        and model_socket is not None
-        and model_port is not None
-    )
-    if bridge:
-        supervised += ["--bridge", str(model_port), MODEL_SOCKET]
-    supervised += ["--", *program]
-    if sandbox.kind == "none":
-        return supervised
-    socket = model_socket if bridge else None
-    return bwrap_argv(
-        supervised,
-        program=program,
-        scratch=scratch,
-        cwd=cwd,
-        sandbox=sandbox,
-        model_socket=socket,
-        search_path=search_path,
-        info_fd=status,
-        user=user,
-        cgroup=tree_cgroup(sandbox.limits),  # where cgroup v2 is delegated
-    )
+def _supervisor(lifeline: str) -> list[str]:
+    """The supervisor's command line up to its options: no site, isolated (it imports
+    no ``taketurns`` and hardly any of the standard library: it starts fast)."""
+    return [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", lifeline]
+
+
+@attrs.frozen
+class Launch:
+    """How one program is started (``argv``): ``lifeline``, the read end of its
+    lifeline; ``status``: the descriptor the program's pid (``none``) or bwrap's info
+    (the namespace init's host pid) is reported on; ``report``: where a sandbox's
+    supervisor writes the name of a resource limit the tree passed; ``grace_s``: how
+    long the program may take to exit on SIGTERM before it is killed; ``scratch``,
+    ``cwd``, ``model_socket``/``model_port`` as for ``start``; ``search_path``: the
+    ``PATH`` the program is started with."""
+
+    sandbox: Sandbox
+    scratch: Path
+    cwd: Path
+    lifeline: int
+    status: int | None = None
+    report: int | None = None
+    grace_s: float = 0.0
+    model_socket: str | None = None
+    model_port: int | None = None
+    search_path: str | None = None
+
+    @property
+    def bridged(self) -> bool:
+        """Whether the supervisor bridges the model endpoint into the sandbox."""
+        return (
+            self.sandbox.kind == "bwrap"
+            and self.sandbox.network == "endpoint"
+            and self.model_socket is not None
+            and self.model_port is not None
+        )
+
+    def argv(self, program: Sequence[str]) -> list[str]:
+        """The full argv: the supervisor around ``program``, in bwrap unless ``none``."""
+        sandbox = self.sandbox
+        supervised = _supervisor(str(self.lifeline))
+        if self.status is not None and sandbox.kind == "none":  # a sandbox's pids are its own
+            supervised += ["--status", str(self.status)]
+        if self.grace_s > 0:
+            supervised += ["--grace", repr(self.grace_s)]
+        user = host_ids() if sandbox.kind == "bwrap" else None
+        if user is not None:  # the eval runs as root: the sandbox does not
+            supervised += ["--user", f"{user[0]}:{user[1]}", os.path.realpath(self.cwd)]
+        if sandbox.kind == "bwrap":
+            supervised += ["--limits", sandbox.limits.argument()]
+            supervised += ["--scratch", os.path.realpath(self.scratch)]
+            if self.report is not None:
+                supervised += ["--report", str(self.report)]
+        if self.bridged:
+            supervised += ["--bridge", str(self.model_port), MODEL_SOCKET]
+        supervised += ["--", *program]
+        if sandbox.kind == "none":
+            return supervised
+        return bwrap_argv(
+            supervised,
+            program=program,
+            scratch=self.scratch,
+            cwd=self.cwd,
+            sandbox=sandbox,
+            model_socket=self.model_socket if self.bridged else None,
+            search_path=self.search_path,
+            info_fd=self.status,
+            user=user,
+            cgroup=tree_cgroup(sandbox.limits),  # where cgroup v2 is delegated
+        )
 
 
 def supervised(program: Sequence[str]) -> list[str]:
@@ -153,7 +166,7 @@ def supervised(program: Sequence[str]) -> list[str]:
     process itself (the MCP SDK's stdio client): no sandbox, the lifeline is the
     supervisor's parent (the engine), and a SIGTERM (or the program exiting) kills the
     whole tree."""
-    return [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", "parent", "--", *program]
+    return [*_supervisor("parent"), "--", *program]
 
 
 _FREEZE_ROUNDS = 50  # scans of /proc before killing what was found (a tree forking fast)
@@ -377,21 +390,20 @@ async def start(
     status_read, status_write = os.pipe()
     report_read, report_write = os.pipe()
     try:
-        argv = command(
-            program,
-            lifeline=read_end,
+        launch = Launch(
+            sandbox,
+            scratch,
+            cwd,
+            read_end,
             status=status_write,
+            report=report_write,
             grace_s=grace_s,
-            sandbox=sandbox,
-            scratch=scratch,
-            cwd=cwd,
             model_socket=model_socket,
             model_port=model_port,
-            report=report_write,
             search_path=env.get("PATH"),
         )
         process = await trio.lowlevel.open_process(
-            argv,
+            launch.argv(program),
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,

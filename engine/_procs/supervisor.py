@@ -1,8 +1,12 @@
 """The supervisor: the first process of every process tree the engine owns.
 
-Run as a plain script (``python -I -S supervisor.py ...``: standard library only, no
-``taketurns`` import, so it starts in milliseconds, also inside a sandbox that sees
-only the interpreter and this file)::
+Run as a plain script (``python -I -S supervisor.py ...``: no ``taketurns`` import, and
+of the standard library only what is built into the interpreter or a C extension
+beside ``os`` and ``ctypes`` (``_signal``, ``_thread``, ``_socket``: none of
+``signal``, ``socket``, ``subprocess``, ``threading``, ``contextlib``, whose imports
+were three quarters of its start-up, ``benchmarks/bench_sandbox.py``), so it starts
+in milliseconds, also inside a sandbox that sees only the interpreter and this
+file)::
 
     supervisor.py --lifeline FD|parent [--status FD] [--grace S] [--bridge PORT SOCKET]
                   [--limits NAME=N,... --report FD --scratch DIR] -- PROGRAM [ARGS...]
@@ -24,7 +28,11 @@ tree is also killed when
 Killing the tree is ``SIGKILL`` to PROGRAM's process group, then, until the
 supervisor has no children left, ``SIGKILL`` to each child and reaping it (a dead
 child's own children are re-parented to the supervisor and killed next round), so
-SIGTERM-ignorers, ``setsid`` children and daemons all die. A process that is no
+SIGTERM-ignorers, ``setsid`` children and daemons all die. Whether any child is left
+is asked of the kernel (``waitid``) before ``/proc`` is read for their pids: a
+process that read its own ``/proc`` entries makes its reaper pay for dropping them
+(milliseconds of the engine's CPU per program, measured), and a program that left
+nothing behind needs no read. A process that is no
 descendant (one a sandbox-less program asked another service to start) is beyond it.
 
 ``--grace S`` (a server that shuts down cleanly): told to stop, the supervisor first
@@ -36,9 +44,13 @@ kills at once.
 ``--status FD``: PROGRAM's pid (its process group: it leads a new session) is written
 as one decimal line to ``FD`` by PROGRAM's own process between ``setsid`` and
 ``exec``, so it is reported before PROGRAM runs, and the engine can still kill that
-group when the supervisor itself is SIGKILLed (``taketurns._procs.owner``). Only
-without ``--bridge``: the report runs Python in the forked child, which is safe only
-while the supervisor has no other thread.
+group when the supervisor itself is SIGKILLed (``taketurns._procs.owner``). PROGRAM
+is forked while the supervisor has no other thread (its threads start once PROGRAM
+runs; the bridge's socket listens before), so the forked child may run Python until
+``exec``: it restores the signals Python ignores (``SIGPIPE``, ``SIGXFSZ``), closes
+every descriptor but the standard three, and reports a failed ``exec`` to the
+supervisor (status 127 and a line on stderr). ``--status`` and ``--bridge``
+exclude each other.
 
 ``--bridge PORT SOCKET`` (inside a sandbox whose network namespace has only its own
 loopback): listen on ``127.0.0.1:PORT`` before PROGRAM starts and forward each
@@ -64,17 +76,15 @@ descriptor and kills the tree.
 
 from __future__ import annotations
 
-import contextlib
+import _signal  # type: ignore[import-not-found]  # no stub: signal's C half
+import _socket
+import _thread
 import ctypes
 import itertools
 import os
-import signal
-import socket
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
+from _collections_abc import Callable  # loaded with os: collections.abc is not
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
@@ -87,6 +97,20 @@ POLL_S = 0.05  # the limits watchdog: processes, memory, CPU
 DISK_POLL_S = 0.5  # the limits watchdog: scratch, /dev/shm, /tmp
 _MB = 1024 * 1024
 _TMPFS = {"/dev/shm": "shm_mb", "/tmp": "scratch_mb"}
+_CANNOT_EXEC = 127
+
+
+class _suppress:
+    """``contextlib.suppress``, whose import would cost the start-up."""
+
+    def __init__(self, *kinds: type[BaseException]) -> None:
+        self.kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        return kind is not None and issubclass(kind, self.kinds)
 
 
 def _subreaper() -> None:
@@ -115,6 +139,25 @@ def _drop(uid: int, gid: int, cwd: str) -> None:
     os.environ["PWD"] = cwd  # bwrap set it to where it could go (a CLI may read it)
 
 
+def _kill(pid: int, *, group: bool = False) -> None:
+    """SIGKILL ``pid`` (its process group with ``group``); gone already is fine."""
+    with _suppress(OSError):
+        if group:
+            os.killpg(pid, _signal.SIGKILL)
+        else:
+            os.kill(pid, _signal.SIGKILL)
+
+
+def _any_child() -> bool:
+    """Whether this process has a child, alive or not yet reaped (the kernel's answer:
+    no ``/proc`` read)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
 def _children() -> list[int]:
     """This process's children: each of its threads' ``children`` list in ``/proc``
     (re-parented orphans land on any thread of a subreaper). Reading these costs
@@ -133,59 +176,67 @@ def _children() -> list[int]:
 def kill_tree(group: int | None) -> None:
     """SIGKILL ``group`` and every descendant, reaping each, until none is left."""
     if group is not None:
-        with contextlib.suppress(OSError):
-            os.killpg(group, signal.SIGKILL)
+        _kill(group, group=True)
     for _ in range(_ROUNDS):
+        if not _any_child():
+            return
         children = _children()
         if not children:
             return
         for pid in children:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+            _kill(pid)
         for pid in children:
-            with contextlib.suppress(OSError):
+            with _suppress(OSError):
                 os.waitpid(pid, 0)
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    try:
+def _pump(source: _socket.socket, sink: _socket.socket) -> None:
+    with _suppress(OSError):
         while data := source.recv(_CHUNK):
             sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
+    with _suppress(OSError):
+        sink.shutdown(_socket.SHUT_WR)
 
 
-def _forward(client: socket.socket, path: str) -> None:
-    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _forward(client: _socket.socket, path: str) -> None:
+    upstream = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         upstream.connect(path)
     except OSError:
         client.close()
         upstream.close()
         return
-    back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
-    back.start()
+    back = _thread.allocate_lock()
+    back.acquire()
+    _thread.start_new_thread(_pump_then_release, (upstream, client, back))
     _pump(client, upstream)
-    back.join()
+    back.acquire()  # the other direction is done too
     client.close()
     upstream.close()
 
 
-def _listen(port: int) -> socket.socket:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def _pump_then_release(
+    source: _socket.socket, sink: _socket.socket, done: _thread.LockType
+) -> None:
+    try:
+        _pump(source, sink)
+    finally:
+        done.release()
+
+
+def _listen(port: int) -> _socket.socket:
+    server = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    server.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", port))
     server.listen(128)
     return server
 
 
-def _serve_bridge(server: socket.socket, path: str) -> None:
+def _serve_bridge(server: _socket.socket, path: str) -> None:
     while True:
-        client, _ = server.accept()
-        threading.Thread(target=_forward, args=(client, path), daemon=True).start()
+        fd, _ = server._accept()  # type: ignore[attr-defined]  # socket.accept's C half
+        client = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM, 0, fd)
+        _thread.start_new_thread(_forward, (client, path))
 
 
 def _watch_lifeline(lifeline: str, on_cut: Callable[[], None]) -> None:
@@ -194,7 +245,7 @@ def _watch_lifeline(lifeline: str, on_cut: Callable[[], None]) -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_POLL_S)
     else:
-        with contextlib.suppress(OSError):
+        with _suppress(OSError):
             while os.read(int(lifeline), 1):
                 pass
     on_cut()
@@ -215,7 +266,7 @@ def _apply_rlimits(limits: dict[str, int]) -> None:
     for which, value in wanted.items():
         _soft, hard = resource.getrlimit(which)
         capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        with contextlib.suppress(ValueError, OSError):
+        with _suppress(ValueError, OSError):
             resource.setrlimit(which, (capped, capped))
 
 
@@ -245,13 +296,19 @@ def _disk_usage(root: str) -> int:
     total = 0
     stack = [root]
     while stack:
-        with contextlib.suppress(OSError), os.scandir(stack.pop()) as entries:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
             for entry in entries:
-                with contextlib.suppress(OSError):
+                try:
                     if entry.is_dir(follow_symlinks=False):
                         stack.append(entry.path)
                     else:
                         total += entry.stat(follow_symlinks=False).st_blocks * 512
+                except OSError:
+                    continue
     return total
 
 
@@ -271,23 +328,25 @@ def _disk_over(limits: dict[str, int], scratch: str | None) -> str | None:
     if scratch is not None and _disk_usage(scratch) > limits["scratch_mb"] * _MB:
         return "scratch_mb"
     for mount, name in _TMPFS.items():
-        with contextlib.suppress(OSError):
+        try:
             fs = os.statvfs(mount)
-            if fs.f_bavail * fs.f_frsize < _MB:  # full, to the last MB
-                return name
+        except OSError:
+            continue
+        if fs.f_bavail * fs.f_frsize < _MB:  # full, to the last MB
+            return name
     return None
 
 
-_REPORTING = threading.Lock()
+_REPORTING = _thread.allocate_lock()
 
 
 def _report(options: _Options, hit: str) -> None:
     """Write ``hit`` on the report pipe, once (the watchdog and the main thread may
     both find a limit passed)."""
-    if options.report is not None and _REPORTING.acquire(blocking=False):
-        with contextlib.suppress(OSError):
+    if options.report is not None and _REPORTING.acquire(False):
+        with _suppress(OSError):
             os.write(options.report, f"{hit}\n".encode())
-        with contextlib.suppress(OSError):
+        with _suppress(OSError):
             os.close(options.report)  # once: a second report is never read
         options.report = None
 
@@ -375,34 +434,64 @@ class _Stopper:
 
     def _act(self, *, gently: bool) -> None:
         if gently and self.grace > 0:
-            self._signal(signal.SIGTERM)
-            timer = threading.Timer(self.grace, self._signal, (signal.SIGKILL,))
-            timer.daemon = True
-            timer.start()
+            self._signal(_signal.SIGTERM)
+            _thread.start_new_thread(self._kill_after, (self.grace,))
         else:
-            self._signal(signal.SIGKILL)
+            self._signal(_signal.SIGKILL)
+
+    def _kill_after(self, grace: float) -> None:
+        time.sleep(grace)
+        self._signal(_signal.SIGKILL)
 
     def kill(self) -> None:
         """SIGKILL the program's group at once (a limit was passed)."""
         self.asked = max(self.asked, 2)
-        self._signal(signal.SIGKILL)
+        self._signal(_signal.SIGKILL)
 
     def _signal(self, signum: int) -> None:
         if self.group is not None:
-            with contextlib.suppress(OSError):
+            with _suppress(OSError):
                 os.killpg(self.group, signum)
 
 
-def _reporter(status: int | None) -> Callable[[], None] | None:
-    """What the forked child runs before ``exec`` to report its pid on ``status``."""
-    if status is None:
-        return None
-
-    def report() -> None:
-        with contextlib.suppress(OSError):
-            os.write(status, f"{os.getpid()}\n".encode())
-
-    return report
+def _spawn(program: list[str], status: int | None) -> int:
+    """Fork and ``exec`` ``program`` in a new session (the supervisor has no other
+    thread yet), as ``subprocess.Popen(close_fds=True, start_new_session=True)``
+    would: the signals Python ignores restored, every descriptor but 0-2 closed; its
+    pid reported on ``status`` (when given) before ``exec``. Its pid; ``OSError``
+    when it could not ``exec`` (the child has been reaped)."""
+    failed_read, failed_write = os.pipe()  # close-on-exec: EOF once the exec succeeded
+    pid = os.fork()
+    if pid == 0:  # the child: nothing here may return
+        code = _CANNOT_EXEC
+        try:
+            os.close(failed_read)
+            os.setsid()
+            for signum in (_signal.SIGPIPE, _signal.SIGXFSZ):
+                _signal.signal(signum, _signal.SIG_DFL)
+            if status is not None:
+                with _suppress(OSError):
+                    os.write(status, f"{os.getpid()}\n".encode())
+            os.closerange(3, failed_write)
+            os.closerange(failed_write + 1, os.sysconf("SC_OPEN_MAX"))
+            os.execvp(program[0], program)
+        except OSError as exc:
+            with _suppress(OSError):
+                os.write(failed_write, f"{exc.errno}".encode())
+        finally:
+            os._exit(code)
+    os.close(failed_write)
+    try:
+        failure = b""
+        while chunk := os.read(failed_read, 64):
+            failure += chunk
+    finally:
+        os.close(failed_read)
+    if failure:
+        os.waitpid(pid, 0)
+        errno = int(failure)
+        raise OSError(errno, os.strerror(errno), program[0])
+    return pid
 
 
 def main(argv: list[str]) -> int:
@@ -416,30 +505,23 @@ def main(argv: list[str]) -> int:
     _subreaper()
     if options.limits is not None:
         _apply_rlimits(options.limits)
-    if options.bridge is not None:
-        listener = _listen(options.bridge[0])
-        bridge = (listener, options.bridge[1])
-        threading.Thread(target=_serve_bridge, args=bridge, daemon=True).start()
+    listener = _listen(options.bridge[0]) if options.bridge is not None else None
     stopper = _Stopper(options.grace)
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, stopper.cut)
+    for signum in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+        _signal.signal(signum, stopper.cut)
     try:
-        child = subprocess.Popen(
-            options.program,
-            start_new_session=True,
-            close_fds=True,
-            preexec_fn=_reporter(options.status),
-        )
+        program = _spawn(options.program, options.status)
     except OSError as exc:
         print(f"supervisor: cannot start {options.program[0]!r}: {exc}", file=sys.stderr)
-        return 127
+        return _CANNOT_EXEC
     if options.status is not None:
         os.close(options.status)
-    stopper.started(child.pid)
+    stopper.started(program)
+    if listener is not None and options.bridge is not None:  # threads: once it runs
+        _thread.start_new_thread(_serve_bridge, (listener, options.bridge[1]))
     if options.limits is not None:
-        threading.Thread(target=_watch_limits, args=(options, stopper), daemon=True).start()
-    watcher = (options.lifeline, stopper.cut)
-    threading.Thread(target=_watch_lifeline, args=watcher, daemon=True).start()
+        _thread.start_new_thread(_watch_limits, (options, stopper))
+    _thread.start_new_thread(_watch_lifeline, (options.lifeline, stopper.cut))
     status = 0
     while True:  # reap every child; stop when the program itself exits
         try:
@@ -448,7 +530,7 @@ def main(argv: list[str]) -> int:
             break
         except InterruptedError:
             continue
-        if pid == child.pid:
+        if pid == program:
             status = os.waitstatus_to_exitcode(raw)
             break
     if options.limits is not None and status != 0:
@@ -456,9 +538,11 @@ def main(argv: list[str]) -> int:
         # too (EAGAIN), and the program may exit on that before the watchdog's next
         # look: a failure on a full disk or with its tree past a limit is the limit
         _report_last(options)
-    kill_tree(child.pid)
+    kill_tree(program)
     return 128 - status if status < 0 else status
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown: the threads left are blocked reads

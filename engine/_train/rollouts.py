@@ -46,7 +46,7 @@ import enum
 import shutil
 import tempfile
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -359,6 +359,7 @@ async def open_rollouts(
     tokens: bool = True,
     check_endpoints: bool = True,
     run_dir: RunDir | None = None,
+    models: Mapping[str, ModelClient] | None = None,
 ) -> AsyncIterator[RolloutSource]:
     """A ``RolloutSource`` running ``env``'s episodes in this trio loop (module
     docstring). ``config`` gives concurrency, endpoints, sampling and timeouts (its
@@ -380,17 +381,20 @@ async def open_rollouts(
     as ``taketurns eval`` writes them (``taketurns export`` reads them back, one group
     per streamed group); a model server the source starts logs there (else in a new
     temporary directory, removed as the source closes unless it closes with an
-    error, whose message may name the log). An exception of the body leaves as
-    itself (not in an exception group)."""
+    error, whose message may name the log). ``models``: in-process clients the
+    caller owns, by model name (a live policy: ``taketurns.train.LocalPolicy``): a
+    role whose model is one of these names calls that client, never preflighted nor
+    closed by the source. An exception of the body leaves as itself (not in an
+    exception group)."""
     if max_waiting < 1:
         raise ValueError(f"max_waiting = {max_waiting!r}; expected an integer >= 1")
     check_policies(policies)
     config = _asking_for_tokens(config) if tokens else _rl_sampling(config)
-    plan = Plan(config, env)
+    plan = Plan(config, env, models=models)
     policy_keys(plan, policies)  # no trainable role: refused before anything starts
     try:
         if check_endpoints:
-            await preflight(config, env)
+            await preflight(config, env, owned=plan.owned)
         if run_dir is not None:
             run_dir.open()
         await env.setup()
