@@ -233,9 +233,12 @@ def _listen(port: int) -> _socket.socket:
 
 
 def _serve_bridge(server: _socket.socket, path: str) -> None:
+    # socket (the Python half, ~5 ms to import) only here: a bridged launch's thread
+    import socket
+
+    listener = socket.socket(fileno=server.detach())
     while True:
-        fd, _ = server._accept()  # type: ignore[attr-defined]  # socket.accept's C half
-        client = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM, 0, fd)
+        client, _ = listener.accept()
         _thread.start_new_thread(_forward, (client, path))
 
 
