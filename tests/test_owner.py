@@ -140,6 +140,35 @@ def test_the_package_is_readable_when_it_lies_beside_the_scratch(
     assert run.stdout.split() == ["the", "package", "hidden"], run.stderr
 
 
+def test_a_program_in_a_user_folder_is_bound_alone(tmp_path: Path) -> None:
+    # a script in a project folder (no bin/, no node_modules) is the agent's program:
+    # it runs, and its folder (the project's .env beside it) and that folder's parent
+    # stay out of the sandbox
+    import subprocess
+
+    from taketurns._procs import sandbox
+
+    proj = tmp_path / "home" / "proj"
+    proj.mkdir(parents=True)
+    (proj / ".env").write_text("OPENAI_API_KEY=sk-canary\n")
+    (tmp_path / "home" / "notes.txt").write_text("the home\n")
+    agent = proj / "agent.sh"
+    agent.write_text(
+        "#!/bin/sh\necho running\ncat " + str(proj / ".env") + " || echo hidden\n"
+        "cat " + str(tmp_path / "home" / "notes.txt") + " || echo hidden\n"
+    )
+    agent.chmod(0o755)
+    scratch = tmp_path / "tmp" / "taketurns-mine"  # every scratch's folder: never bound
+    scratch.mkdir(parents=True)
+    program = [str(agent)]
+    argv = sandbox.bwrap_argv(
+        program, program=program, scratch=scratch, cwd=scratch, sandbox=Sandbox(),
+        model_socket=None,
+    )  # fmt: skip
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert run.stdout.split() == ["running", "hidden", "hidden"], run.stderr
+
+
 async def start_shell(tmp_path: Path, mark: str, script: str, grace_s: float) -> owner.OwnedProcess:
     """``sh -c script`` owned with ``grace_s``, without a sandbox; returns once it has
     written ``ready`` to ``tmp_path / "log"``."""

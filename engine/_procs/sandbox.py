@@ -220,13 +220,15 @@ def install_tree(program: str) -> list[str]:
     """Where an installed program lives: the link itself and, from its real file,
     the outermost ``node_modules`` above it (an npm prefix: the CLI and its native
     package beside it), else ``.../bin/prog``'s installation (two levels up); and,
-    named as ``.../bin/prog``, the installation the name itself lies in."""
+    named as ``.../bin/prog``, the installation the name itself lies in. A program
+    that is neither (a script in a user's folder) is bound alone, never its folder:
+    what else it needs is named in ``Sandbox.readable``."""
     real = os.path.realpath(program)
     found = [program, real]
     parts = Path(real).parts
     if "node_modules" in parts:
         found.append(str(Path(*parts[: parts.index("node_modules") + 1])))
-    else:
+    elif Path(real).parent.name in ("bin", "sbin"):
         found.append(str(Path(real).parent.parent))
     if Path(program).parent.name == "bin":
         # a link's own installation too: a venv's ``bin/python`` links into the base
