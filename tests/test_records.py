@@ -140,3 +140,22 @@ async def test_older_formats_are_still_read(tmp_path: Path) -> None:
 def test_a_prefix_pointing_past_the_turn_before_is_a_damaged_line() -> None:
     bad = {"task": {"idx": 0}, "rollout": 0, "traces": [{"turns": [{"request_prefix": 3}]}]}
     assert parse_record(orjson.dumps(bad)) is None
+
+
+def test_each_checked_field_takes_the_json_types_its_table_names() -> None:
+    # parse_record compares exact types (what orjson gives); the answer must be the
+    # table's isinstance rule for every JSON value, bool as an int included
+    from taketurns._output.records import _EPISODE_TYPES, _TRACE_TYPES
+
+    values = [{}, [], "s", 3, 1.5, True, None]
+    for where, types in (("episode", _EPISODE_TYPES), ("trace", _TRACE_TYPES)):
+        for key, kinds in types.items():
+            for value in values:
+                line: dict[str, object] = {"task": {"idx": 0}, "rollout": 0}
+                if where == "episode":
+                    line[key] = value
+                else:
+                    line["traces"] = [{key: value}]
+                found = parse_record(orjson.dumps(line))
+                assert (found is not None) == isinstance(value, kinds), (where, key, value)
+    assert parse_record(orjson.dumps({"task": {"idx": 0}, "rollout": 0, "errors": [1]})) is None

@@ -375,13 +375,38 @@ _TRACE_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _typed(record: dict[str, Any], types: dict[str, tuple[type, ...]]) -> bool:
+# What the check compares: ``parse_record`` checks only what ``orjson.loads`` gives,
+# whose values are of exactly these types, so each allowed tuple becomes the set of
+# the JSON types ``isinstance`` accepts for it (``int`` takes ``bool`` too): one set
+# lookup per field, the same answers. ``_ABSENT`` (a key not in the record) is of
+# type ``object``, in every set: a missing field is never wrong.
+_JSON_TYPES = (dict, list, str, int, float, bool, type(None))
+_ABSENT = object()
+
+
+def _exact(types: dict[str, tuple[type, ...]]) -> tuple[tuple[str, frozenset[type]], ...]:
+    return tuple(
+        (key, frozenset([object, *(t for t in _JSON_TYPES if issubclass(t, kinds))]))
+        for key, kinds in types.items()
+    )
+
+
+_EPISODE_EXACT = _exact(_EPISODE_TYPES)
+_TRACE_EXACT = _exact(_TRACE_TYPES)
+
+
+def _typed(record: dict[str, Any], types: tuple[tuple[str, frozenset[type]], ...]) -> bool:
     # plain loops (no generator per check): this runs for every line read back
-    for key, kinds in types.items():
-        if key in record and not isinstance(record[key], kinds):
+    get = record.get
+    for key, kinds in types:
+        if type(get(key, _ABSENT)) not in kinds:
             return False
-    errors = record.get("errors")
-    return not errors or all(isinstance(error, dict) for error in errors)
+    errors = get("errors")
+    if errors:
+        for error in errors:
+            if type(error) is not dict:
+                return False
+    return True
 
 
 def _number(value: Any) -> bool:
@@ -410,10 +435,10 @@ def _turn_reward(raw: Any) -> bool:
 
 def _well_shaped(record: dict[str, Any]) -> bool:
     """Whether every field the engine reads back has its type (see above)."""
-    if not _typed(record, _EPISODE_TYPES):
+    if not _typed(record, _EPISODE_EXACT):
         return False
     for trace in record.get("traces") or ():
-        if not isinstance(trace, dict) or not _typed(trace, _TRACE_TYPES):
+        if type(trace) is not dict or not _typed(trace, _TRACE_EXACT):
             return False
         if "reward" in trace and not _number(trace["reward"]):
             return False

@@ -61,17 +61,19 @@ class Scan:
         if self.summarize:
             self.summary.add(e)
         failed = record_cause(e) is not None
+        models, ident, rewards, turns = self.models, self.ident, self.rewards, self.turns
         for t in traces_of(e):
             self.traces += 1
             agent = agent_of(t)
             stamp = as_dict(t.get("agent"))
-            self.models[agent].add(str(stamp.get("model", "?")))
-            self.ident.setdefault(agent, (str(stamp.get("model")), str(stamp.get("harness"))))
+            models[agent].add(str(stamp.get("model", "?")))
+            if agent not in ident:
+                ident[agent] = (str(stamp.get("model")), str(stamp.get("harness")))
             if as_dict(t.get("rewards")):
                 self.scored.add(agent)
             if not failed:  # a failed episode's rewards are not the model's: left out
-                self.rewards[agent][as_float(t.get("reward")) or 0.0] += 1
-                self.turns[agent][float(len(as_list(t.get("turns"))))] += 1
+                rewards[agent][as_float(t.get("reward")) or 0.0] += 1
+                turns[agent][float(len(as_list(t.get("turns"))))] += 1
                 self._turn_rewards(agent, t)
         if failed:
             self.failed.append(e)
@@ -82,8 +84,11 @@ class Scan:
     def _turn_rewards(self, agent: str, t: Json) -> None:
         """Running sums of ``trace.turn_rewards`` by agent, name and ordinal (the
         k-th turn that name paid in the trace, from 1)."""
+        given = as_list(t.get("turn_rewards"))
+        if not given:  # the common case: no Counter for a trace without any
+            return
         seen: Counter[str] = Counter()
-        for r in as_list(t.get("turn_rewards")):
+        for r in given:
             r = as_dict(r)
             value, name = as_float(r.get("value")), str(r.get("name", "turn"))
             if value is None:
