@@ -49,6 +49,7 @@ nothing of the user's own is bound; run as root, what ``nobody`` owns); with
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import pwd
@@ -156,43 +157,59 @@ def hand_over(scratch: Path, ids: tuple[int, int] | None) -> None:
                 os.chown(name, uid, gid, follow_symlinks=False)
 
 
-def _homes() -> set[str]:
-    homes = {"/root", "/home"}
+@functools.cache
+def _system_homes() -> frozenset[str]:
+    """The real paths of the home directories the user database names, and of the
+    fixed places no bind may contain: the same on every call, so read once per process."""
+    homes = {"/root", "/home", "/tmp", "/var/tmp", "/run"}
     with contextlib.suppress(OSError):
         homes.update(p.pw_dir for p in pwd.getpwall() if p.pw_dir.startswith(("/home", "/root")))
-    if "HOME" in os.environ:
-        homes.add(os.environ["HOME"])
-    return homes
+    return frozenset(os.path.realpath(p) for p in homes)
 
 
 def forbidden_paths(scratch: Path, extra: Iterable[str]) -> list[str]:
-    """What no bind may contain (real paths): the cwd, the homes, the temp directories,
-    the directory of every rollout's scratch, and ``extra`` (the run directory)."""
-    wanted = {*_homes(), "/tmp", "/var/tmp", "/run", tempfile.gettempdir(), str(scratch.parent)}
-    wanted.add(os.getcwd())
-    wanted.update(extra)
-    return sorted({os.path.realpath(p) for p in wanted} - {"/"})
+    """What no bind may contain (real paths): the cwd, the homes (the user database's,
+    once per process; ``HOME``'s, on every call), the temp directories, the directory
+    of every rollout's scratch, and ``extra`` (the run directory)."""
+    wanted = {tempfile.gettempdir(), str(scratch.parent), os.getcwd(), *extra}
+    if "HOME" in os.environ:
+        wanted.add(os.environ["HOME"])
+    return sorted((_system_homes() | {os.path.realpath(p) for p in wanted}) - {"/"})
 
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _package_dirs() -> list[str]:
-    dirs = []
+@functools.cache
+def _found_packages() -> tuple[str, ...]:
+    """The ``taketurns`` packages' directories, found once per process (a package
+    found is imported already or importable from the same place on every call)."""
+    dirs: list[str] = []
     for name in ("taketurns", "taketurns.harnesses", "taketurns.envs"):
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
             dirs.extend(spec.submodule_search_locations)
-    return dirs
+    return tuple(dirs)
+
+
+def _package_dirs() -> list[str]:
+    return list(_found_packages())
+
+
+@functools.lru_cache(maxsize=8)
+def _real_existing(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """The real paths of those of ``paths`` that exist, sorted: asked only for the
+    runtime's trees (the interpreter's prefixes and the package's directories, which
+    neither move nor vanish while the process runs), so once per set of them."""
+    return tuple(sorted({os.path.realpath(p) for p in paths if os.path.exists(p)}))
 
 
 def runtime_paths() -> list[str]:
     """What any sandboxed Python needs: the interpreter's prefixes (the base one, the
     venv) and the ``taketurns`` package's directories. Not ``sys.path``: the cwd or a
     script's folder is on it whenever a user runs ``python -m`` or an env by file."""
-    wanted = [sys.base_prefix, sys.prefix, sys.exec_prefix, *_package_dirs()]
-    return sorted({os.path.realpath(p) for p in wanted if os.path.exists(p)})
+    return list(_real_existing((sys.base_prefix, sys.prefix, sys.exec_prefix, *_package_dirs())))
 
 
 def _resolve(name: str, search_path: str | None) -> str | None:
@@ -260,19 +277,22 @@ def _allowed(path: str, forbidden: Sequence[str], others: str | None) -> bool:
     return others is None or not _inside(path, others)
 
 
-def _system_trees() -> list[str]:
+@functools.cache
+def _system_trees() -> tuple[str, ...]:
+    """The system trees' options, read once per process (the host's layout)."""
     argv: list[str] = []
     for tree in SYSTEM_TREES:
         if os.path.islink(tree):
             argv += ["--symlink", os.readlink(tree), tree]
         elif os.path.isdir(tree):
             argv += ["--ro-bind", tree, tree]
-    return argv
+    return tuple(argv)
 
 
-def _etc() -> list[str]:
-    """What of ``/etc`` is bound (``ETC``: those that exist)."""
-    return [p for p in (f"/etc/{name}" for name in ETC) if os.path.exists(p)]
+@functools.cache
+def _etc() -> tuple[str, ...]:
+    """What of ``/etc`` is bound (``ETC``: those that exist), read once per process."""
+    return tuple(p for p in (f"/etc/{name}" for name in ETC) if os.path.exists(p))
 
 
 def _tmpfs(path: str, size_mb: int, perms: str) -> list[str]:
@@ -289,10 +309,11 @@ def readable_binds(
     rollout's scratch."""
     forbidden = forbidden_paths(Path(own), sandbox.hide)
     others = os.path.dirname(own)  # every rollout's scratch lives there
-    runtime = set(runtime_paths())
-    wanted = {*runtime, *agent_paths(program, search_path), *sandbox.readable}
+    runtime = set(runtime_paths())  # real paths that exist already
+    wanted = {*agent_paths(program, search_path), *sandbox.readable}
+    real = {os.path.realpath(p) for p in wanted if os.path.exists(p)}
     bound: list[str] = [*SYSTEM_TREES]
-    for path in sorted({os.path.realpath(p) for p in wanted if os.path.exists(p)}):
+    for path in sorted(runtime | real):
         if any(_inside(path, b) for b in bound):
             continue  # bound already (sorted: an outer path comes first)
         if _allowed(path, forbidden, None if path in runtime else others):
@@ -309,7 +330,9 @@ def _parents(paths: Iterable[str]) -> list[str]:
     parents = set()
     for path in paths:
         parent = os.path.dirname(path)
-        while parent not in ("/", "/tmp") and not any(_inside(parent, t) for t in SYSTEM_TREES):
+        while parent not in parents and parent not in ("/", "/tmp"):  # seen: its own are in
+            if any(_inside(parent, t) for t in SYSTEM_TREES):
+                break
             parents.add(parent)
             parent = os.path.dirname(parent)
     argv: list[str] = []
