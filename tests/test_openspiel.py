@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 import trio
+from required import needed
 
-pyspiel = pytest.importorskip("pyspiel")
+pyspiel = needed("pyspiel", "pip install -e '.[test]' (open_spiel; bash .ci/run)")
 
-from taketurns import (  # noqa: E402 - after the importorskip
+from taketurns import (  # noqa: E402 - after the check
     Agent,
     AgentConfig,
     AssistantMessage,

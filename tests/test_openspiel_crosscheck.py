@@ -17,12 +17,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from required import needed
 
-pyspiel = pytest.importorskip("pyspiel")
+pyspiel = needed("pyspiel", "pip install -e '.[test]' (open_spiel; bash .ci/run)")
 
 from taketurns import Agent, Agents, AssistantMessage, Trace  # noqa: E402
 from taketurns.env import ModelClient, ModelRequest, ModelResponse  # noqa: E402

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from required import needed
 
 from taketurns import read_episodes
 from taketurns._cli.catalog import options_of
@@ -459,7 +460,7 @@ def test_every_page_is_in_the_sites_nav() -> None:
 
 
 def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
-    pytest.importorskip("mkdocs", reason="the docs extra (pip install -e '.[docs]')")
+    needed("mkdocs", "the docs extra (pip install -e '.[docs]')")
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
         cwd=ROOT,

