@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,8 +95,12 @@ def _lines(path: Path) -> int:
 
 def main(out: Path) -> None:
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    # TMPDIR is the machine's /tmp (test_ray_cluster.py): Ray's socket paths under it
+    # must stay within AF_UNIX's 107 bytes, and a worker node finds the head's session
+    # only under the default temp dir; the head's own temp dir is removed at the end
+    temp = tempfile.mkdtemp(prefix="ray")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="1")
-    temp = tempfile.mkdtemp(prefix="ray")  # short: Ray's socket paths have a length limit
+    env["HOME"] = temp  # a user's ~/.ray/auth_token (another cluster's) is never read
     common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats"]
     _ray(
         "start",
@@ -149,6 +154,7 @@ def main(out: Path) -> None:
         proc.kill()
     stdout, stderr = proc.communicate(timeout=60)
     _ray("stop", "--force", env=env)
+    shutil.rmtree(temp, ignore_errors=True)
     print(
         json.dumps(
             {

@@ -7,6 +7,7 @@ episodes run again on the other, and the run's output and summary say what happe
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -38,6 +39,8 @@ def test_a_worker_node_killed_mid_run_loses_no_episode(tmp_path: Path) -> None:
         capture_output=True,
         timeout=600,
         check=False,
+        # the machine's temp dir, not the suite's private (deep) one: raycluster.py
+        env={**os.environ, "TMPDIR": "/tmp"},
     )
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
     result = json.loads(done.stdout.decode().strip().splitlines()[-1])
