@@ -34,14 +34,33 @@ KILL_AFTER = 12
 
 
 def _ray(*args: str, env: dict[str, str]) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "ray.scripts.scripts", *args],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=180,
-    )
+    """Run ``ray ARGS``; a failed ``ray start`` is stopped and tried once more (under
+    load a node may miss Ray's own start-up deadline: once in a CI run, a head), its
+    output printed to stderr; a second failure ends the script quoting Ray's output."""
+    for attempt in (1, 2):
+        done = subprocess.run(
+            [sys.executable, "-m", "ray.scripts.scripts", *args],
+            env=env,
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=180,
+        )
+        if not done.returncode:
+            return
+        tail = done.stderr.decode(errors="replace")[-2000:]
+        message = f"ray {' '.join(args)} exited {done.returncode} (attempt {attempt}):\n{tail}"
+        if args[0] != "start" or attempt == 2:
+            raise SystemExit(message)
+        print(message, file=sys.stderr)
+        if "--head" in args:
+            subprocess.run(
+                [sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
+                env=env,
+                check=False,
+                capture_output=True,
+                timeout=180,
+            )
 
 
 def _children() -> dict[int, list[int]]:

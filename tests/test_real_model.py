@@ -242,8 +242,9 @@ def test_a_claude_code_seat_runs_a_segment_with_a_short_system_prompt(
     argv += [
         "--env.agent.harness_options.args=['--system-prompt', 'Answer in one line.', '--tools', '']"
     ]
-    # a reply cut by max_tokens makes Claude Code ask again: end replies at a sentence
-    argv += ["--sampling.max_tokens=32", "--sampling.stop=.", "--no-progress"]
+    # a reply cut by max_tokens makes Claude Code ask again, and four cut in a row make it
+    # exit 1 (api_error max_output_tokens: seen once at 32): end replies at a sentence
+    argv += ["--sampling.max_tokens=64", "--sampling.stop=.", "--no-progress"]
     main([*argv, "-o", str(out)])
     (episode,) = _episodes(out)
     (trace,) = episode["traces"]
