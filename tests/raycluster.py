@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -120,6 +121,12 @@ def main(out: Path) -> None:
     temp = tempfile.mkdtemp(prefix="ray")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="1")
     env["HOME"] = temp  # a user's ~/.ray/auth_token (another cluster's) is never read
+    # token authentication on, with this cluster's own token in every process's
+    # environment (head, workers, the eval's driver): Ray since 2.52 may require one
+    # (a CI run's head exited 1: "Token authentication is enabled but no authentication
+    # token was found"), and versions before it ignore both variables
+    env["RAY_AUTH_MODE"] = "token"
+    env["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats"]
     _ray(
         "start",

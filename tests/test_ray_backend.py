@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import secrets
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,10 +31,17 @@ from taketurns._errors import WorkerLost
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
+    # ray.init writes to this process's environment (RAY_AUTH_MODE=token,
+    # PYTHONBREAKPOINT, ...), which every later test and its subprocesses would inherit:
+    # RAY_AUTH_MODE made tests/raycluster.py's cluster demand a token it was never given
+    saved = dict(os.environ)
     with pytest.MonkeyPatch.context() as mp:
         # read by Ray at import: every Ray process on 127.0.0.1; no usage reports
         mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        # this cluster's own token (Ray >= 2.52 turns token authentication on): without
+        # one, ray.init generates one into ~/.ray/auth_token, the user's home
+        mp.setenv("RAY_AUTH_TOKEN", secrets.token_hex(32))
         import ray  # the test extra installs it: missing, this fails and names it
 
         ray.init(
@@ -42,6 +53,8 @@ def ray_cluster() -> Iterator[Any]:
             yield ray
         finally:
             ray.shutdown()
+            os.environ.clear()
+            os.environ.update(saved)
 
 
 # --- without Ray ------------------------------------------------------------------------
@@ -121,6 +134,27 @@ def test_an_unknown_backend_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 # --- on a local Ray cluster -------------------------------------------------------------
+
+
+def test_the_private_instance_leaves_no_token_in_the_users_home(tmp_path: Path) -> None:
+    """``--backend ray`` with no address starts a Ray instance of its own; Ray (>= 2.52)
+    would write its token to ``~/.ray/auth_token``, where the user's next cluster reads
+    it. The eval gives its instance a token of its own: nothing lands in the home."""
+    home, out = tmp_path / "home", tmp_path / "run"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env |= {"HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
+    cmd = [sys.executable, "-m", "taketurns", "eval", "kuhn-poker", "-n", "4"]
+    done = subprocess.run(
+        [*cmd, "--backend", "ray", "-o", str(out), "--no-progress"],
+        env=env,
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    assert len(list(read_episodes(out / "episodes.jsonl"))) == 4
+    assert not (home / ".ray" / "auth_token").exists()
 
 
 def test_ray_writes_the_same_records_as_local(ray_cluster: Any, tmp_path: Path) -> None:

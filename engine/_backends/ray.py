@@ -32,6 +32,7 @@ import importlib.util
 import logging
 import os
 import queue
+import secrets
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
@@ -161,6 +162,12 @@ def _connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     if local:
+        if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+            # Ray >= 2.52 turns token authentication on and, finding no token, writes
+            # one to ~/.ray/auth_token: the user's home, where it outlives this
+            # instance and is offered to every cluster they join later (whose GCS then
+            # answers Unauthenticated). A private instance gets a token of its own
+            os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
         # its start-up chatter is about an instance private to this eval: errors only
         ray.init(
             address="local",
