@@ -127,6 +127,43 @@ def main(out: Path) -> None:
     # token was found"), and versions before it ignore both variables
     env["RAY_AUTH_MODE"] = "token"
     env["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    # the worker nodes' sessions are under the default temp dir: those this run made
+    # are removed at the end too, as is the head's temp dir, on every path
+    sessions = Path(tempfile.gettempdir()) / "ray"
+    before = set(sessions.iterdir()) if sessions.is_dir() else None
+    try:
+        result = _cluster(out, env, temp)
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
+            env=env,
+            check=False,
+            capture_output=True,
+            timeout=180,
+        )
+        shutil.rmtree(temp, ignore_errors=True)
+        _remove_new_sessions(sessions, before)
+    print(json.dumps(result))
+
+
+def _remove_new_sessions(sessions: Path, before: set[Path] | None) -> None:
+    """Remove what this run added under Ray's default temp dir (``before``: what was
+    there, None when it did not exist), and a ``session_latest`` left dangling."""
+    if not sessions.is_dir():
+        return
+    if before is None:
+        shutil.rmtree(sessions, ignore_errors=True)
+        return
+    for path in set(sessions.iterdir()) - before:
+        if path.name.startswith("session_2"):
+            shutil.rmtree(path, ignore_errors=True)
+    latest = sessions / "session_latest"
+    if latest.is_symlink() and not latest.exists():
+        latest.unlink()
+
+
+def _cluster(out: Path, env: dict[str, str], temp: str) -> dict[str, object]:
+    """Start the cluster, run the eval, kill a node mid-run: what happened."""
     common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats"]
     _ray(
         "start",
@@ -179,21 +216,15 @@ def main(out: Path) -> None:
     if proc.poll() is None:
         proc.kill()
     stdout, stderr = proc.communicate(timeout=60)
-    _ray("stop", "--force", env=env)
-    shutil.rmtree(temp, ignore_errors=True)
-    print(
-        json.dumps(
-            {
-                "rc": proc.returncode,
-                "stdout": stdout.decode(errors="replace"),
-                "stderr": stderr.decode(errors="replace"),
-                "killed": killed,
-                "written_at_kill": written_at_kill if killed else None,
-                "episodes": EPISODES,
-                "run": str(run),
-            }
-        )
-    )
+    return {
+        "rc": proc.returncode,
+        "stdout": stdout.decode(errors="replace"),
+        "stderr": stderr.decode(errors="replace"),
+        "killed": killed,
+        "written_at_kill": written_at_kill if killed else None,
+        "episodes": EPISODES,
+        "run": str(run),
+    }
 
 
 if __name__ == "__main__":
