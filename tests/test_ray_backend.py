@@ -24,7 +24,7 @@ from rundirs import eval_cli, flat, pairs, records, steady
 from sameruns import assert_same_runs
 
 from taketurns import ConfigError, Env, EvalConfig, RunDir, read_episodes, run_eval
-from taketurns._backends.ray import _guest_run, require_ray
+from taketurns._backends.ray import _guest_run, _shutdown, require_ray
 from taketurns._backends.shards import MAX_LOST, split
 from taketurns._errors import WorkerLost
 
@@ -44,7 +44,7 @@ def ray_cluster() -> Iterator[Any]:
         mp.setenv("RAY_AUTH_TOKEN", secrets.token_hex(32))
         import ray  # the test extra installs it: missing, this fails and names it
 
-        ray.init(
+        context = ray.init(
             num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR
         )
         # the test env lives in a module of the tests, which workers cannot import
@@ -52,7 +52,8 @@ def ray_cluster() -> Iterator[Any]:
         try:
             yield ray
         finally:
-            ray.shutdown()
+            # the engine's own shutdown: this instance's session directory removed too
+            _shutdown(ray, context.address_info["session_dir"])
             os.environ.clear()
             os.environ.update(saved)
 
@@ -136,10 +137,11 @@ def test_an_unknown_backend_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
 # --- on a local Ray cluster -------------------------------------------------------------
 
 
-def test_the_private_instance_leaves_no_token_in_the_users_home(tmp_path: Path) -> None:
+def test_the_private_instance_leaves_nothing_in_the_home_or_the_temp_dir(tmp_path: Path) -> None:
     """``--backend ray`` with no address starts a Ray instance of its own; Ray (>= 2.52)
     would write its token to ``~/.ray/auth_token``, where the user's next cluster reads
-    it. The eval gives its instance a token of its own: nothing lands in the home."""
+    it, and leaves its session (logs, sockets) in ``$TMPDIR/ray``. The eval gives its
+    instance a token of its own and removes the session after stopping it."""
     home, out = tmp_path / "home", tmp_path / "run"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
@@ -155,6 +157,8 @@ def test_the_private_instance_leaves_no_token_in_the_users_home(tmp_path: Path) 
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
     assert len(list(read_episodes(out / "episodes.jsonl"))) == 4
     assert not (home / ".ray" / "auth_token").exists()
+    sessions = Path(env["TMPDIR"]) / "ray"
+    assert not sessions.exists() or [p.name for p in sessions.iterdir()] == []
 
 
 def test_ray_writes_the_same_records_as_local(ray_cluster: Any, tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ import logging
 import os
 import queue
 import secrets
+import shutil
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
@@ -147,10 +148,12 @@ def _guest_run(main: Callable[[], Awaitable[None]], out: Batch) -> Iterator[Batc
 _END = object()
 
 
-def _connect(address: str | None) -> bool:
+def _connect(address: str | None) -> tuple[bool, str | None]:
     """Connect to Ray (``address``, else ``RAY_ADDRESS``), or start a private instance
     on this machine's loopback. Returns whether this call started or joined it (and so
-    should shut it down); a process already connected is reused as it is."""
+    should shut it down), and the private instance's session directory (Ray's logs and
+    sockets, under ``$TMPDIR/ray``: removed after its shutdown) or None; a process
+    already connected is reused as it is."""
     local = address is None and not os.environ.get("RAY_ADDRESS")
     if local and "ray" not in sys.modules:
         # read by Ray at import: bind every Ray process to 127.0.0.1 (Ray's single-
@@ -160,7 +163,7 @@ def _connect(address: str | None) -> bool:
     import ray
 
     if ray.is_initialized():
-        return False
+        return False, None
     if local:
         if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
             # Ray >= 2.52 turns token authentication on and, finding no token, writes
@@ -169,12 +172,15 @@ def _connect(address: str | None) -> bool:
             # answers Unauthenticated). A private instance gets a token of its own
             os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
         # its start-up chatter is about an instance private to this eval: errors only
-        ray.init(
+        context = ray.init(
             address="local",
             include_dashboard=False,
             log_to_driver=False,
             logging_level=logging.ERROR,
         )
+        # a RayContext (ray.init's return for a local instance) names its session
+        info = getattr(context, "address_info", None) or {}
+        return True, info.get("session_dir")
     else:
         try:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
@@ -182,7 +188,20 @@ def _connect(address: str | None) -> bool:
             raise ConfigError(
                 f"ray_address = {address!r}: cannot connect to a Ray cluster there ({exc})"
             ) from None
-    return True
+    return True, None
+
+
+def _shutdown(ray: Any, session_dir: str | None) -> None:
+    """Disconnect (stopping a private instance), then remove the private instance's
+    session directory and a ``session_latest`` link left pointing at it."""
+    ray.shutdown()
+    if session_dir is None:
+        return
+    shutil.rmtree(session_dir, ignore_errors=True)
+    latest = os.path.join(os.path.dirname(session_dir), "session_latest")
+    with contextlib.suppress(OSError):
+        if os.path.islink(latest) and not os.path.exists(latest):
+            os.unlink(latest)
 
 
 async def run_on_ray(
@@ -200,7 +219,9 @@ async def run_on_ray(
     if not pairs:
         return
     # abandonable: Ray retries an unreachable address for minutes; Ctrl-C still works
-    started = await trio.to_thread.run_sync(_connect, config.ray_address, abandon_on_cancel=True)
+    started, session_dir = await trio.to_thread.run_sync(
+        _connect, config.ray_address, abandon_on_cancel=True
+    )
     import ray
 
     try:
@@ -208,7 +229,7 @@ async def run_on_ray(
     finally:
         if started:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(ray.shutdown)
+                await trio.to_thread.run_sync(_shutdown, ray, session_dir)
 
 
 class _Driver:
