@@ -55,13 +55,18 @@ def _ray(*args: str, env: dict[str, str]) -> None:
             raise SystemExit(message)
         print(message, file=sys.stderr)
         if "--head" in args:
-            subprocess.run(
-                [sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
-                env=env,
-                check=False,
-                capture_output=True,
-                timeout=180,
-            )
+            _stop(env)
+
+
+def _stop(env: dict[str, str]) -> None:
+    """``ray stop --force``: every Ray process of this namespace, whatever it says."""
+    subprocess.run(
+        [sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
+        env=env,
+        check=False,
+        capture_output=True,
+        timeout=180,
+    )
 
 
 def _children() -> dict[int, list[int]]:
@@ -134,13 +139,7 @@ def main(out: Path) -> None:
     try:
         result = _cluster(out, env, temp)
     finally:
-        subprocess.run(
-            [sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"],
-            env=env,
-            check=False,
-            capture_output=True,
-            timeout=180,
-        )
+        _stop(env)
         shutil.rmtree(temp, ignore_errors=True)
         _remove_new_sessions(sessions, before)
     print(json.dumps(result))

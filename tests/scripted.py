@@ -32,6 +32,17 @@ def tool_call(id: str, name: str = "lookup", arguments: str = "{}") -> Assistant
     return AssistantMessage(None, (ToolCall(id, name, arguments),))
 
 
+def tool_results(trace: Any) -> list[str]:
+    """The text of every tool result the model was sent, in order (each request's
+    ``ToolMessage``s): what a tool run by an agent CLI returned, as the CLI showed it."""
+    return [
+        text_of(m.content)
+        for turn in trace.turns
+        for m in turn.request
+        if isinstance(m, ToolMessage)
+    ]
+
+
 class ToolLoopHarness(Harness):
     """Runs its own tool loop inside one segment: calls the model, answers every tool
     call with a ``ToolMessage``, and calls again until the model answers in text.

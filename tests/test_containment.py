@@ -456,11 +456,9 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
     listener: int,
     host_sockets: list[str],
 ) -> None:
-    from scripted import ScriptedModel
+    from scripted import ScriptedModel, tool_results
 
-    from taketurns import ToolMessage
     from taketurns._exchange.agent import make_harness
-    from taketurns.harness import text_of
 
     mark = uuid.uuid4().hex
     other = scratch_root / "taketurns-opponent"  # another rollout's scratch, with a card
@@ -499,12 +497,7 @@ async def test_an_agent_clis_shell_reaches_nothing_and_leaves_nothing(
         async with agent.chat(Task(0, prompt="probe")) as session:
             reply = await session.turn()
     assert reply.text == "probed"
-    results = [
-        text_of(m.content)
-        for turn in session.trace.turns
-        for m in turn.request
-        if isinstance(m, ToolMessage)
-    ]
+    results = tool_results(session.trace)
     # the report's line (gemini-cli's shell prefixes its output with ``Output: ``)
     [line] = [ln for r in results for ln in r.splitlines() if "PROBE {" in ln]
     report = json.loads(line[line.index("PROBE {") :].removeprefix("PROBE "))
@@ -532,15 +525,46 @@ def test_probe_is_standalone() -> None:
     assert "taketurns" not in textwrap.dedent(source).split('"""', 2)[2]
 
 
+async def _one_mcp_tool_turn(
+    harness: str,
+    server: InterceptionServer,
+    mcp: Any,
+    tool: str,
+    arguments: str,
+    reply: str,
+) -> Any:
+    """One turn of agent CLI ``harness`` with the MCP stdio server ``mcp`` as its own:
+    the scripted model calls ``tool`` with ``arguments`` once, then says ``reply``.
+    Returns the closed session (its trace)."""
+    from scripted import ScriptedModel, tool_call
+
+    from taketurns._exchange.agent import make_harness
+    from taketurns.harness import open_mcp_servers
+
+    call = tool_call("call_mcp1", tool, arguments)
+    options: dict[str, Any] = {"allowed_tools": [tool]} if harness == "claude-code" else {}
+    agent = Agent(
+        "agent",
+        AgentConfig(model="builtin/echo"),
+        client=ScriptedModel(call, reply),
+        harness=make_harness(harness, options, field="env.agent"),
+        services={"interception": server},
+    )
+    with trio.fail_after(LIMIT):
+        async with (
+            open_mcp_servers([mcp]) as (tools, _),
+            agent.chat(Task(0, prompt="go"), tools=tools) as session,
+        ):
+            assert (await session.turn()).text == reply
+    return session
+
+
 @pytest.mark.parametrize("harness", ["codex", "claude-code", "gemini-cli"])
 async def test_an_agent_clis_own_mcp_server_runs_in_its_sandbox_and_dies_with_it(
     harness: str, server: InterceptionServer, scratch_root: Path
 ) -> None:
-    from scripted import ScriptedModel, tool_call
-
     from taketurns import ToolMessage
-    from taketurns._exchange.agent import make_harness
-    from taketurns.harness import McpServer, open_mcp_servers, text_of
+    from taketurns.harness import McpServer, text_of
 
     mark = uuid.uuid4().hex
     counter = McpServer(
@@ -549,21 +573,9 @@ async def test_an_agent_clis_own_mcp_server_runs_in_its_sandbox_and_dies_with_it
         env={"TT_PROBE_MARK": mark},
     )
     name = "mcp_counter_bump" if harness == "gemini-cli" else "mcp__counter__bump"
-    bump = tool_call("call_bump1", name, json.dumps({"by": 5}))
-    options: dict[str, Any] = {"allowed_tools": [name]} if harness == "claude-code" else {}
-    agent = Agent(
-        "agent",
-        AgentConfig(model="builtin/echo"),
-        client=ScriptedModel(bump, "Counted."),
-        harness=make_harness(harness, options, field="env.agent"),
-        services={"interception": server},
+    session = await _one_mcp_tool_turn(
+        harness, server, counter, name, json.dumps({"by": 5}), "Counted."
     )
-    with trio.fail_after(LIMIT):
-        async with (
-            open_mcp_servers([counter]) as (tools, _),
-            agent.chat(Task(0, prompt="bump"), tools=tools) as session,
-        ):
-            assert (await session.turn()).text == "Counted."
     results = [m for m in session.trace.turns[1].request if isinstance(m, ToolMessage)]
     assert any("count=5" in text_of(m.content) for m in results), results
     assert session.trace.info["sandbox"] == "bwrap"
@@ -583,11 +595,9 @@ async def test_a_probe_through_an_agent_clis_mcp_stdio_server_reaches_nothing(
     """The MCP stdio server an agent CLI starts is the agent's: it runs in the
     agent's sandbox, so the probe run as its tool reaches what the CLI's shell does
     (nothing), and it leaves nothing."""
-    from scripted import ScriptedModel, tool_call
+    from scripted import tool_results
 
-    from taketurns import ToolMessage
-    from taketurns._exchange.agent import make_harness
-    from taketurns.harness import McpServer, open_mcp_servers, text_of
+    from taketurns.harness import McpServer
 
     mark = uuid.uuid4().hex
     other = scratch_root / "taketurns-opponent"  # another rollout's scratch, with a card
@@ -605,28 +615,10 @@ async def test_a_probe_through_an_agent_clis_mcp_stdio_server_reaches_nothing(
             "TT_HOST_SOCKETS": os.pathsep.join(host_sockets),
         },
     )
-    name = "mcp__prober__run_probe"
-    call = tool_call("call_probe1", name, "{}")
-    options: dict[str, Any] = {"allowed_tools": [name]} if harness == "claude-code" else {}
-    agent = Agent(
-        "agent",
-        AgentConfig(model="builtin/echo"),
-        client=ScriptedModel(call, "probed"),
-        harness=make_harness(harness, options, field="env.agent"),
-        services={"interception": server},
+    session = await _one_mcp_tool_turn(
+        harness, server, prober, "mcp__prober__run_probe", "{}", "probed"
     )
-    with trio.fail_after(LIMIT):
-        async with (
-            open_mcp_servers([prober]) as (tools, _),
-            agent.chat(Task(0, prompt="probe"), tools=tools) as session,
-        ):
-            assert (await session.turn()).text == "probed"
-    results = [
-        text_of(m.content)
-        for turn in session.trace.turns
-        for m in turn.request
-        if isinstance(m, ToolMessage)
-    ]
+    results = tool_results(session.trace)
     # the tool's structured result, as the CLI shows it (codex: after its own header)
     [line] = [ln for r in results for ln in r.splitlines() if '"result":"PROBE ' in ln]
     result = json.loads(line[line.index("{") :])["result"]

@@ -153,11 +153,10 @@ async def test_an_agent_cli_installed_under_a_home_prefix_runs_sandboxed(
     """Its install tree is resolved from the agent's own argv (not the supervisor's,
     the interpreter): the CLI starts, runs its shell, and sees nothing of the home
     but its own install tree."""
-    from scripted import ScriptedModel
+    from scripted import ScriptedModel, tool_results
 
-    from taketurns import Agent, AgentConfig, Task, ToolMessage
+    from taketurns import Agent, AgentConfig, Task
     from taketurns._exchange.agent import make_harness
-    from taketurns.harness import text_of
 
     assert HOME_GEMINI.exists(), f"run .ci/run: it installs gemini-cli under {HOME_PREFIX}"
     mark = uuid.uuid4().hex
@@ -175,12 +174,7 @@ async def test_an_agent_cli_installed_under_a_home_prefix_runs_sandboxed(
             reply = await session.turn()
     assert reply.text == "probed", session.trace.errors
     assert session.trace.info["sandbox"] == "bwrap"
-    results = [
-        text_of(m.content)
-        for turn in session.trace.turns
-        for m in turn.request
-        if isinstance(m, ToolMessage)
-    ]
+    results = tool_results(session.trace)
     [line] = [ln for r in results for ln in r.splitlines() if "PROBE {" in ln]
     report = json.loads(line[line.index("PROBE {") :].removeprefix("PROBE "))
     assert report["uid"] == 65534
