@@ -24,8 +24,10 @@ the agent's own event format.
 
 After the process exits: a stop the boundary stamped (a limit, ``@stop``) ends the
 segment as that stop condition, whatever the agent did with the refusal; a failed
-model call is a model error; any other non-zero exit is a ``HarnessError`` quoting
-the agent's stderr with the rollout's secret as ``***``.
+model call is a model error; an exit on a reply cut at ``max_tokens`` that the agent's
+output names is the model's doing (``segment_failure``: the segment ends on the cut
+reply); any other non-zero exit is a ``HarnessError`` quoting the agent's stderr with
+the rollout's secret as ``***``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ class AgentDirs:
     home: Path
     work: Path
     tmp: Path
+
+
+# trace.info's count of segments an agent gave up on the model's cut replies
+GAVE_UP = "gave_up_on_cut_replies"
 
 
 @attrs.frozen
@@ -261,6 +267,33 @@ class AgentCLIHarness(ServedHarness):
             out_path.read_text("utf-8", "replace").replace(secret, "***"),
             err_path.read_text("utf-8", "replace").replace(secret, "***"),
         )
+
+    def gave_up_on_cut_reply(self, finished: Finished) -> bool:
+        """Whether the agent's own output says it stopped because the model's reply was
+        cut at ``max_tokens`` (Codex fails its turn on one; Claude Code asks again and
+        gives up after four). Default: no agent output says so."""
+        return False
+
+    def segment_failure(
+        self, rollout: Rollout, turns_before: int, finished: Finished
+    ) -> str | None:
+        """What the segment's exit means (``settle``'s ``failure``): ``exit_failure``,
+        except an exit the model caused. When the agent exited non-zero on a reply cut
+        at ``max_tokens`` (the segment's last turn ended ``length`` and the agent's
+        output says so: ``gave_up_on_cut_reply``), the model's replies were the cause:
+        the segment ends on the cut reply, as any harness's would, and
+        ``trace.info["gave_up_on_cut_replies"]`` counts such segments."""
+        turns = rollout.trace.turns
+        if (
+            finished.returncode != 0
+            and len(turns) > turns_before
+            and turns[-1].finish_reason == "length"
+            and self.gave_up_on_cut_reply(finished)
+        ):
+            info = rollout.trace.info
+            info[GAVE_UP] = info.get(GAVE_UP, 0) + 1
+            return None
+        return self.exit_failure(finished)
 
     def exit_failure(self, finished: Finished) -> str | None:
         """What a non-zero exit says, quoting the agent's output; None for status 0."""

@@ -24,7 +24,8 @@ every process can read. Its tools that start or manage other agents (``Agent``,
 A reply cut at ``max_tokens`` makes Claude Code ask again; after four cut in a row it
 exits 1 (``api_error: max_output_tokens``). That exit is the model's behaviour, not a
 harness failure: the segment ends on the cut reply, as any harness's would, and
-``trace.info["claude_code_gave_up_on_cut_replies"]`` counts such segments.
+``trace.info["gave_up_on_cut_replies"]`` counts such segments
+(``AgentCLIHarness.segment_failure``).
 
 Options (``--env.<role>.harness_options.<name>=...``): ``allowed_tools`` (a list for
 ``--allowedTools``, e.g. ``["Bash", "Read"]``; default: none pre-approved, so in
@@ -43,7 +44,7 @@ import os
 import uuid
 from collections.abc import Mapping, Sequence
 
-from taketurns import HarnessError, Message, Trace
+from taketurns import HarnessError, Message
 from taketurns.harness import Endpoint, Prompt, Rollout
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
@@ -60,27 +61,6 @@ from taketurns.harnesses.agent_mcp import claude_mcp_config, claude_mcp_env, rol
 # Claude Code's tools that start or manage other agents: refused unless ``sub_agents``
 # (``Task`` is the sub-agent tool's name before Claude Code 2.1, ``Agent`` after)
 SUB_AGENT_TOOLS = ("Agent", "Task", "ListAgents", "Workflow")
-
-
-# trace.info's count of segments Claude Code gave up on the model's cut replies
-GAVE_UP = "claude_code_gave_up_on_cut_replies"
-
-
-def gave_up_on_cut_replies(finished: Finished, trace: Trace, start: int) -> bool:
-    """Whether Claude Code exited because every reply of the segment was cut at
-    ``max_tokens``: it asks again after a cut reply and, four in a row, exits 1 with
-    ``api_error: max_output_tokens`` in its result (2.1.332). The model's replies were
-    the cause, so that exit is not a harness failure: only when every turn of the
-    segment (``trace.turns[start:]``) ended ``length`` and the result names that error."""
-    turns = trace.turns[start:]
-    if not turns or any(t.finish_reason != "length" for t in turns):
-        return False
-    lines = finished.stdout.strip().splitlines()
-    try:
-        result = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        return False
-    return isinstance(result, dict) and result.get("api_error") == "max_output_tokens"
 
 
 def claude_env(endpoint: Endpoint, dirs: AgentDirs) -> dict[str, str]:
@@ -151,17 +131,19 @@ class ClaudeCodeHarness(AgentCLIHarness):
         extra.update(claude_mcp_env(rollout.state.get("mcp_servers", [])))
         return self.environment(dirs, extra)
 
+    def gave_up_on_cut_reply(self, finished: Finished) -> bool:
+        """Claude Code's result names it: ``api_error: max_output_tokens`` (2.1.332)."""
+        lines = finished.stdout.strip().splitlines()
+        try:
+            result = json.loads(lines[-1]) if lines else None
+        except ValueError:
+            return False
+        return isinstance(result, dict) and result.get("api_error") == "max_output_tokens"
+
     async def _segment(self, rollout: Rollout, argv: list[str], message: str) -> None:
         turns_before = len(rollout.trace.turns)
         finished = await self.run_agent(rollout, argv, self._env(rollout), stdin=message)
-        failure = self.exit_failure(finished)
-        if failure is not None and gave_up_on_cut_replies(finished, rollout.trace, turns_before):
-            # the model's behaviour, not the harness's: the segment ends on its cut
-            # reply, as any harness's would, and the trace counts the give-ups
-            info = rollout.trace.info
-            info[GAVE_UP] = info.get(GAVE_UP, 0) + 1
-            failure = None
-        self.settle(rollout, turns_before, failure)
+        self.settle(rollout, turns_before, self.segment_failure(rollout, turns_before, finished))
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
         home = self.dirs(rollout).home

@@ -180,6 +180,22 @@ class CodexHarness(AgentCLIHarness):
         secret = self.endpoint(rollout).secret
         return self.environment(dirs, {"CODEX_HOME": str(dirs.home), KEY_VAR: secret})
 
+    def gave_up_on_cut_reply(self, finished: Finished) -> bool:
+        """Codex fails its turn on a reply cut at ``max_tokens``: a ``turn.failed``
+        event whose error names ``max_output_tokens`` ("Incomplete response returned,
+        reason: max_output_tokens", 0.171.0)."""
+        for line in finished.stdout.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("type") == "turn.failed":
+                error = event.get("error")
+                message = error.get("message") if isinstance(error, dict) else None
+                if isinstance(message, str) and "max_output_tokens" in message:
+                    return True
+        return False
+
     async def _segment(self, rollout: Rollout, argv: list[str], message: str) -> Finished:
         dirs = self.dirs(rollout)
         turns_before = len(rollout.trace.turns)
@@ -189,7 +205,7 @@ class CodexHarness(AgentCLIHarness):
             found = thread_id(finished.stdout)
             if found is not None:
                 rollout.state["thread"] = found
-        self.settle(rollout, turns_before, self.exit_failure(finished))
+        self.settle(rollout, turns_before, self.segment_failure(rollout, turns_before, finished))
         return finished
 
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
