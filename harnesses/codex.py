@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from taketurns import HarnessError, Message
 from taketurns.harness import Prompt, Rollout
@@ -74,14 +75,21 @@ def _toml(value: str) -> str:
     return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
-def thread_id(stdout: str) -> str | None:
-    """The id in the first ``thread.started`` event of ``codex exec --json`` output."""
+def events(stdout: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects of ``codex exec --json`` output, one a line (others skipped)."""
     for line in stdout.splitlines():
         try:
             event = json.loads(line)
         except ValueError:
             continue
-        if isinstance(event, dict) and event.get("type") == "thread.started":
+        if isinstance(event, dict):
+            yield event
+
+
+def thread_id(stdout: str) -> str | None:
+    """The id in the first ``thread.started`` event of ``codex exec --json`` output."""
+    for event in events(stdout):
+        if event.get("type") == "thread.started":
             found = event.get("thread_id")
             return found if isinstance(found, str) else None
     return None
@@ -184,16 +192,11 @@ class CodexHarness(AgentCLIHarness):
         """Codex fails its turn on a reply cut at ``max_tokens``: a ``turn.failed``
         event whose error names ``max_output_tokens`` ("Incomplete response returned,
         reason: max_output_tokens", 0.171.0)."""
-        for line in finished.stdout.splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict) and event.get("type") == "turn.failed":
-                error = event.get("error")
-                message = error.get("message") if isinstance(error, dict) else None
-                if isinstance(message, str) and "max_output_tokens" in message:
-                    return True
+        for event in events(finished.stdout):
+            error = event.get("error") if event.get("type") == "turn.failed" else None
+            message = error.get("message") if isinstance(error, dict) else None
+            if isinstance(message, str) and "max_output_tokens" in message:
+                return True
         return False
 
     async def _segment(self, rollout: Rollout, argv: list[str], message: str) -> Finished:

@@ -153,7 +153,10 @@ def _connect(address: str | None) -> tuple[bool, str | None]:
     on this machine's loopback. Returns whether this call started or joined it (and so
     should shut it down), and the private instance's session directory (Ray's logs and
     sockets, under ``$TMPDIR/ray``: removed after its shutdown) or None; a process
-    already connected is reused as it is."""
+    already connected is reused as it is. Process-wide, as Ray reads it: a private
+    instance sets ``RAY_AUTH_TOKEN`` in ``os.environ`` when neither it nor
+    ``RAY_AUTH_TOKEN_PATH`` is set, and it stays (a later private instance in the same
+    process reuses it: Ray's token loader caches the token it read)."""
     local = address is None and not os.environ.get("RAY_ADDRESS")
     if local and "ray" not in sys.modules:
         # read by Ray at import: bind every Ray process to 127.0.0.1 (Ray's single-
