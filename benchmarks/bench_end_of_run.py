@@ -7,10 +7,11 @@ repeated with fresh task indices up to ``--size`` (``bench_storage.grow``; writi
 what comes after them). A child process then does what the eval does once its last
 episode is written, each step timed apart: the summary from the run's running
 statistics (``Summarizer.result``, its bootstrap intervals included, then
-``write_summary``; the statistics are fed every record first, untimed: an eval feeds
-them as each episode is written) and the report (``write_report`` with the env the
-eval ran: one pass over ``episodes.jsonl`` for the page, its scan and the env's own
-figure). Peak RSS is the child's ``ru_maxrss`` (the records' feed included).
+``write_summary``) and the report (``ReportFeed.write`` with the env the eval ran:
+the page, its scan and the env's own figure drawn from what it was fed). Both are
+fed every record first, as an eval feeds them each episode as it writes it: that
+part is the run's, timed apart and printed as CPU per episode. Peak RSS is the
+child's ``ru_maxrss`` (the feed included).
 
 Run: ``python benchmarks/bench_end_of_run.py [--size 500000] [--seed-n 2000]``
 (about 4 GB of scratch space in ``--dir``, default a temporary directory).
@@ -42,7 +43,7 @@ from taketurns import RunDir, load_eval_config
 from taketurns._eval.plan import make_env
 from taketurns._output.records import read_episodes
 from taketurns._output.summary import Summarizer
-from taketurns._report.page import write_report
+from taketurns._report.page import ReportFeed
 from taketurns.env import env_registry
 
 path = Path(sys.argv[1])
@@ -51,19 +52,28 @@ config = tomllib.loads((path / "config.toml").read_text())
 config.pop("output_dir", None)
 env = make_env(load_eval_config(env_registry.get(config["env_id"]).config_class, file_data=config))
 finished = Summarizer(rollouts=1)
-feed = time.perf_counter()
+report = ReportFeed(path, env=env, rollouts=1)
+clock = time.process_time
+stats = fed = 0.0
+loop = clock()
 for raw in read_episodes(path / "episodes.jsonl"):
+    t0 = clock()
     finished.add(raw)
-feed = time.perf_counter() - feed
+    t1 = clock()
+    report.add(raw)
+    t2 = clock()
+    stats += t1 - t0
+    fed += t2 - t1
+parsed = clock() - loop - stats - fed
 start, cpu = time.perf_counter(), time.process_time()
 summary = finished.result(wall_s=0.0)
 run_dir.write_summary(summary)
 summary_s, summary_cpu = time.perf_counter() - start, time.process_time() - cpu
 start, cpu = time.perf_counter(), time.process_time()
-write_report(path, env=env)
+report.write()
 report_s, report_cpu = time.perf_counter() - start, time.process_time() - cpu
 print(json.dumps({
-    "episodes": summary["episodes"], "feed_s": feed,
+    "episodes": summary["episodes"], "stats_cpu": stats, "fed_cpu": fed, "parse_cpu": parsed,
     "summary_s": summary_s, "summary_cpu": summary_cpu,
     "report_s": report_s, "report_cpu": report_cpu,
     "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -103,9 +113,17 @@ def main() -> None:
     print(
         f"{r['episodes']:,} episodes, episodes.jsonl {size / 2**20:,.0f} MiB (made in {made:.0f} s)"
     )
-    print(f"  the statistics fed every record (during the run in an eval): {r['feed_s']:.1f} s")
-    print(f"  summary (result + write): {r['summary_s']:.2f} s wall, {r['summary_cpu']:.2f} s CPU")
-    print(f"  report (one pass):        {r['report_s']:.2f} s wall, {r['report_cpu']:.2f} s CPU")
+    per = 1e6 / max(r["episodes"], 1)
+    print("  during the run (an eval feeds each record as it writes it), CPU:")
+    for label, key in (
+        ("the statistics (Summarizer.add)", "stats_cpu"),
+        ("the report (ReportFeed.add)", "fed_cpu"),
+        ("parsing each line (parse_record; read here from the file)", "parse_cpu"),
+    ):
+        print(f"    {label}: {r[key]:.1f} s, {r[key] * per:.1f} us/episode")
+    print("  after the last episode:")
+    for label, key in (("summary (result + write)", "summary"), ("report (write)", "report")):
+        print(f"    {label}: {r[f'{key}_s']:.2f} s wall, {r[f'{key}_cpu']:.2f} s CPU")
     print(f"  end of run: {total:.1f} s (target < 10 s); peak RSS {r['peak_mib']:.0f} MiB (< 300)")
 
 

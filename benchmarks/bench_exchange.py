@@ -5,10 +5,12 @@ Prints episodes/s, turns/s and microseconds of CPU time per model call at c = 1,
 (start-up cancels out), of the whole eval (episodes, JSONL writing, progress
 accounting, the end of the run) and of the episodes alone: without the built-in
 model's own compute (its policy, timed in the same run) and without the end of the
-run, the engine's cost per call. The end of the run (``summary.json`` and
-``report.html``, timed in the same run around the runner's ``_finish`` and
-``_write_report``) is printed apart: its CPU µs per episode (the slope) and its
-fixed part (ms; the same end for an empty run). Also
+run, the engine's cost per call. The report's work is printed apart, in its two
+parts: what the report is fed while the run goes on (each record as it is written:
+``_Writer.report``, its CPU µs per episode) and the end of the run, after the last
+episode (``summary.json`` and ``report.html``, timed around the runner's ``_finish``
+and ``_write_report``: its CPU µs per episode, the slope, and its fixed part, ms: the
+same end for an empty run). Also
 the memory of one open idle session (10,000 sessions, each held by its own task, as
 in an eval).
 Run: ``python benchmarks/bench_exchange.py``.
@@ -50,51 +52,56 @@ def _timed_respond(self: BuiltinModel, request: ModelRequest) -> ModelResponse:
 BuiltinModel.respond = _timed_respond  # type: ignore[method-assign]  # benchmark probe
 
 _END_CPU = [0.0]
+_FEED_CPU = [0.0]
 
 
-def _timed_end(fn: Any) -> Any:
-    """``fn`` (a step of the end of the run), its CPU time added to ``_END_CPU``."""
+def _timed(fn: Any, into: list[float]) -> Any:
+    """``fn`` (a part of the report's work), its CPU time added to ``into``."""
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.process_time()
         try:
             return fn(*args, **kwargs)
         finally:
-            _END_CPU[0] += time.process_time() - start
+            into[0] += time.process_time() - start
 
     return timed
 
 
-runner._finish = _timed_end(runner._finish)  # benchmark probes: the summary and the report
-runner._write_report = _timed_end(runner._write_report)
+# benchmark probes: the summary and the report at the end, the report fed during the run
+runner._finish = _timed(runner._finish, _END_CPU)
+runner._write_report = _timed(runner._write_report, _END_CPU)
+runner._Writer.report = _timed(runner._Writer.report, _FEED_CPU)  # type: ignore[method-assign]
 
 
-def _run(num: int, concurrency: int) -> tuple[float, float, float, float, int]:
-    """(wall s, cpu s, the model's own cpu s, the end of the run's cpu s, model
-    calls) for one eval, its summary and report written as ``taketurns eval`` does."""
+def _run(num: int, concurrency: int) -> tuple[float, float, float, float, float, int]:
+    """(wall s, cpu s, the model's own cpu s, the end of the run's cpu s, the
+    report's feed's cpu s, model calls) for one eval, its summary and report written
+    as ``taketurns eval`` does."""
     config = load_eval_config(
         env_registry.get("kuhn-poker").config_class,
         file_data={"env_id": "kuhn-poker", "num_tasks": num, "concurrency": concurrency},
     )
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = RunDir(tmp)
-        _MODEL_CPU[0] = _END_CPU[0] = 0.0
+        _MODEL_CPU[0] = _END_CPU[0] = _FEED_CPU[0] = 0.0
         wall, cpu = time.perf_counter(), time.process_time()
         with tuned_gc():  # as `taketurns eval` runs it (the CLI tunes its own process)
             result = trio.run(lambda: run_eval(config, run_dir, progress=False, report=True))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     agents = result.summary["agents"].values()
     calls = round(sum(a["turns_mean"] * a["traces"] for a in agents))
-    return wall, cpu, _MODEL_CPU[0], _END_CPU[0], calls
+    return wall, cpu, _MODEL_CPU[0], _END_CPU[0], _FEED_CPU[0], calls
 
 
 def throughput(concurrency: int, small: int, large: int, repeats: int) -> dict[str, float]:
-    totals, engines, ends, fixed, rates, turn_rates = [], [], [], [], [], []
+    totals, engines, ends, fixed, rates, turn_rates, feeds = [], [], [], [], [], [], []
     for _ in range(repeats):
-        _, c1, m1, e1, t1 = _run(small, concurrency)
-        w2, c2, m2, e2, t2 = _run(large, concurrency)
+        _, c1, m1, e1, f1, t1 = _run(small, concurrency)
+        w2, c2, m2, e2, f2, t2 = _run(large, concurrency)
         totals.append((c2 - c1) / (t2 - t1) * 1e6)
-        engines.append(((c2 - m2 - e2) - (c1 - m1 - e1)) / (t2 - t1) * 1e6)
+        engines.append(((c2 - m2 - e2 - f2) - (c1 - m1 - e1 - f1)) / (t2 - t1) * 1e6)
+        feeds.append((f2 - f1) / (large - small) * 1e6)
         ends.append((e2 - e1) / (large - small) * 1e6)
         fixed.append((e1 - (e2 - e1) / (large - small) * small) * 1e3)
         rates.append(large / w2)  # the whole eval's rate, the end of the run included
@@ -104,6 +111,7 @@ def throughput(concurrency: int, small: int, large: int, repeats: int) -> dict[s
         "turns_per_s": statistics.median(turn_rates),
         "us_per_call": statistics.median(totals),
         "engine_us_per_call": statistics.median(engines),
+        "feed_us_per_episode": statistics.median(feeds),
         "end_us_per_episode": statistics.median(ends),
         "end_fixed_ms": statistics.median(fixed),
     }
@@ -145,13 +153,15 @@ def main() -> None:
     args = parser.parse_args()
     print(
         f"{'c':>5} {'episodes/s':>11} {'turns/s':>9} {'us/call all-in':>15} "
-        f"{'engine us/call':>15} {'end-of-run us/episode':>22} {'+ fixed ms':>10}"
+        f"{'engine us/call':>15} {'report fed us/episode':>22} "
+        f"{'end-of-run us/episode':>22} {'+ fixed ms':>10}"
     )
     for c in args.concurrency:  # 32: the eval's default concurrency
         r = throughput(c, args.small, args.large, args.repeats)
         print(
             f"{c:>5} {r['episodes_per_s']:>11.0f} {r['turns_per_s']:>9.0f} "
             f"{r['us_per_call']:>15.1f} {r['engine_us_per_call']:>15.1f} "
+            f"{r['feed_us_per_episode']:>22.1f} "
             f"{r['end_us_per_episode']:>22.1f} {r['end_fixed_ms']:>10.1f}"
         )
     per_session = trio.run(_idle_sessions, args.sessions)

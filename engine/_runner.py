@@ -34,7 +34,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -54,10 +54,13 @@ from taketurns._eval.servers import open_model_servers
 from taketurns._exchange.task import Task
 from taketurns._output.failures import LiveFailures
 from taketurns._output.progress import EvalProgress
-from taketurns._output.records import episode_line
-from taketurns._output.rundir import RunDir, Tidied
+from taketurns._output.records import episode_line, parse_record
+from taketurns._output.rundir import RunDir, Tidied, compact
 from taketurns._output.summary import Summarizer, digest
 from taketurns._procs import journal
+
+if TYPE_CHECKING:
+    from taketurns._report.page import ReportFeed
 
 __all__ = ["EvalRun", "run_eval"]
 
@@ -118,82 +121,88 @@ async def run_eval(
     plan = plan if plan is not None else Plan(config, env)
     tasks = list(tasks if tasks is not None else env.tasks(config.num_tasks))
     writer = _Writer(run_dir, Summarizer(rollouts=config.rollouts))
-    tidied = _tidy(run_dir, writer.finished, notify)
-    journal.sweep(run_dir.path)  # a SIGKILLed run's scratch and socket directories
-    _keep_config(run_dir, config, notify, plan.sampling_note())
-    plan.services["run_dir"] = str(run_dir.path)  # hidden from every sandbox
-    for warning in plan.sandbox_warnings():
-        if notify is not None:
-            notify(warning)
-    todo = _owed(tasks, config.rollouts, tidied.pairs)
-    start = time.monotonic()
-    interrupted = True  # until the episodes' loop ends on its own
-    summary: dict[str, Any] = {}
-    planned = len(tasks) * config.rollouts
-    bar = writer.bar = EvalProgress(planned, done=planned - len(todo), enabled=progress)
-    writer.live = LiveFailures(bar.note if progress else notify)
-    writer.brake = Brake(config.max_failures, planned=len(todo), endpoint=config.base_url or "")
-    writer.local = config.backend == "local"
+    # the report is fed each record as it is written: the end of the run reads none again
+    writer.feed = _report_feed(run_dir, env, config) if report else None
     try:
-        run_dir.open()
-        with bar:
-            try:
-                with writer.cancel, _unwrapped():
-                    async with trio.open_nursery() as nursery:
-                        if handle_signals:
-                            kill = partial(_kill_servers, plan)
-                            await nursery.start(_watch_signals, writer.cancel, kill)
-                        async with open_model_servers(
-                            plan,
-                            run_dir.path,
-                            say=partial(_starting, bar, notify),
-                            timeout_s=config.preflight_timeout_s,
-                        ):
-                            with writer.braked:
-                                await _on_backend(
-                                    config,
-                                    env,
-                                    plan,
-                                    todo,
-                                    writer.record_lines,
-                                    lambda: bar.phase("eval"),
-                                    writer.stop_admitting,
-                                    writer.worker_lost,
-                                )
-                        nursery.cancel_scope.cancel()
-                interrupted = writer.cancel.cancelled_caught and not writer.failure
-            finally:
-                run_dir.close()
-                bar.phase("closing")
-                await plan.aclose()
-                # also when the run is cancelled from outside: what was written is summed
-                wall_s = time.monotonic() - start
-                bar.phase("writing summary and report" if report else "writing summary")
-                summary = _finish(
-                    run_dir,
-                    writer.finished,
-                    wall_s,
-                    interrupted,
-                    writer.failure,
-                    writer.brake,
-                    seed=config.seed,
-                    notes=plan.notes() + writer.lost,
-                    workers_lost=len(writer.lost),
-                    planned=planned,
-                )
-                if report and not writer.failure:
-                    _write_report(run_dir, env, writer.failure)
-                bar.phase("done")
+        tidied = _tidy(run_dir, writer, notify)
+        journal.sweep(run_dir.path)  # a SIGKILLed run's scratch and socket directories
+        _keep_config(run_dir, config, notify, plan.sampling_note())
+        plan.services["run_dir"] = str(run_dir.path)  # hidden from every sandbox
+        for warning in plan.sandbox_warnings():
+            if notify is not None:
+                notify(warning)
+        todo = _owed(tasks, config.rollouts, tidied.pairs)
+        start = time.monotonic()
+        interrupted = True  # until the episodes' loop ends on its own
+        summary: dict[str, Any] = {}
+        planned = len(tasks) * config.rollouts
+        bar = writer.bar = EvalProgress(planned, done=planned - len(todo), enabled=progress)
+        writer.live = LiveFailures(bar.note if progress else notify)
+        writer.brake = Brake(config.max_failures, planned=len(todo), endpoint=config.base_url or "")
+        writer.local = config.backend == "local"
+        try:
+            run_dir.open()
+            with bar:
+                try:
+                    with writer.cancel, _unwrapped():
+                        async with trio.open_nursery() as nursery:
+                            if handle_signals:
+                                kill = partial(_kill_servers, plan)
+                                await nursery.start(_watch_signals, writer.cancel, kill)
+                            async with open_model_servers(
+                                plan,
+                                run_dir.path,
+                                say=partial(_starting, bar, notify),
+                                timeout_s=config.preflight_timeout_s,
+                            ):
+                                with writer.braked:
+                                    await _on_backend(
+                                        config,
+                                        env,
+                                        plan,
+                                        todo,
+                                        writer.record_lines,
+                                        lambda: bar.phase("eval"),
+                                        writer.stop_admitting,
+                                        writer.worker_lost,
+                                    )
+                            nursery.cancel_scope.cancel()
+                    interrupted = writer.cancel.cancelled_caught and not writer.failure
+                finally:
+                    run_dir.close()
+                    bar.phase("closing")
+                    await plan.aclose()
+                    # also when the run is cancelled from outside: what was written is summed
+                    wall_s = time.monotonic() - start
+                    bar.phase("writing summary and report" if report else "writing summary")
+                    summary = _finish(
+                        run_dir,
+                        writer.finished,
+                        wall_s,
+                        interrupted,
+                        writer.failure,
+                        writer.brake,
+                        seed=config.seed,
+                        notes=plan.notes() + writer.lost,
+                        workers_lost=len(writer.lost),
+                        planned=planned,
+                    )
+                    if writer.feed is not None and not writer.failure:
+                        _write_report(writer.feed, writer.failure)
+                    bar.phase("done")
+        finally:
+            journal.sweep(run_dir.path)  # every episode is over: nothing listed is in use
+            run_dir.unlock()
+        if writer.failure:
+            raise writer.failure[0]
+        if interrupted:
+            raise Interrupted(
+                f"interrupted; {writer.written} episodes written this run to {run_dir.path}"
+            )
+        return EvalRun(summary, run_dir, writer.written, tidied, writer.brake.reason)
     finally:
-        journal.sweep(run_dir.path)  # every episode is over: nothing listed is in use
-        run_dir.unlock()
-    if writer.failure:
-        raise writer.failure[0]
-    if interrupted:
-        raise Interrupted(
-            f"interrupted; {writer.written} episodes written this run to {run_dir.path}"
-        )
-    return EvalRun(summary, run_dir, writer.written, tidied, writer.brake.reason)
+        if writer.feed is not None:
+            writer.feed.close()  # the env's report hooks' threads end (the page written or not)
 
 
 def _starting(bar: EvalProgress, notify: Callable[[str], None] | None, text: str) -> None:
@@ -207,12 +216,13 @@ def _kill_servers(plan: Plan) -> None:
         server.kill_now()
 
 
-def _tidy(run_dir: RunDir, finished: Summarizer, notify: Callable[[str], None] | None) -> Tidied:
+def _tidy(run_dir: RunDir, writer: _Writer, notify: Callable[[str], None] | None) -> Tidied:
     """Lock ``run_dir`` and tidy it (``RunDir.tidy``), its kept records summed into
-    ``finished``; on an error the lock is released again."""
+    ``writer.finished`` and fed to its report; on an error the lock is released
+    again."""
     run_dir.lock()
     try:
-        tidied = run_dir.tidy(on_kept=finished.add)
+        tidied = run_dir.tidy(on_kept=writer.kept)
     except BaseException:
         run_dir.unlock()
         raise
@@ -265,6 +275,20 @@ class _Writer:
         self.stop_admitting = trio.Event()  # the local backend admits no more episodes
         self.braked = trio.CancelScope()  # a worker backend is stopped (as by a signal)
         self.lost: list[str] = []  # a line per worker a worker backend lost
+        self.feed: ReportFeed | None = None  # the report, fed each record written
+
+    def kept(self, record: dict[str, Any]) -> None:
+        """A record a resume keeps (``RunDir.tidy``): summed, and fed to the report."""
+        self.finished.add(compact(record))
+        if self.feed is not None:
+            self.feed.add(record)
+
+    def report(self, line: bytes) -> None:
+        """One line just written, fed to the report as the report reads it back
+        (``parse_record``: the same record a reading of the file gives)."""
+        record = parse_record(line)
+        if record is not None and self.feed is not None:
+            self.feed.add(record)
 
     def worker_lost(self, line: str) -> None:
         """A worker backend lost a worker (and runs its pairs again): say so now, and
@@ -283,8 +307,10 @@ class _Writer:
             self.failure.append(exc)
             self.cancel.cancel()
             return
-        for _, digested in batch:
+        for line, digested in batch:
             self.finished.add(digested)
+            if self.feed is not None:
+                self.report(line)
             self.live.add(digested.get("failure"))
             if self.brake.add(digested):
                 self._stop()
@@ -344,11 +370,16 @@ def _finish(
     return summary
 
 
-def _write_report(run_dir: RunDir, env: Env, failure: list[OutputError]) -> None:
-    from taketurns._report.page import write_report
+def _report_feed(run_dir: RunDir, env: Env, config: EvalConfig) -> ReportFeed:
+    from taketurns._report.page import ReportFeed
 
+    return ReportFeed(run_dir.path, env=env, rollouts=config.rollouts)
+
+
+def _write_report(feed: ReportFeed, failure: list[OutputError]) -> None:
+    """The end of the run: ``report.html`` from what ``feed`` was fed."""
     try:
-        write_report(run_dir.path, env=env)
+        feed.write()
     except OutputError as exc:
         failure.append(exc)
 

@@ -92,25 +92,57 @@ def test_a_hook_that_reads_part_of_the_run_leaves_the_page_whole(tmp_path: Path)
     assert len(doc.select("tr", within=doc.by_id("words"))) == 1 + 4
 
 
-_OPENED: list[list[str]] = []  # while a list is on it, the files opened go there
+_OPENED: list[list[tuple[str, str]]] = []  # while a list is on it, (file, mode) opened go there
 
 
 def _audit(event: str, args: tuple[object, ...]) -> None:
     if event == "open" and _OPENED and isinstance(args[0], str | os.PathLike):
-        _OPENED[-1].append(os.fspath(args[0]))
+        _OPENED[-1].append((os.fspath(args[0]), str(args[1])))
 
 
 sys.addaudithook(_audit)  # (a hook cannot be removed: it records only inside _opens)
 
 
-def _opens(path: Path, call: Callable[[], object]) -> int:
-    """How many times ``call()`` opens ``path``."""
+def _opens(path: Path, call: Callable[[], object], *, reading: bool = False) -> int:
+    """How many times ``call()`` opens ``path`` (``reading``: to read it)."""
     _OPENED.append([])
     try:
         call()
     finally:
         opened = _OPENED.pop()
-    return sum(Path(p).resolve() == path.resolve() for p in opened)
+    return sum(
+        Path(p).resolve() == path.resolve() and (not reading or "r" in mode) for p, mode in opened
+    )
+
+
+def _undated(page: str) -> str:
+    return re.sub(r" · generated [0-9: -]+<", "<", page)
+
+
+def test_an_eval_reads_none_of_its_records_back_for_its_report(tmp_path: Path) -> None:
+    """The eval feeds the report (its scan, both hooks) each record as it is written:
+    the end of the run opens episodes.jsonl to read it not once, and the page is the
+    one a reading of the file draws."""
+    run = tmp_path / "run"
+    assert _opens(run / "episodes.jsonl", lambda: _eval(run), reading=True) == 0
+    fed = (run / "report.html").read_text()
+    assert "generated" in fed
+    assert "plot-words" in fed
+    assert 'id="words"' in fed
+    assert _undated(fed) == _undated(write_report(run).read_text())
+
+
+def test_a_resumed_evals_report_is_fed_the_records_it_kept(tmp_path: Path) -> None:
+    """On --resume the records kept from before reach the report through the one
+    reading the resume makes anyway (setting aside what must rerun): all 6 episodes
+    are on the page, and it is the page a reading of the file draws."""
+    run = _eval(tmp_path / "run", "-n", "3")
+    reads = _opens(run / "episodes.jsonl", lambda: _eval(run, "-n", "6", "--resume"), reading=True)
+    assert reads == 1
+    fed = (run / "report.html").read_text()
+    doc = Doc(fed)
+    assert len(doc.select("tr", within=doc.by_id("words"))) == 1 + 6
+    assert _undated(fed) == _undated(write_report(run).read_text())
 
 
 def test_an_env_with_both_hooks_reads_the_run_once(tmp_path: Path) -> None:

@@ -223,7 +223,8 @@ class RunDir:
     def tidy(self, on_kept: Callable[[dict[str, Any]], None] | None = None) -> Tidied:
         """Set aside every line that must not stay in ``episodes.jsonl`` (see the
         module docstring); the writer calls it holding the lock. Each record kept goes
-        to ``on_kept`` (compact: what the summary reads), streamed. Raises
+        to ``on_kept`` (the parsed record; ``compact`` keeps what the summary reads),
+        streamed. Raises
         ``OutputError`` if the side files or the new main file cannot be written (the
         main file is then left as it was)."""
         self._recover()
@@ -245,7 +246,7 @@ class RunDir:
             else:
                 seen.add(pair)
                 if on_kept is not None:
-                    on_kept(compact(record))
+                    on_kept(record)
         for number, kind in aside.items():
             getattr(found, kind).append(number)
         if aside or unterminated:

@@ -6,16 +6,15 @@ tables, plots and transcripts it draws itself, through those hooks. The env is t
 one the eval ran (``write_report(env=...)``) or one built from the run's
 ``config.toml``; each hook gets the run's episodes as ``EpisodeView`` values (the
 parsed records, read like ``Episode`` values; nothing is structured through cattrs
-unless a hook reads a field beyond the view's own), streamed from
-``episodes.jsonl``.
+unless a hook reads a field beyond the view's own).
 
-One pass over the file, whatever the env draws: the first hook reads the report's
-own pass (``each`` sees every record, however far the hook reads: the rest is read
-after it returns); a second hook reads the same pass from a thread of its own, in
-lockstep (``_Follower``): it is handed the records in chunks as the pass reads them
-and runs only while the pass waits for it, so no two of the hooks and the page's
-scan ever run at the same time, and memory holds one chunk, never the run. An env
-that cannot be built here (its plugin is not installed, its config no longer
+The hooks are fed, not handed a file (``EnvFeed``): each record goes to them as it
+comes, as an eval writes it or as ``env_parts`` reads a finished run's
+``episodes.jsonl`` (one pass, whatever the env draws). Each hook reads its records
+from a thread of its own, in lockstep (``_Follower``): it is handed the records in
+chunks and runs only while the feeder waits for it, so no two of the hooks and the
+feeder ever run at the same time, and memory holds one chunk, never the run. An
+env that cannot be built here (its plugin is not installed, its config no longer
 loads) or a hook that raises or returns the wrong thing costs the report only that
 part: the page says why.
 
@@ -27,7 +26,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from taketurns._output.records import read_episodes
 from taketurns._report.episode_view import EpisodeView
 from taketurns._report.parts import Figure, Section
 
-__all__ = ["EnvParts", "env_from", "env_parts", "episode_parts"]
+__all__ = ["EnvFeed", "EnvParts", "env_from", "env_parts", "episode_parts"]
 
 HOOKS = ("report_figures", "report_sections")
 KINDS: dict[str, type] = {"report_figures": Figure, "report_sections": Section}
@@ -58,13 +57,6 @@ def _episodes(records: Iterable[Record]) -> Iterator[EpisodeView]:
     ``Episode`` unless a hook reads a field the view does not answer itself."""
     for raw in records:
         yield EpisodeView(raw)
-
-
-def _seen(records: Iterable[Record], each: Sequence[Callable[[Record], None]]) -> Iterator[Record]:
-    for raw in records:
-        for see in each:
-            see(raw)
-        yield raw
 
 
 class _Drawn:
@@ -164,6 +156,41 @@ def _hooks(env: Env, names: tuple[str, ...]) -> list[tuple[str, Hook]]:
     ]
 
 
+class EnvFeed:
+    """``env``'s report hooks, fed one record at a time: ``add`` each record, then
+    ``close`` for what they drew. Each hook reads from a thread of its own, in
+    lockstep (module docstring), started here. One thread feeds and closes;
+    ``close`` must be called on every path (it ends and joins the hooks' threads),
+    once."""
+
+    __slots__ = ("_followers", "_hooks")
+
+    def __init__(self, env: Env | None) -> None:
+        self._hooks = _hooks(env, HOOKS) if env is not None else []
+        self._followers: list[_Follower] = []
+        try:
+            for _, hook in self._hooks:
+                self._followers.append(_Follower(hook))
+        except BaseException:
+            self.close("?")
+            raise
+
+    def add(self, raw: Record) -> None:
+        """``raw`` (a parsed record, ``parse_record``'s) to every hook."""
+        for follower in self._followers:
+            follower.add(raw)
+
+    def close(self, env_id: str) -> EnvParts:
+        """Every hook's input ends; what they drew, or a note per hook that failed
+        (``env_id`` names the env in it). Anything a hook raised that is not an
+        ``Exception`` is raised here, after every thread is joined."""
+        drawn = [f.close() for f in self._followers]
+        parts = EnvParts()
+        for (name, _), result in zip(self._hooks, drawn, strict=False):
+            _add(parts, env_id, name, result)
+        return parts
+
+
 def env_parts(
     path: Path,
     config: dict[str, Any],
@@ -176,27 +203,18 @@ def env_parts(
     episodes are in ``path``, from one pass over the file (module docstring).
     ``each`` is called with every record of the file, once, in order (the page's
     own scan); ``damaged`` collects the numbers of the lines that are not records."""
-    parts = EnvParts()
+    notes: list[str] = []
     if env is None:
         env, notes = env_from(config)
-        parts.notes.extend(notes)
-    hooks = _hooks(env, HOOKS) if env is not None else []
-    followers = [_Follower(hook) for _, hook in hooks[1:]]
-    seers = ([each] if each is not None else []) + [f.add for f in followers]
-    records: Iterator[Record] = _seen(read_episodes(path, damaged=damaged), seers)
-    drawn: list[_Drawn] = []
+    feed = EnvFeed(env)
     try:
-        if hooks:
-            first = _Drawn()
-            first.call(hooks[0][1], _episodes(records))
-            drawn.append(first)
-        for _ in records:  # the pass ends at the file's end, however far a hook read
-            pass
+        for raw in read_episodes(path, damaged=damaged):
+            if each is not None:
+                each(raw)
+            feed.add(raw)
     finally:
-        drawn.extend(f.close() for f in followers)
-    env_id = str(config.get("env_id") or "?")
-    for (name, _), result in zip(hooks, drawn, strict=True):
-        _add(parts, env_id, name, result)
+        parts = feed.close(str(config.get("env_id") or "?"))
+    parts.notes[:0] = notes
     return parts
 
 

@@ -17,14 +17,15 @@ import math
 import re
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from taketurns._errors import ConfigError, OutputError
 from taketurns._exchange.outcome import describe_cause
+from taketurns._output.records import read_episodes
 from taketurns._report.charts import Series, bar_chart, histogram
-from taketurns._report.env_parts import EnvParts, env_parts
+from taketurns._report.env_parts import EnvFeed, EnvParts, env_from
 from taketurns._report.markup import (
     Json,
     as_dict,
@@ -41,10 +42,101 @@ from taketurns._report.transcript import render_transcripts
 if TYPE_CHECKING:
     from taketurns._eval.env import Env
 
-__all__ = ["env_sections", "sections", "write_report"]
+__all__ = ["ReportFeed", "env_sections", "sections", "write_report"]
 
 REPORT = "report.html"
 MAX_TRANSCRIPTS = 500
+
+
+class ReportFeed:
+    """``report.html`` built from a run's records as they come: ``add`` each record,
+    then ``write``. An eval feeds it each episode as it is written (so the end of the
+    run reads nothing again: only the page is left to write), ``write_report`` each
+    record of a finished run's ``episodes.jsonl``; the same page either way.
+
+    What it keeps is what the page shows (``Scan``): counts and sums, every failed
+    episode, the ``max_transcripts`` first others; the env's own hooks (``EnvFeed``)
+    read the records from threads of their own, in lockstep with ``add``. One thread
+    adds and writes; ``write`` or ``close`` must be called on every path (each ends
+    the hooks' threads; the first call counts)."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        env: Env | None,
+        rollouts: int | None = None,
+        summarize: bool = False,
+        max_transcripts: int = MAX_TRANSCRIPTS,
+        notes: Sequence[str] = (),
+    ) -> None:
+        """``env``: the env whose hooks draw its own part (None: no such part);
+        ``summarize``: the summary is computed from the records fed (``summary.json``
+        is missing), not read; ``notes``: lines for the page (why the env's part is
+        missing)."""
+        self.run_dir = Path(run_dir)
+        self.scan = Scan(max_transcripts, rollouts=rollouts, summarize=summarize)
+        self._env = EnvFeed(env)
+        self._notes = list(notes)
+        self._parts: EnvParts | None = None
+
+    def add(self, raw: Json) -> None:
+        """One record (parsed: ``parse_record``'s), to the scan and the env's hooks."""
+        self.scan.add(raw)
+        self._env.add(raw)
+
+    def close(self, env_id: str = "?") -> EnvParts:
+        """End the env's hooks (joining their threads); what they drew."""
+        if self._parts is None:
+            self._parts = EnvParts()  # closed, even when a hook's error is raised
+            parts = self._env.close(env_id)
+            parts.notes[:0] = self._notes
+            self._parts = parts
+        return self._parts
+
+    def write(
+        self, *, damaged: Sequence[int] = (), notify: Callable[[str], None] | None = None
+    ) -> Path:
+        """Write ``report.html`` from the records fed, the run's ``summary.json``
+        (computed from the records instead when the feed was made to summarize them)
+        and ``config.toml`` (both read now); returns its path. ``damaged``: the numbers of
+        the lines of ``episodes.jsonl`` that were not records (a note on the page);
+        ``notify`` hears each note. Raises ``OutputError`` when the page cannot be
+        written (no temp file is left)."""
+        run_dir, scan = self.run_dir, self.scan
+        config_text = _text(run_dir / "config.toml", notify)
+        try:
+            config: Json = tomllib.loads(config_text)
+        except tomllib.TOMLDecodeError:
+            config = {}
+        own = self.close(str(config.get("env_id") or "?"))
+        note = _damaged_note(list(damaged))
+        for line in ([note] if note else []) + own.notes:
+            if notify is not None:
+                notify(line)
+        summary: Json | None = None
+        if scan.summarize:
+            if scan.summary.rollouts is None:
+                scan.summary.rollouts = 1 + scan.max_rollout
+            summary = scan.summary.result()
+        else:
+            summary = _summary(run_dir / "summary.json", notify)
+        if summary is None:
+            raise ConfigError(
+                f"report {run_dir}: summary.json is gone or damaged since the run wrote "
+                "it; `taketurns report DIR` recomputes it from episodes.jsonl"
+            )
+        page = _page(run_dir, scan, summary, config, config_text, note, own)
+        out = run_dir / REPORT
+        tmp = out.with_suffix(".tmp")
+        try:
+            tmp.write_text(page, encoding="utf-8")
+            tmp.replace(out)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise OutputError(str(out), str(run_dir), exc) from None
+        return out
 
 
 def write_report(
@@ -61,7 +153,8 @@ def write_report(
     sections (``Env.report_figures``, ``Env.report_sections``) come from ``env``, or
     from the env ``config.toml`` names, built here. Damaged lines of
     ``episodes.jsonl`` are skipped, and an env part that cannot be drawn is left
-    out: the page and ``notify`` get a one-line note for each.
+    out: the page and ``notify`` get a one-line note for each. One pass over
+    ``episodes.jsonl``, each record fed to a ``ReportFeed``.
     Raises ``OutputError`` when the page cannot be written (no temp file is left)."""
     run_dir = Path(run_dir)
     episodes_path = run_dir / "episodes.jsonl"
@@ -69,40 +162,30 @@ def write_report(
         raise ConfigError(
             f"report {run_dir}: no episodes.jsonl there; pass the -o directory of an eval"
         )
-    config_text = _text(run_dir / "config.toml", notify)
     try:
-        config: Json = tomllib.loads(config_text)
+        config: Json = tomllib.loads(_text(run_dir / "config.toml", None))
     except tomllib.TOMLDecodeError:
         config = {}
-    damaged: list[int] = []
+    notes: list[str] = []
+    if env is None:
+        env, notes = env_from(config)
     rollouts = config.get("rollouts")
-    summary = _summary(run_dir / "summary.json", notify)
-    scan = Scan(
-        max_transcripts,
+    feed = ReportFeed(
+        run_dir,
+        env=env,
         rollouts=rollouts if isinstance(rollouts, int) else None,
-        summarize=summary is None,  # the eval's summary.json is read, not recomputed
+        # the eval's summary.json is read, not recomputed
+        summarize=_summary(run_dir / "summary.json", notify) is None,
+        max_transcripts=max_transcripts,
+        notes=notes,
     )
-    # one pass: the scan sees every record while the env's first hook reads them
-    own = env_parts(episodes_path, config, env, each=scan.add, damaged=damaged)
-    note = _damaged_note(damaged)
-    for line in ([note] if note else []) + own.notes:
-        if notify is not None:
-            notify(line)
-    if summary is None:
-        if scan.summary.rollouts is None:
-            scan.summary.rollouts = 1 + scan.max_rollout
-        summary = scan.summary.result()
-    page = _page(run_dir, scan, summary, config, config_text, note, own)
-    out = run_dir / REPORT
-    tmp = out.with_suffix(".tmp")
+    damaged: list[int] = []
     try:
-        tmp.write_text(page, encoding="utf-8")
-        tmp.replace(out)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise OutputError(str(out), str(run_dir), exc) from None
-    return out
+        for raw in read_episodes(episodes_path, damaged=damaged):
+            feed.add(raw)
+    finally:
+        feed.close(str(config.get("env_id") or "?"))
+    return feed.write(damaged=damaged, notify=notify)
 
 
 def _text(path: Path, notify: Callable[[str], None] | None) -> str:
