@@ -262,7 +262,8 @@ def payoff_by_card(episodes: Iterable[EpisodeView]) -> Figure:
             sums = payoffs[(seat, str(card))]
             sums[0] += payoff
             sums[1] += 1
-            seat_names.setdefault(seat, trace.agent.name)
+            if seat not in seat_names:  # (the stamp is built only for a seat's first hand)
+                seat_names[seat] = trace.agent.name
     held = {card for _, card in payoffs}
     cards = [c for c in rules.CARDS if c in held] + sorted(held - set(rules.CARDS))
     series = []
