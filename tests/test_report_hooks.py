@@ -17,6 +17,7 @@ import pytest
 from test_report import Doc
 
 import taketurns
+import taketurns._runner
 import taketurns.report
 from taketurns._cli.main import main
 from taketurns._report.page import write_report
@@ -119,10 +120,16 @@ def _undated(page: str) -> str:
     return re.sub(r" · generated [0-9: -]+<", "<", page)
 
 
-def test_an_eval_reads_none_of_its_records_back_for_its_report(tmp_path: Path) -> None:
-    """The eval feeds the report (its scan, both hooks) each record as it is written:
-    the end of the run opens episodes.jsonl to read it not once, and the page is the
-    one a reading of the file draws."""
+@pytest.mark.parametrize("block", [None, 3])
+def test_an_eval_reads_none_of_its_records_back_for_its_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int | None
+) -> None:
+    """The eval feeds the report (its scan, both hooks) each record as it is written
+    (in blocks of lines: the 4 episodes are one block, or with blocks of 3 two): the
+    end of the run opens episodes.jsonl to read it not once, and the page is the one
+    a reading of the file draws."""
+    if block is not None:
+        monkeypatch.setattr(taketurns._runner, "REPORT_BLOCK", block)
     run = tmp_path / "run"
     assert _opens(run / "episodes.jsonl", lambda: _eval(run), reading=True) == 0
     fed = (run / "report.html").read_text()
