@@ -43,7 +43,7 @@ from taketurns import RunDir, load_eval_config
 from taketurns._eval.plan import make_env
 from taketurns._output.records import read_episodes
 from taketurns._output.summary import Summarizer
-from taketurns._report.page import ReportFeed
+from taketurns._report.feed import ReportFeed
 from taketurns.env import env_registry
 
 path = Path(sys.argv[1])

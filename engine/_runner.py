@@ -60,7 +60,7 @@ from taketurns._output.summary import Summarizer, digest
 from taketurns._procs import journal
 
 if TYPE_CHECKING:
-    from taketurns._report.page import ReportFeed
+    from taketurns._report.feed import ReportFeed
 
 __all__ = ["EvalRun", "run_eval"]
 
@@ -126,86 +126,114 @@ async def run_eval(
     # the report is fed each record as it is written: the end of the run reads none again
     writer.feed = _report_feed(run_dir, env, config) if report else None
     try:
-        tidied = _tidy(run_dir, writer, notify)
-        journal.sweep(run_dir.path)  # a SIGKILLed run's scratch and socket directories
-        _keep_config(run_dir, config, notify, plan.sampling_note())
-        plan.services["run_dir"] = str(run_dir.path)  # hidden from every sandbox
-        for warning in plan.sandbox_warnings():
-            if notify is not None:
-                notify(warning)
-        todo = _owed(tasks, config.rollouts, tidied.pairs)
-        start = time.monotonic()
-        interrupted = True  # until the episodes' loop ends on its own
-        summary: dict[str, Any] = {}
-        planned = len(tasks) * config.rollouts
-        bar = writer.bar = EvalProgress(planned, done=planned - len(todo), enabled=progress)
-        writer.live = LiveFailures(bar.note if progress else notify)
-        writer.brake = Brake(config.max_failures, planned=len(todo), endpoint=config.base_url or "")
-        writer.local = config.backend == "local"
-        try:
-            run_dir.open()
-            with bar:
-                try:
-                    with writer.cancel, _unwrapped():
-                        async with trio.open_nursery() as nursery:
-                            if handle_signals:
-                                kill = partial(_kill_servers, plan)
-                                await nursery.start(_watch_signals, writer.cancel, kill)
-                            async with open_model_servers(
-                                plan,
-                                run_dir.path,
-                                say=partial(_starting, bar, notify),
-                                timeout_s=config.preflight_timeout_s,
-                            ):
-                                with writer.braked:
-                                    await _on_backend(
-                                        config,
-                                        env,
-                                        plan,
-                                        todo,
-                                        writer.record_lines,
-                                        lambda: bar.phase("eval"),
-                                        writer.stop_admitting,
-                                        writer.worker_lost,
-                                    )
-                            nursery.cancel_scope.cancel()
-                    interrupted = writer.cancel.cancelled_caught and not writer.failure
-                finally:
-                    run_dir.close()
-                    bar.phase("closing")
-                    await plan.aclose()
-                    # also when the run is cancelled from outside: what was written is summed
-                    wall_s = time.monotonic() - start
-                    bar.phase("writing summary and report" if report else "writing summary")
-                    summary = _finish(
-                        run_dir,
-                        writer.finished,
-                        wall_s,
-                        interrupted,
-                        writer.failure,
-                        writer.brake,
-                        seed=config.seed,
-                        notes=plan.notes() + writer.lost,
-                        workers_lost=len(writer.lost),
-                        planned=planned,
-                    )
-                    if writer.feed is not None and not writer.failure:
-                        writer.report()  # the last block
-                        _write_report(writer.feed, writer.failure)
-                    bar.phase("done")
-        finally:
-            journal.sweep(run_dir.path)  # every episode is over: nothing listed is in use
-            run_dir.unlock()
-        if writer.failure:
-            raise writer.failure[0]
-        if interrupted:
-            raise Interrupted(
-                f"interrupted; {writer.written} episodes written this run to {run_dir.path}"
-            )
-        return EvalRun(summary, run_dir, writer.written, tidied, writer.brake.reason)
+        return await _play(
+            config,
+            run_dir,
+            writer,
+            env,
+            plan,
+            tasks,
+            progress=progress,
+            report=report,
+            handle_signals=handle_signals,
+            notify=notify,
+        )
     finally:
         if writer.feed is not None:
             writer.feed.close()  # the env's report hooks' threads end (the page written or not)
+
+
+async def _play(
+    config: EvalConfig,
+    run_dir: RunDir,
+    writer: _Writer,
+    env: Env,
+    plan: Plan,
+    tasks: Sequence[Task],
+    *,
+    progress: bool,
+    report: bool,
+    handle_signals: bool,
+    notify: Callable[[str], None] | None,
+) -> EvalRun:
+    """``run_eval``'s run, through ``writer`` (its report feed closed by the caller)."""
+    tidied = _tidy(run_dir, writer, notify)
+    journal.sweep(run_dir.path)  # a SIGKILLed run's scratch and socket directories
+    _keep_config(run_dir, config, notify, plan.sampling_note())
+    plan.services["run_dir"] = str(run_dir.path)  # hidden from every sandbox
+    for warning in plan.sandbox_warnings():
+        if notify is not None:
+            notify(warning)
+    todo = _owed(tasks, config.rollouts, tidied.pairs)
+    start = time.monotonic()
+    interrupted = True  # until the episodes' loop ends on its own
+    summary: dict[str, Any] = {}
+    planned = len(tasks) * config.rollouts
+    bar = writer.bar = EvalProgress(planned, done=planned - len(todo), enabled=progress)
+    writer.live = LiveFailures(bar.note if progress else notify)
+    writer.brake = Brake(config.max_failures, planned=len(todo), endpoint=config.base_url or "")
+    writer.local = config.backend == "local"
+    try:
+        run_dir.open()
+        with bar:
+            try:
+                with writer.cancel, _unwrapped():
+                    async with trio.open_nursery() as nursery:
+                        if handle_signals:
+                            kill = partial(_kill_servers, plan)
+                            await nursery.start(_watch_signals, writer.cancel, kill)
+                        async with open_model_servers(
+                            plan,
+                            run_dir.path,
+                            say=partial(_starting, bar, notify),
+                            timeout_s=config.preflight_timeout_s,
+                        ):
+                            with writer.braked:
+                                await _on_backend(
+                                    config,
+                                    env,
+                                    plan,
+                                    todo,
+                                    writer.record_lines,
+                                    lambda: bar.phase("eval"),
+                                    writer.stop_admitting,
+                                    writer.worker_lost,
+                                )
+                        nursery.cancel_scope.cancel()
+                interrupted = writer.cancel.cancelled_caught and not writer.failure
+            finally:
+                run_dir.close()
+                bar.phase("closing")
+                await plan.aclose()
+                # also when the run is cancelled from outside: what was written is summed
+                wall_s = time.monotonic() - start
+                bar.phase("writing summary and report" if report else "writing summary")
+                summary = _finish(
+                    run_dir,
+                    writer.finished,
+                    wall_s,
+                    interrupted,
+                    writer.failure,
+                    writer.brake,
+                    seed=config.seed,
+                    notes=plan.notes() + writer.lost,
+                    workers_lost=len(writer.lost),
+                    planned=planned,
+                )
+                if writer.feed is not None and not writer.failure:
+                    writer.report()  # the last block
+                    _write_report(writer.feed, writer.failure)
+                bar.phase("done")
+    finally:
+        journal.sweep(run_dir.path)  # every episode is over: nothing listed is in use
+        run_dir.unlock()
+    if writer.failure:
+        raise writer.failure[0]
+    if interrupted:
+        raise Interrupted(
+            f"interrupted; {writer.written} episodes written this run to {run_dir.path}"
+        )
+    return EvalRun(summary, run_dir, writer.written, tidied, writer.brake.reason)
 
 
 def _starting(bar: EvalProgress, notify: Callable[[str], None] | None, text: str) -> None:
@@ -385,7 +413,7 @@ def _finish(
 
 
 def _report_feed(run_dir: RunDir, env: Env, config: EvalConfig) -> ReportFeed:
-    from taketurns._report.page import ReportFeed
+    from taketurns._report.feed import ReportFeed
 
     return ReportFeed(run_dir.path, env=env, rollouts=config.rollouts)
 

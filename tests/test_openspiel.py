@@ -35,7 +35,7 @@ from taketurns import (  # noqa: E402 - after the check
 )
 from taketurns._cli.main import main  # noqa: E402
 from taketurns._output.records import record  # noqa: E402
-from taketurns._report.page import write_report  # noqa: E402
+from taketurns._report.feed import write_report  # noqa: E402
 from taketurns.env import (  # noqa: E402
     EpisodeInfo,
     ModelClient,

@@ -35,7 +35,7 @@ from taketurns import (
 )
 from taketurns._exchange.outcome import CAUSES, cause_of, record_cause
 from taketurns._output.summary import render, summarize
-from taketurns._report.page import write_report
+from taketurns._report.feed import write_report
 
 LIMIT = 60
 DOWN = Fault("status", 500, {"Retry-After": "0"})  # retried at once, then given up

@@ -24,7 +24,7 @@ from taketurns import read_episodes
 from taketurns._cli.main import main
 from taketurns._errors import ConfigError
 from taketurns._output.summary import summarize
-from taketurns._report.page import write_report
+from taketurns._report.feed import write_report
 from taketurns._view.tally import Tally
 
 APT_INSTALL = "apt-get install -y chromium"

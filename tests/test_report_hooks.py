@@ -20,7 +20,7 @@ import taketurns
 import taketurns._runner
 import taketurns.report
 from taketurns._cli.main import main
-from taketurns._report.page import write_report
+from taketurns._report.feed import write_report
 
 ENGINE = Path(taketurns.__file__).parent
 

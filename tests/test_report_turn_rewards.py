@@ -12,7 +12,7 @@ import pytest
 
 from taketurns import read_episodes
 from taketurns._cli.main import main
-from taketurns._report.page import write_report
+from taketurns._report.feed import write_report
 
 TIP = re.compile(r"<title>(\w+) · rewarded turn (\d+): mean (\S+) over (\d+)</title>")
 

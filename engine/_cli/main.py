@@ -287,7 +287,7 @@ def _stopped_line(reason: str, summary: Mapping[str, Any], config: EvalConfig, p
 
 
 def _report(run_dir: Path, console: Console) -> int:
-    from taketurns._report.page import write_report
+    from taketurns._report.feed import write_report
 
     if not (run_dir / "episodes.jsonl").exists():
         raise ConfigError(f"report: {run_dir} holds no episodes.jsonl")

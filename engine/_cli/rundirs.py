@@ -55,7 +55,7 @@ def compare_command(args: argparse.Namespace, console: Console) -> int:
 
 def rescore_command(args: argparse.Namespace, extra: Sequence[str], console: Console) -> int:
     """``taketurns rescore DIR``: the new run directory, its summary and report."""
-    from taketurns._report.page import write_report
+    from taketurns._report.feed import write_report
     from taketurns._rescore import render_change, rescore_run
 
     recorded = open_recorded(args.dir, _env_overrides(extra, "rescore"), command="rescore")
@@ -101,7 +101,7 @@ def replay_command(args: argparse.Namespace, extra: Sequence[str], console: Cons
     diverged or failed, and the report."""
     from taketurns._replay.run import prepare_replay
     from taketurns._replay.rundir import render_replay, replay_run
-    from taketurns._report.page import write_report
+    from taketurns._report.feed import write_report
 
     overrides = _env_overrides(extra, "replay")
     replaying = prepare_replay(args.dir, args.episode or (), overrides)

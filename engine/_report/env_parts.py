@@ -191,26 +191,16 @@ class EnvFeed:
         return parts
 
 
-def env_parts(
-    path: Path,
-    config: dict[str, Any],
-    env: Env | None = None,
-    *,
-    each: Callable[[Record], None] | None = None,
-    damaged: list[int] | None = None,
-) -> EnvParts:
+def env_parts(path: Path, config: dict[str, Any], env: Env | None = None) -> EnvParts:
     """What ``env`` (or the env ``config`` names) adds to the report of the run whose
-    episodes are in ``path``, from one pass over the file (module docstring).
-    ``each`` is called with every record of the file, once, in order (the page's
-    own scan); ``damaged`` collects the numbers of the lines that are not records."""
+    episodes are in ``path``, from one pass over the file (module docstring); the
+    file's damaged lines are skipped."""
     notes: list[str] = []
     if env is None:
         env, notes = env_from(config)
     feed = EnvFeed(env)
     try:
-        for raw in read_episodes(path, damaged=damaged):
-            if each is not None:
-                each(raw)
+        for raw in read_episodes(path):
             feed.add(raw)
     finally:
         parts = feed.close(str(config.get("env_id") or "?"))
