@@ -135,11 +135,23 @@ def _endpoint(server: InterceptionServer, command: dict[str, Any]) -> Any:
     return found[0]
 
 
+def reclaim(scratch: Path) -> None:
+    """As root, give the rollout's scratch back to root for a bare replay: the harness
+    handed it to the sandbox's uid (some CLIs refuse a temp directory another uid
+    owns), and hands it over again before its next segment."""
+    if os.geteuid() != 0:
+        return
+    for root, dirs, files in os.walk(scratch):
+        for name in (root, *(os.path.join(root, n) for n in (*dirs, *files))):
+            os.chown(name, 0, 0, follow_symlinks=False)
+
+
 async def bare(server: InterceptionServer, binary: Path, command: dict[str, Any]) -> float:
     """Wall seconds of one recorded command replayed bare (no sandbox), through the
     same shim (so both sides pay its start-up), given the same stdin, against the
     same rollout endpoint, opened for it as for a segment (between segments it
     answers 409)."""
+    reclaim(Path(command["cwd"]).parent)
     start = time.perf_counter()
     async with server.open_segment(_endpoint(server, command)):
         result = await trio.run_process(
@@ -191,6 +203,8 @@ CLIS = (  # harness, program, slow (--slow-segments: starts in 10-20 s here)
 
 async def main(segments: int, slow_segments: int, only: list[str]) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="bench-agents-"))  # the shims
+    # as root the sandbox runs the shim as nobody, who must be able to reach it
+    os.chmod(tmp, 0o755)
     # the rollouts' scratch directories, apart from the shims (a sandbox binds nothing
     # that lies where the scratch directories lie)
     scratch = Path(tempfile.mkdtemp(prefix="bench-agents-scratch-"))

@@ -16,7 +16,12 @@ round-trip to the same server, measured in one run (issue 6, target 2).
     this process). The pooled row is a whole run of ``--pooled`` episodes, its
     program starts (at most 2 seats x concurrency 4) and eval setup included.
 
-Run: ``python benchmarks/bench_http_kuhn.py`` (about a minute and a half).
+(3) where a program per segment's cost goes beside a pooled one's: the interception
+    server's CPU per call (this process's; the client runs in a process of its own)
+    when each call opens a connection of its own, as a program started per segment
+    does, against calls on one kept-alive connection, as a pooled program makes them.
+
+Run: ``python benchmarks/bench_http_kuhn.py`` (about two minutes).
 """
 
 from __future__ import annotations
@@ -138,6 +143,48 @@ async def interception_bare(n: int) -> float:
             return await bare_cpu(f"{endpoint.base_url}/chat/completions", n, 1, headers)
 
 
+# (3)'s client, a process of its own (its CPU is not this process's): ``n`` POSTs of
+# the Kuhn bodies, each on a connection of its own (``fresh``: as a program started
+# per segment opens one) or all on one kept-alive connection
+CLIENT = """
+import json, sys, httpx2
+url, key, n, fresh = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+bodies = json.loads(sys.stdin.read())
+headers = {"Authorization": "Bearer " + key}
+with httpx2.Client() as kept:
+    for i in range(n):
+        body = bodies[i % len(bodies)]
+        if fresh:
+            with httpx2.Client() as once:
+                once.post(url, json=body, headers=headers).json()
+        else:
+            kept.post(url, json=body, headers=headers).json()
+"""
+
+
+async def server_per_connection(n: int, rounds: int) -> tuple[float, float]:
+    """(fresh, kept-alive): the interception server's CPU us per call (this process:
+    the server, the rollout's boundary), the client in a process of its own."""
+    import json
+
+    bodies = json.dumps(BODIES).encode()
+    out: dict[str, list[float]] = {"1": [], "0": []}
+    async with open_interception_server(graceful_timeout=0.1) as server:
+        agent = Agent("s", AgentConfig(), harness=Register(), services={"interception": server})
+        async with agent.chat(Task(0, prompt="go")) as session:
+            await session.turn()
+            endpoint = session.rollout.state["endpoint"]
+            url = f"{endpoint.base_url}/chat/completions"
+            for _ in range(rounds):
+                for fresh in ("1", "0"):  # alternated: drift hits both alike
+                    async with server.open_segment(endpoint):
+                        start = own_cpu()
+                        argv = [sys.executable, "-c", CLIENT, url, endpoint.secret, str(n), fresh]
+                        await trio.run_process(argv, stdin=bodies)
+                        out[fresh].append((own_cpu() - start) / n * 1e6)
+    return statistics.median(out["1"]), statistics.median(out["0"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=16)
@@ -209,6 +256,11 @@ def main() -> None:
         pe = statistics.median(p_engine)
         print(f"{f'    Kuhn, program harness, {label} (n={episodes})':58} {pe:>12.0f}")
         print(f"{'      ratio':58} {pe / p_bare:>12.2f}")
+    fresh, kept = trio.run(server_per_connection, 300, args.repeats)
+    print("(3) the interception server's CPU per call, the client in its own process")
+    print(f"{'    a fresh connection per call (a program per segment)':58} {'':>12} {fresh:>12.0f}")
+    print(f"{'    one kept-alive connection (a pooled program)':58} {'':>12} {kept:>12.0f}")
+    print(f"{'    ratio':58} {'':>12} {fresh / kept:>12.2f}")
 
 
 if __name__ == "__main__":

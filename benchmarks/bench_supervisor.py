@@ -8,8 +8,12 @@ The other revision's ``supervisor.py`` (``git show REV:engine/_procs/supervisor.
 is copied beside this one for the run (a sandbox binds the package's directory, not
 the temp directory) and removed after it.
 
-Run: ``python benchmarks/bench_supervisor.py --against REV [--rounds N] [--per N]``;
-the table goes to stdout.
+``--script``: the other revision's supervisor runs as a script, by path, as every
+revision before the compiled supervisor (``owner.runnable``) ran it; this tree's runs
+as this tree runs it.
+
+Run: ``python benchmarks/bench_supervisor.py --against REV [--script] [--rounds N]
+[--per N]``; the table goes to stdout.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import resource
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,8 +41,15 @@ def own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def measure(files: dict[str, str], scratch: Path, rounds: int, per: int) -> dict:
+def by_path(source: str) -> str:
+    return source
+
+
+async def measure(
+    files: dict[str, str], scratch: Path, rounds: int, per: int, script: bool
+) -> dict:
     """(wall ms, CPU ms) per owned ``true`` for each (revision, sandbox kind)."""
+    compiled = owner.runnable
     env = {"PATH": "/usr/bin:/bin"}
     out: dict = {(name, kind): ([], []) for name in files for kind in KINDS}
     for n in range(rounds + 1):  # round 0 warms up
@@ -45,6 +57,7 @@ async def measure(files: dict[str, str], scratch: Path, rounds: int, per: int) -
         for kind in KINDS:
             for name in order:
                 owner.SUPERVISOR = files[name]
+                owner.runnable = by_path if script and name != "this tree" else compiled
                 wall, cpu = time.perf_counter(), own_cpu()
                 for _ in range(per):
                     done = await owner.run(
@@ -54,12 +67,16 @@ async def measure(files: dict[str, str], scratch: Path, rounds: int, per: int) -
                 if n:
                     out[name, kind][0].append((time.perf_counter() - wall) / per * 1e3)
                     out[name, kind][1].append((own_cpu() - cpu) / per * 1e3)
+    owner.runnable = compiled
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", required=True, help="the other revision (git)")
+    parser.add_argument(
+        "--script", action="store_true", help="the other revision's supervisor by path"
+    )
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--per", type=int, default=10, help="processes per round")
     args = parser.parse_args()
@@ -71,9 +88,11 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="taketurns-"))
     try:
         files = {args.against[:12]: str(other), "this tree": str(mine)}
-        out = trio.run(measure, files, scratch, args.rounds, args.per)
+        out = trio.run(measure, files, scratch, args.rounds, args.per, args.script)
     finally:
         other.unlink()
+        tag = sys.implementation.cache_tag
+        (other.parent / "__pycache__" / f"{other.stem}.{tag}.pyc").unlink(missing_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"owned `true`, {args.rounds} rounds x {args.per}, alternated (median ms)")
     print(f"{'':24} {'wall':>8} {'engine cpu':>11}")

@@ -39,7 +39,7 @@ def servers(mark: str) -> list[int]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"supervisor.py" not in cmdline:
+        if b"_procs/supervisor.py" not in cmdline and b"supervisor.cpython" not in cmdline:
             found.append(pid)
     return found
 

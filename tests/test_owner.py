@@ -7,6 +7,8 @@ are counted by a marker in their environment (``/proc/*/environ``)."""
 from __future__ import annotations
 
 import contextlib
+import errno
+import importlib.util
 import os
 import signal
 import uuid
@@ -304,3 +306,73 @@ async def test_a_program_that_cannot_start_is_status_127(tmp_path: Path) -> None
     assert done.returncode == 127
     assert b"cannot start 'no-such-program-xyz'" in done.stderr
     assert b"No such file or directory" in done.stderr
+
+
+def _copy_supervisor(tmp_path: Path) -> str:
+    source = tmp_path / "pkg" / "supervisor.py"
+    source.parent.mkdir()
+    source.write_bytes(Path(owner.SUPERVISOR).read_bytes())
+    return str(source)
+
+
+def test_the_supervisor_runs_compiled_and_recompiled_when_stale(tmp_path: Path) -> None:
+    """Its compiled form is written beside it, whatever PYTHONPYCACHEPREFIX says (a
+    sandbox binds the package's folder), and written again once the source changed."""
+    source = _copy_supervisor(tmp_path)
+    compiled = owner.runnable.__wrapped__(source)
+    assert Path(compiled).parent == tmp_path / "pkg" / "__pycache__"
+    assert compiled.endswith(".pyc")
+    first = Path(compiled).read_bytes()
+    with open(source, "a") as f:
+        f.write("\n# edited\n")
+    os.utime(source, (1, 1))  # an mtime the old header cannot hold
+    assert owner.runnable.__wrapped__(source) == compiled
+    assert Path(compiled).read_bytes() != first
+
+
+def test_the_supervisor_runs_from_source_when_its_compiled_form_is_private(
+    tmp_path: Path,
+) -> None:
+    """A compiled form a sandbox's uid could not read (a private umask), or one that
+    cannot be written, is passed over for the source."""
+    source = _copy_supervisor(tmp_path)
+    cache = tmp_path / "pkg" / "__pycache__"
+    cache.mkdir(mode=0o700)
+    cache.chmod(0o700)
+    assert owner.runnable.__wrapped__(source) == source
+    cache.chmod(0o755)
+    assert owner.runnable.__wrapped__(source).endswith(".pyc")
+    for path in cache.iterdir():
+        path.unlink()
+    cache.rmdir()
+    cache.write_text("not a folder")  # nothing can be written there, root or not
+    assert owner.runnable.__wrapped__(source) == source
+
+
+async def test_a_program_started_through_the_compiled_supervisor_runs(tmp_path: Path) -> None:
+    """What the engine runs is the compiled supervisor, and it supervises as the script
+    does (both kinds)."""
+    assert owner._supervisor("parent")[3].endswith(".pyc")
+    for kind in ("none", "bwrap"):
+        done = await owner.run(
+            ["sh", "-c", "echo $0", "ran"],
+            cwd=tmp_path,
+            env={"PATH": "/usr/bin:/bin"},
+            sandbox=Sandbox(kind),
+            scratch=tmp_path,
+        )
+        assert (done.returncode, done.stdout) == (0, b"ran\n"), done
+
+
+def test_a_failed_libc_call_in_the_supervisor_names_its_errno() -> None:
+    """The supervisor calls libc through ``_ctypes`` (no ``ctypes`` import at
+    start-up); a call that fails is an ``OSError`` with the call's own errno."""
+    spec = importlib.util.spec_from_file_location("_supervisor_under_test", owner.SUPERVISOR)
+    assert spec is not None
+    assert spec.loader is not None
+    supervisor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(supervisor)
+    supervisor._libc("prctl", supervisor.PR_SET_DUMPABLE, 1, 0, 0, 0)  # succeeds: no error
+    with pytest.raises(OSError, match="prctl") as failed:
+        supervisor._libc("prctl", 0x7FFF, 0, 0, 0, 0)  # no such option
+    assert failed.value.errno == errno.EINVAL

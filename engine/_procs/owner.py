@@ -50,9 +50,13 @@ pid is not hit. Both: a host whose ``/proc`` is hidden cannot be scanned.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import json
 import os
+import py_compile
 import signal
+import stat as stat_mod
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -89,10 +93,64 @@ def _interpreter() -> str:
     return os.path.realpath(sys.executable)
 
 
+@functools.cache
+def runnable(source: str) -> str:
+    """What the interpreter runs for the supervisor script ``source``: its compiled
+    form, ``__pycache__/supervisor.cpython-3XY.pyc`` beside it, (re)written here when
+    missing or stale (a script run by path is compiled on every start: 3-4 ms of a
+    start-up of 13-17, ``benchmarks/results/supervisor.txt``); ``source`` itself when
+    that file cannot be written or when a sandbox's uid could not read it (a umask
+    that made it private). Never under ``PYTHONPYCACHEPREFIX``: a sandbox binds the
+    package's folder, not that prefix. Once per process and source: the supervisor does not
+    change while the engine runs."""
+    tag = sys.implementation.cache_tag
+    if tag is None:
+        return source
+    # beside the source whatever PYTHONPYCACHEPREFIX says: a sandbox sees the package
+    folder, name = os.path.split(source)
+    compiled = os.path.join(folder, "__pycache__", f"{name.removesuffix('.py')}.{tag}.pyc")
+    try:
+        stat = os.stat(source)
+        if not _fresh(compiled, stat):
+            py_compile.compile(
+                source,
+                cfile=compiled,
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP,
+            )
+        if not _fresh(compiled, stat):
+            return source
+        for path in (compiled, os.path.dirname(compiled)):
+            mode = os.stat(path).st_mode
+            if not mode & stat_mod.S_IROTH or (path != compiled and not mode & stat_mod.S_IXOTH):
+                return source
+    except (OSError, py_compile.PyCompileError):
+        return source
+    return compiled
+
+
+def _fresh(compiled: str, source: os.stat_result) -> bool:
+    """Whether ``compiled`` is this interpreter's compiled form of a source file with
+    ``source``'s modification time and size (the header ``py_compile`` writes)."""
+    try:
+        with open(compiled, "rb") as f:
+            header = f.read(16)
+    except OSError:
+        return False
+    return (
+        len(header) == 16
+        and header[:4] == importlib.util.MAGIC_NUMBER
+        and int.from_bytes(header[4:8], "little") == 0  # timestamp-based
+        and int.from_bytes(header[8:12], "little") == int(source.st_mtime) & 0xFFFFFFFF
+        and int.from_bytes(header[12:16], "little") == source.st_size & 0xFFFFFFFF
+    )
+
+
 def _supervisor(lifeline: str) -> list[str]:
     """The supervisor's command line up to its options: no site, isolated (it imports
-    no ``taketurns`` and hardly any of the standard library: it starts fast)."""
-    return [_interpreter(), "-I", "-S", SUPERVISOR, "--lifeline", lifeline]
+    no ``taketurns`` and hardly any of the standard library: it starts fast), its
+    compiled form (``runnable``)."""
+    return [_interpreter(), "-I", "-S", runnable(SUPERVISOR), "--lifeline", lifeline]
 
 
 @attrs.frozen

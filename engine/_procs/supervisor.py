@@ -2,9 +2,11 @@
 
 Run as a plain script (``python -I -S supervisor.py ...``: no ``taketurns`` import, and
 of the standard library only what is built into the interpreter or a C extension
-beside ``os`` and ``ctypes`` (``_signal``, ``_thread``, ``_socket``: none of
-``signal``, ``socket``, ``subprocess``, ``threading``, ``contextlib``, whose imports
-were three quarters of its start-up, ``benchmarks/bench_sandbox.py``), so it starts
+beside ``os`` (``_signal``, ``_thread``, ``_socket``, ``_ctypes``: none of ``signal``,
+``socket``, ``subprocess``, ``threading``, ``contextlib``, whose imports were three
+quarters of its start-up, ``benchmarks/bench_sandbox.py``, nor ``ctypes``, 3 ms more,
+but on a failed call, to name its errno), and the engine runs it compiled
+(``taketurns._procs.owner.runnable``), so it starts
 in milliseconds, also inside a sandbox that sees only the interpreter and this
 file)::
 
@@ -76,10 +78,10 @@ descriptor and kills the tree.
 
 from __future__ import annotations
 
+import _ctypes
 import _signal  # type: ignore[import-not-found]  # no stub: signal's C half
 import _socket
 import _thread
-import ctypes
 import itertools
 import os
 import sys
@@ -113,10 +115,24 @@ class _suppress:
         return kind is not None and issubclass(kind, self.kinds)
 
 
+def _libc(name: str, *args: int) -> None:
+    """Call libc's ``name`` with integer ``args`` through ``_ctypes`` (no ``ctypes``
+    import); ``OSError`` when it returns non-zero, its errno found by calling it once
+    more through ``ctypes`` (each call here fails again the same way, changing
+    nothing)."""
+    libc = _ctypes.dlopen(None)  # type: ignore[arg-type]  # None: the process's own symbols
+    if _ctypes.call_function(_ctypes.dlsym(libc, name), args) == 0:
+        return
+    import ctypes
+
+    call = getattr(ctypes.CDLL(None, use_errno=True), name)
+    if call(*args) == 0:
+        return
+    raise OSError(ctypes.get_errno(), f"{name}{args} failed")
+
+
 def _subreaper() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+    _libc("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def _drop(uid: int, gid: int, cwd: str) -> None:
@@ -126,11 +142,9 @@ def _drop(uid: int, gid: int, cwd: str) -> None:
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)  # from root: every capability is cleared
-    libc = ctypes.CDLL(None, use_errno=True)
     # a uid change made the process undumpable: its /proc/self is root's then
-    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-    if libc.unshare(CLONE_NEWUSER) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER) failed")
+    _libc("prctl", PR_SET_DUMPABLE, 1, 0, 0, 0)
+    _libc("unshare", CLONE_NEWUSER)
     for name, line in (("setgroups", "deny"), ("uid_map", f"{SANDBOX_ID} {uid} 1"),
                        ("gid_map", f"{SANDBOX_ID} {gid} 1")):  # fmt: skip
         with open(f"/proc/self/{name}", "w") as f:
@@ -515,7 +529,12 @@ def main(argv: list[str]) -> int:
     try:
         program = _spawn(options.program, options.status)
     except OSError as exc:
-        print(f"supervisor: cannot start {options.program[0]!r}: {exc}", file=sys.stderr)
+        hint = ""
+        if exc.errno == 13 and options.user is not None:  # EACCES as the dropped uid
+            hint = (f" (the sandbox runs it as host uid {options.user[0]}, not root: the"
+                    " file must be executable, and every directory above it searchable,"
+                    " by that uid)")  # fmt: skip
+        print(f"supervisor: cannot start {options.program[0]!r}: {exc}{hint}", file=sys.stderr)
         return _CANNOT_EXEC
     if options.status is not None:
         os.close(options.status)
