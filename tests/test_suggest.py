@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from required import needed
 
 from taketurns._cli.main import main
 from taketurns._config.suggest import choices_text, close_matches
@@ -76,7 +77,7 @@ def test_the_unknown_env_list_names_tasksets(
 def test_a_long_list_of_values_is_not_dumped(
     here: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("reasoning_gym")
+    needed("reasoning_gym", "pip install -e '.[test]' (bash .ci/run)")
     text = refused(["eval", "reasoning-gym", "--env.taskset.dataset=leg_countin"], capsys)
     assert "did you mean 'leg_counting'?" in text
     assert "taketurns envs reasoning-gym lists all 106" in text

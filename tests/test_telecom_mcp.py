@@ -13,6 +13,7 @@ import attrs
 import httpx2
 import pytest
 import trio
+from required import needed
 
 from taketurns import Agent, AgentConfig, Episode, OptionError, read_episodes
 from taketurns._cli.main import main
@@ -22,7 +23,7 @@ from taketurns.envs.telecom_world import Device
 from taketurns.harness import McpServer, ToolCall, as_tools, open_mcp_servers
 from taketurns.testing import run_episode
 
-pytest.importorskip("mcp")
+needed("mcp", "pip install -e '.[test]' (the official MCP SDK; bash .ci/run)")
 
 
 async def play(env: TelecomLite, kind_index: int) -> Episode:
