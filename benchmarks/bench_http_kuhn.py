@@ -14,7 +14,10 @@ round-trip to the same server, measured in one run (issue 6, target 2).
     harness, the episode; not the programs' own CPU, which RUSAGE_SELF excludes) vs a
     bare httpx2 round-trip to the same interception server (client and server both in
     this process). The pooled row is a whole run of ``--pooled`` episodes, its
-    program starts (at most 2 seats x concurrency 4) and eval setup included.
+    program starts (at most 2 seats x concurrency 4) and eval setup included. A
+    process per segment is printed as a whole run of ``--programs`` episodes and as
+    the slope from it to a run three times as long (the run's set-up cancels: what
+    one more segment costs).
 
 (3) where a program per segment's cost goes beside a pooled one's: the interception
     server's CPU per call (this process's; the client runs in a process of its own)
@@ -249,13 +252,21 @@ def main() -> None:
     for label, episodes, options in modes:
         seat = {"harness": "program", "harness_options": options}
         program = {"env": {"player0": seat, "player1": seat}}
-        p_engine = []
+        whole, slopes = [], []
         for _ in range(args.repeats):
             cpu, calls = eval_cpu(episodes, 4, program)
-            p_engine.append(cpu / calls * 1e6)
-        pe = statistics.median(p_engine)
+            whole.append(cpu / calls * 1e6)
+            if not options:  # per segment: also the slope to a run 3x as long
+                cpu3, calls3 = eval_cpu(3 * episodes, 4, program)
+                slopes.append((cpu3 - cpu) / (calls3 - calls) * 1e6)
+        pe = statistics.median(whole)
         print(f"{f'    Kuhn, program harness, {label} (n={episodes})':58} {pe:>12.0f}")
         print(f"{'      ratio':58} {pe / p_bare:>12.2f}")
+        if slopes:
+            ps = statistics.median(slopes)
+            slope_label = f"      per call, slope n={episodes} -> {3 * episodes} (set-up cancels)"
+            print(f"{slope_label:58} {ps:>12.0f}")
+            print(f"{'      ratio':58} {ps / p_bare:>12.2f}")
     fresh, kept = trio.run(server_per_connection, 300, args.repeats)
     print("(3) the interception server's CPU per call, the client in its own process")
     print(f"{'    a fresh connection per call (a program per segment)':58} {'':>12} {fresh:>12.0f}")
