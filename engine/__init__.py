@@ -74,18 +74,20 @@ from taketurns._models.messages import (
     ToolMessage,
     UserMessage,
 )
-from taketurns._train.rollouts import open_rollouts
 
 if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._config.settings import load_eval_config
     from taketurns._output.records import read_episodes
     from taketurns._output.rundir import RunDir
     from taketurns._runner import EvalRun, run_eval
+    from taketurns._train.rollouts import open_rollouts
 
-# Names whose modules pull in the eval runner (rich, the backends, the HTTP stack):
-# imported on first use, so `import taketurns` stays light for in-process work.
+# Names whose modules pull in the eval runner (rich, the backends, the HTTP stack) or
+# the eval's plan and model clients (``open_rollouts``): imported on first use, so
+# `import taketurns` stays light for in-process work.
 _LAZY = {
     "EvalRun": "taketurns._runner",
+    "open_rollouts": "taketurns._train.rollouts",
     "RunDir": "taketurns._output.rundir",
     "load_eval_config": "taketurns._config.settings",
     "read_episodes": "taketurns._output.records",

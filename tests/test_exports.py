@@ -12,6 +12,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -170,6 +171,23 @@ def test_the_in_process_tiers_do_not_load_the_http_stack_or_the_runner() -> None
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_an_eval_of_in_process_harnesses_does_not_load_the_http_stack(tmp_path: Path) -> None:
+    """The plan asks whether a harness is served without importing the interception
+    server (quart and hypercorn are a seventh of such an eval's start); an eval whose
+    agents are all in process never needs it, and ``taketurns.open_rollouts`` is
+    imported on first use like the runner."""
+    probe = (
+        "import sys\n"
+        "from taketurns._cli.main import main\n"
+        f"argv = ['eval', 'kuhn-poker', '-n', '1', '--no-progress', '-o', {str(tmp_path)!r}]\n"
+        "assert main(argv) == 0\n"
+        "print(sorted(m for m in ('hypercorn', 'quart', 'quart_trio', 'taketurns._http.served',"
+        " 'taketurns._train.rollouts') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ Nothing here starts a task: a ``Plan`` is plain objects, closed by ``aclose``.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -38,6 +39,17 @@ from taketurns._models.local import (
 from taketurns._models.model import ModelClient
 from taketurns._models.server import ModelServer, ServedModel, parse_command
 from taketurns._procs.sandbox import bwrap_path, missing_bwrap
+
+_SERVED = "taketurns._http.served"
+
+
+def _served(harness: object) -> bool:
+    """Whether ``harness`` is a ``ServedHarness``, asked without importing its module
+    (the interception server's, and quart's: a seventh of an in-process eval's start):
+    no object is an instance of a class whose module was never imported."""
+    module = sys.modules.get(_SERVED)
+    return module is not None and isinstance(harness, module.ServedHarness)
+
 
 __all__ = [
     "Plan",
@@ -318,15 +330,11 @@ class Plan:
 
     @property
     def needs_interception(self) -> bool:
-        from taketurns._http.served import ServedHarness
-
-        return any(isinstance(a.harness, ServedHarness) for a in self.agents.values())
+        return bool(self._out_of_process())
 
     def _out_of_process(self) -> list[str]:
-        """The roles whose harness runs the agent out of process."""
-        from taketurns._http.served import ServedHarness
-
-        return [r for r, a in self.agents.items() if isinstance(a.harness, ServedHarness)]
+        """The roles whose harness runs the agent out of process (a ``ServedHarness``)."""
+        return [r for r, a in self.agents.items() if _served(a.harness)]
 
     def _check_sandboxes(self) -> None:
         """Refuse (before any episode) a sandboxed out-of-process role where bubblewrap
