@@ -87,9 +87,9 @@ if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
 # `import taketurns` stays light for in-process work.
 _LAZY = {
     "EvalRun": "taketurns._runner",
-    "open_rollouts": "taketurns._train.rollouts",
     "RunDir": "taketurns._output.rundir",
     "load_eval_config": "taketurns._config.settings",
+    "open_rollouts": "taketurns._train.rollouts",
     "read_episodes": "taketurns._output.records",
     "run_eval": "taketurns._runner",
 }
