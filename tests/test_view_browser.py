@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -93,19 +94,32 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]
                 pipe.close()
 
 
+def _chromium_leftovers() -> set[str]:
+    """Chromium's singleton folders in the host's temp directory."""
+    return {p.name for p in Path(tempfile.gettempdir()).glob("org.chromium.Chromium.*")}
+
+
 @pytest.fixture(scope="module")
-def browser() -> Iterator[WebDriver]:
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    """One browser for the module, its profile and its temp files in a folder of its
+    own (module-scoped: it starts outside every test's private TMPDIR, and Chromium,
+    stopped by ``quit``, left its singleton folder in the host's temp directory)."""
+    own = tmp_path_factory.mktemp("chromium")
+    before = _chromium_leftovers()
     options = Options()
     options.binary_location = _binary("chromium", "chromium-browser", "google-chrome")
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         options.add_argument(flag)
     options.add_argument("--window-size=1400,1000")
+    options.add_argument(f"--user-data-dir={own / 'profile'}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(_binary("chromedriver")))
+    service = Service(_binary("chromedriver"), env={**os.environ, "TMPDIR": str(own)})
+    driver = webdriver.Chrome(options=options, service=service)
     try:
         yield driver
     finally:
         driver.quit()
+    assert _chromium_leftovers() <= before, "the browser left its folder in the temp directory"
 
 
 def _wait(driver: WebDriver, condition: Callable[[WebDriver], T], timeout: float = WAIT_S) -> T:
