@@ -11,6 +11,7 @@ import errno
 import importlib.util
 import os
 import signal
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,8 @@ import pytest
 import trio
 from procs import children, marked
 
-from taketurns._procs import owner
+from taketurns._procs import owner, sandbox
+from taketurns._procs.process import open_process
 from taketurns._procs.sandbox import Sandbox
 
 LIMIT = 30
@@ -272,6 +274,67 @@ async def test_run_starts_as_start_does_and_captures_the_output(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("kind", ["none", "bwrap"])
+async def test_run_captures_output_past_a_chunk_whoever_holds_it_after(
+    tmp_path: Path, kind: str, mark: str
+) -> None:
+    """Output larger than one read (here 300 kB on stdout, 70 kB on stderr) comes back
+    whole and in order; a descendant that still holds both streams when the program
+    exits neither holds ``run`` open nor outlives it (it is killed with the tree)."""
+    script = (
+        "import os, subprocess, sys\n"
+        "subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        "sys.stdout.write(''.join(f'{i:07d}\\n' for i in range(37500)))\n"
+        "sys.stderr.write('e' * 70000)\n"
+    )
+    env = {"PATH": os.environ["PATH"], "TT_OWNER_MARK": mark}
+    with trio.fail_after(LIMIT):
+        done = await owner.run(
+            [sys.executable, "-c", script],
+            cwd=tmp_path,
+            env=env,
+            sandbox=Sandbox(kind),
+            scratch=tmp_path,
+        )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout == "".join(f"{i:07d}\n" for i in range(37500)).encode()
+    assert done.stderr == b"e" * 70000
+    assert await settled(mark, 0) == []
+
+
+async def test_a_start_cancelled_before_it_begins_starts_nothing(tmp_path: Path, mark: str) -> None:
+    """``start`` is a checkpoint before the process starts: cancelled there it raises
+    ``Cancelled`` and no process exists (nothing to own, nothing leaked)."""
+    env = {"PATH": os.environ["PATH"], "TT_OWNER_MARK": mark}
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await owner.start(
+            ["sleep", "300"], cwd=tmp_path, env=env, sandbox=Sandbox(kind="none"), scratch=tmp_path
+        )
+    assert scope.cancelled_caught
+    assert marked(f"TT_OWNER_MARK={mark}") == []
+
+
+async def test_waits_on_one_process_take_turns_and_all_see_its_status(
+    tmp_path: Path,
+) -> None:
+    """Several tasks waiting on one process (its pidfd takes one waiter at a time) all
+    get its status once it exits; ``poll`` after that reaps nothing twice."""
+    process = await open_process(["sh", "-c", "sleep 0.2; exit 7"], cwd=tmp_path)
+    codes: list[int] = []
+
+    async def waiter() -> None:
+        codes.append(await process.wait())
+
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(waiter)
+    assert codes == [7, 7, 7]
+    assert process.poll() == 7
+    assert process.returncode == 7
+
+
+@pytest.mark.parametrize("kind", ["none", "bwrap"])
 async def test_the_program_starts_with_the_standard_streams_and_default_signals(
     tmp_path: Path, kind: str
 ) -> None:
@@ -376,3 +439,37 @@ def test_a_failed_libc_call_in_the_supervisor_names_its_errno() -> None:
     with pytest.raises(OSError, match="prctl") as failed:
         supervisor._libc("prctl", 0x7FFF, 0, 0, 0, 0)  # no such option
     assert failed.value.errno == errno.EINVAL
+
+
+def test_the_kernels_real_path_is_realpaths(tmp_path: Path) -> None:
+    """``real_path`` (the kernel's answer for a path that exists) agrees with
+    ``os.path.realpath`` through link chains, ``..`` after a link, a dangling link
+    and a missing path; ``existing_real_path`` says None for the last two."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "l").symlink_to(tmp_path / "a")
+    (tmp_path / "l2").symlink_to("l/b")  # relative, through another link
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    present = [tmp_path / "a" / "b", tmp_path / "l", tmp_path / "l2", tmp_path / "l2" / ".."]
+    for path in present:
+        assert sandbox.real_path(path) == os.path.realpath(path)
+        assert sandbox.existing_real_path(path) == os.path.realpath(path)
+    assert sandbox.real_path(tmp_path / "l2") == str(tmp_path / "a" / "b")
+    for path in [tmp_path / "dangling", tmp_path / "l" / "missing" / "x"]:
+        assert sandbox.real_path(path) == os.path.realpath(path)
+        assert sandbox.existing_real_path(path) is None
+
+
+def test_a_readable_path_inside_one_bound_is_not_bound_again(tmp_path: Path) -> None:
+    """Of ``x``, ``x-y`` and ``x/z`` (sorted, ``x-y`` lies between the other two),
+    ``x`` and ``x-y`` are bound and ``x/z`` is not: it is inside ``x``."""
+    for name in ("x", "x-y", "x/z"):
+        (tmp_path / name).mkdir(parents=True, exist_ok=True)
+    readable = tuple(str(tmp_path / n) for n in ("x/z", "x-y", "x"))
+    own = tmp_path / "scratches" / "taketurns-own"
+    own.mkdir(parents=True)
+    binds = sandbox.readable_binds(
+        ["/bin/true"], str(own), Sandbox(readable=readable), os.environ["PATH"]
+    )
+    assert str(tmp_path / "x") in binds
+    assert str(tmp_path / "x-y") in binds
+    assert str(tmp_path / "x" / "z") not in binds

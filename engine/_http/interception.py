@@ -126,6 +126,23 @@ class _Call:
     failure: Failure | None = None
 
 
+@attrs.define(eq=False)
+class _Calls:
+    """A running segment's model calls: tasks of the segment's own nursery
+    (``open_segment``), each in a cancel scope of its own, so ending the segment
+    cancels its calls and not the segment's body. A call started after the end is
+    cancelled at its first checkpoint."""
+
+    nursery: trio.Nursery
+    scopes: set[trio.CancelScope] = attrs.field(factory=set)
+    ended: bool = False
+
+    def cancel(self) -> None:
+        self.ended = True
+        for scope in self.scopes:
+            scope.cancel()
+
+
 class EndpointState(enum.Enum):
     """Where a rollout's endpoint is in its life (the module docstring's gate)."""
 
@@ -141,8 +158,8 @@ class _Registration:
     final_failures: bool = False  # answer every upstream failure as not worth retrying
     calls: dict[bytes, _Call] = attrs.field(factory=dict)
     state: EndpointState = EndpointState.IDLE
-    # the running segment's nursery for model calls: set exactly while ``OPEN``
-    segment: trio.Nursery | None = None
+    # the running segment's model calls: set exactly while ``OPEN``
+    segment: _Calls | None = None
     # the sessions the running segment's turn holds (``holding``): a served tool runs
     # with them held, so its call back into its own session is refused, as in process
     holding: tuple[object, ...] = ()
@@ -153,7 +170,7 @@ class _Registration:
             return None
         return _CLOSED if self.state is EndpointState.CLOSED else _IDLE
 
-    def open(self, segment: trio.Nursery) -> None:
+    def open(self, segment: _Calls) -> None:
         if self.state is not EndpointState.IDLE:
             raise RuntimeError(f"a segment of a rollout whose endpoint is {self.state.value}")
         self.state, self.segment = EndpointState.OPEN, segment
@@ -161,7 +178,7 @@ class _Registration:
     def end(self, state: EndpointState) -> None:
         """Leave ``OPEN`` (for ``IDLE`` or ``CLOSED``); calls in flight are cancelled."""
         if self.segment is not None:
-            self.segment.cancel_scope.cancel()
+            self.segment.cancel()
         if self.state is not EndpointState.CLOSED:
             self.state = state
         self.segment = None
@@ -259,8 +276,7 @@ class InterceptionServer:
             raise RuntimeError("this rollout's endpoint is closed: it has no more segments")
         try:
             async with trio.open_nursery() as nursery:
-                calls: trio.Nursery = await nursery.start(_hold_calls)
-                registration.open(calls)
+                registration.open(_Calls(nursery))
                 registration.holding = HOLDING.get()
                 try:
                     yield
@@ -310,29 +326,41 @@ class InterceptionServer:
     # -- requests -------------------------------------------------------------------
 
     async def _compute(
-        self, registration: _Registration, req: ModelRequest, dialect: Dialect, call: _Call
+        self,
+        registration: _Registration,
+        calls: _Calls,
+        req: ModelRequest,
+        dialect: Dialect,
+        call: _Call,
     ) -> None:
-        """One model call, in the segment's nursery (``open_segment``)."""
+        """One model call, in the segment's nursery (``open_segment``), cancelled when
+        the segment ends (``_Calls``)."""
         overrides = {
             k: v for k, v in req.sampling.items() if k not in registration.rollout.boundary.sampling
         }
         try:
-            try:
-                call.response = await registration.rollout.complete(
-                    req.messages, tools=req.tools, sampling=overrides
-                )
-            except RolloutStopped as exc:
-                call.failure = _stopped(exc.stop_condition, dialect.stopped_status)
-            except ModelEndpointError as exc:
-                status = 502 if exc.retryable and not registration.final_failures else 424
-                message = f"the model endpoint failed: {exc}"
-                if registration.final_failures:
-                    message = "the model endpoint failed (recorded on the trace); do not retry"
-                call.failure = Failure(status, "upstream_error", message)
-            except trio.Cancelled:  # the segment ended: its calls end with it
-                closed = registration.state is EndpointState.CLOSED
-                call.failure = _CLOSED if closed else _SEGMENT_ENDED
-                raise
+            with trio.CancelScope() as scope:
+                calls.scopes.add(scope)
+                if calls.ended:
+                    scope.cancel()
+                try:
+                    call.response = await registration.rollout.complete(
+                        req.messages, tools=req.tools, sampling=overrides
+                    )
+                except RolloutStopped as exc:
+                    call.failure = _stopped(exc.stop_condition, dialect.stopped_status)
+                except ModelEndpointError as exc:
+                    status = 502 if exc.retryable and not registration.final_failures else 424
+                    message = f"the model endpoint failed: {exc}"
+                    if registration.final_failures:
+                        message = "the model endpoint failed (recorded on the trace); do not retry"
+                    call.failure = Failure(status, "upstream_error", message)
+                except trio.Cancelled:  # the segment ended: its calls end with it
+                    closed = registration.state is EndpointState.CLOSED
+                    call.failure = _CLOSED if closed else _SEGMENT_ENDED
+                    raise
+                finally:
+                    calls.scopes.discard(scope)
         except Exception as exc:  # a bug: answer 500, keep the server up
             log.exception("interception server: model call failed")
             call.failure = Failure(500, "server_error", f"internal error: {type(exc).__name__}")
@@ -360,8 +388,9 @@ class InterceptionServer:
                 return dialect.error(registration.refusal() or _IDLE, parsed)
             call = _Call()
             registration.calls[key] = call
-            registration.segment.start_soon(
-                self._compute, registration, parsed.request, dialect, call
+            calls = registration.segment
+            calls.nursery.start_soon(
+                self._compute, registration, calls, parsed.request, dialect, call
             )
         await call.done.wait()
         if call.response is None:
@@ -506,13 +535,6 @@ def _route_args() -> dict[str, str]:
     args = {**request.args, **(request.view_args or {})}
     args.pop("rollout_id", None)
     return args
-
-
-async def _hold_calls(*, task_status: trio.TaskStatus[trio.Nursery]) -> None:
-    """Host one segment's model calls until the segment cancels them."""
-    async with trio.open_nursery() as calls:
-        task_status.started(calls)
-        await trio.sleep_forever()
 
 
 def _digest(secret: str) -> str:

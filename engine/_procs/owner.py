@@ -8,9 +8,9 @@ and returns an ``OwnedProcess``. Its contract:
 
 - **It ends when its program exits.** ``wait`` returns the program's exit status
   (``128 + n`` when a signal ``n`` killed it) as soon as the program exits; the
-  supervisor then kills whatever the program left behind. ``run`` reads captured
-  output in tasks that are cancelled once the program is reaped, so a descendant
-  holding a pipe never holds the segment open.
+  supervisor then kills whatever the program left behind. ``run`` captures output
+  in memory files read once the program is reaped, so a descendant holding them
+  never holds the segment open.
 - **The whole tree dies** on ``aclose`` (close, timeout, cancellation: callers use it
   in ``finally``): the lifeline pipe is cut, the supervisor SIGKILLs the program's
   process group and every descendant (``setsid`` and double-forked ones included: it
@@ -27,8 +27,9 @@ and returns an ``OwnedProcess``. Its contract:
   in a sandbox its PID namespace's init (bwrap's ``--info-fd``: ``child-pid``).
 - **Eval exit**: the lifeline's write end lives only in the engine's process, so
   when that process dies (a killed worker, ``os._exit``, SIGKILL), every supervisor
-  sees end of file and kills its tree (after its grace). No ``PR_SET_PDEATHSIG``: trio
-  starts processes from worker threads, whose exit would fire it.
+  sees end of file and kills its tree (after its grace). No ``PR_SET_PDEATHSIG``: it
+  fires when the *thread* that started the process exits, and the lifeline already
+  covers the process's death.
 
 Guarantees: sandboxed, exact (the supervisor is the PID namespace's init: when it
 exits or is killed, the kernel kills everything in the namespace; a SIGKILLed bwrap
@@ -65,17 +66,23 @@ from typing import Any
 
 import attrs
 import trio
-import trio.lowlevel
 
 from taketurns._procs.limits import tree_cgroup
-from taketurns._procs.sandbox import MODEL_SOCKET, Sandbox, bwrap_argv, hand_over, host_ids
+from taketurns._procs.process import Process, open_process
+from taketurns._procs.sandbox import (
+    MODEL_SOCKET,
+    Sandbox,
+    bwrap_argv,
+    hand_over,
+    host_ids,
+    real_path,
+)
 
 __all__ = ["Captured", "Launch", "OwnedProcess", "run", "start"]
 
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 KILL_S = 3.0  # how long the supervisor may take to kill its tree and exit
 REAP_S = 5.0  # how long reaping after a hard kill may take
-DRAIN_S = 1.0  # how long captured output may still arrive after the program exited
 _CHUNK = 65536
 
 
@@ -194,10 +201,10 @@ class Launch:
             supervised += ["--grace", repr(self.grace_s)]
         user = host_ids() if sandbox.kind == "bwrap" else None
         if user is not None:  # the eval runs as root: the sandbox does not
-            supervised += ["--user", f"{user[0]}:{user[1]}", os.path.realpath(self.cwd)]
+            supervised += ["--user", f"{user[0]}:{user[1]}", real_path(self.cwd)]
         if sandbox.kind == "bwrap":
             supervised += ["--limits", sandbox.limits.argument()]
-            supervised += ["--scratch", os.path.realpath(self.scratch)]
+            supervised += ["--scratch", real_path(self.scratch)]
             if self.report is not None:
                 supervised += ["--report", str(self.report)]
         if self.bridged:
@@ -287,7 +294,7 @@ class OwnedProcess:
 
     def __init__(
         self,
-        process: trio.Process,
+        process: Process,
         lifeline: int,
         status: int,
         *,
@@ -460,7 +467,7 @@ async def start(
             model_port=model_port,
             search_path=env.get("PATH"),
         )
-        process = await trio.lowlevel.open_process(
+        process = await open_process(
             launch.argv(program),
             stdin=stdin,
             stdout=stdout,
@@ -492,34 +499,33 @@ async def start(
     )
 
 
-async def _collect(
-    stream: trio.abc.ReceiveStream | None, into: bytearray, done: trio.Event
-) -> None:
-    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-        while stream is not None and (chunk := await stream.receive_some(_CHUNK)):
-            into += chunk
-    done.set()
+def _read_all(fd: int) -> bytes:
+    """All of a memory file, from its start (the child moved the shared offset)."""
+    chunks, at = [], 0
+    while chunk := os.pread(fd, _CHUNK, at):
+        chunks.append(chunk)
+        at += len(chunk)
+    return b"".join(chunks)
 
 
 async def run(program: Sequence[str], **options: Any) -> Captured:
     """Run ``program`` to its exit with stdout and stderr captured (stdin: nothing),
     started as ``start`` starts it (``options``: ``start``'s keyword arguments but the
     standard streams); the tree is killed and reaped on every path. Cancellation
-    kills it."""
-    owned = await start(program, **options, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = bytearray(), bytearray()
-    out_done, err_done = trio.Event(), trio.Event()
+    kills it. The output goes to two memory files (``memfd_create``), read once the
+    program is reaped: no task reads while it runs, and whatever a descendant still
+    holds them for cannot hold the segment open."""
+    out = os.memfd_create("taketurns-stdout")
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_collect, owned.process.stdout, out, out_done)
-            nursery.start_soon(_collect, owned.process.stderr, err, err_done)
-            returncode = await owned.wait()
-            # the program exited: what it wrote is in the pipes; a descendant still
-            # holding them (the supervisor leaves none) does not hold the segment
-            with trio.move_on_after(DRAIN_S):
-                await out_done.wait()
-                await err_done.wait()
-            nursery.cancel_scope.cancel()
+        err = os.memfd_create("taketurns-stderr")
+        try:
+            owned = await start(program, **options, stdout=out, stderr=err)
+            try:
+                returncode = await owned.wait()
+            finally:
+                await owned.aclose()
+            return Captured(returncode, _read_all(out), _read_all(err))
+        finally:
+            os.close(err)
     finally:
-        await owned.aclose()
-    return Captured(returncode, bytes(out), bytes(err))
+        os.close(out)

@@ -72,6 +72,7 @@ __all__ = [
     "hand_over",
     "host_ids",
     "missing_bwrap",
+    "real_path",
 ]
 
 SANDBOXES = ("bwrap", "none")
@@ -117,7 +118,13 @@ class Sandbox:
 
 
 def bwrap_path() -> str | None:
-    return shutil.which("bwrap")
+    """Where ``bwrap`` is on this process's ``PATH`` (looked up once per ``PATH``)."""
+    return _which("bwrap", os.environ.get("PATH"))
+
+
+@functools.lru_cache(maxsize=8)
+def _which(name: str, search_path: str | None) -> str | None:
+    return shutil.which(name, path=search_path)
 
 
 def missing_bwrap(field: str) -> str:
@@ -128,10 +135,11 @@ def missing_bwrap(field: str) -> str:
     )
 
 
+@functools.cache
 def host_ids() -> tuple[int, int] | None:
     """The host uid and gid a sandbox's processes run as when the eval runs as root
     (``nobody``'s, else 65534); None otherwise (bwrap's user namespace maps the
-    eval's own unprivileged user)."""
+    eval's own unprivileged user). Read once per process, like the system trees."""
     if os.geteuid() != 0:
         return None
     try:
@@ -174,11 +182,47 @@ def forbidden_paths(scratch: Path, extra: Iterable[str]) -> list[str]:
     wanted = {tempfile.gettempdir(), str(scratch.parent), os.getcwd(), *extra}
     if "HOME" in os.environ:
         wanted.add(os.environ["HOME"])
-    return sorted((_system_homes() | {os.path.realpath(p) for p in wanted}) - {"/"})
+    return sorted((_system_homes() | {real_path(p) for p in wanted}) - {"/"})
+
+
+def existing_real_path(path: str | os.PathLike[str]) -> str | None:
+    """``os.path.realpath(path)`` when ``path`` exists (links followed), else None.
+    Asked of the kernel: an ``O_PATH`` open and its ``/proc/self/fd`` link, three
+    system calls whatever the depth (``realpath`` makes an ``lstat`` per component
+    in Python); a host without ``/proc`` gets ``realpath``'s answer."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+    finally:
+        os.close(fd)
+
+
+def real_path(path: str | os.PathLike[str]) -> str:
+    """``os.path.realpath(path)``; the kernel's answer when ``path`` exists
+    (``existing_real_path``)."""
+    return existing_real_path(path) or os.path.realpath(path)
 
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _inside_any(path: str, roots: Sequence[str]) -> bool:
+    """``_inside(path, r)`` for some ``r`` of ``roots`` (one C-level prefix test)."""
+    return path in roots or path.startswith(tuple(r.rstrip("/") + "/" for r in roots))
+
+
+# the system trees as prefixes (``_inside_any`` for them without a tuple per call)
+_SYSTEM_PREFIXES = tuple(f"{tree}/" for tree in SYSTEM_TREES)
+
+
+def _in_system_tree(path: str) -> bool:
+    return path in SYSTEM_TREES or path.startswith(_SYSTEM_PREFIXES)
 
 
 @functools.cache
@@ -240,7 +284,7 @@ def install_tree(program: str) -> list[str]:
     named as ``.../bin/prog``, the installation the name itself lies in. A program
     that is neither (a script in a user's folder) is bound alone, never its folder:
     what else it needs is named in ``Sandbox.readable``."""
-    real = os.path.realpath(program)
+    real = real_path(program)
     found = [program, real]
     parts = Path(real).parts
     if "node_modules" in parts:
@@ -262,7 +306,7 @@ def agent_paths(program: Sequence[str], search_path: str | None) -> list[str]:
     first = _resolve(program[0], search_path) if program else None
     if first is not None:
         wanted += install_tree(first)
-        for interpreter in _shebang(os.path.realpath(first)):
+        for interpreter in _shebang(real_path(first)):
             resolved = _resolve(interpreter, search_path)
             if resolved is not None:
                 wanted += install_tree(resolved)
@@ -311,14 +355,14 @@ def readable_binds(
     others = os.path.dirname(own)  # every rollout's scratch lives there
     runtime = set(runtime_paths())  # real paths that exist already
     wanted = {*agent_paths(program, search_path), *sandbox.readable}
-    real = {os.path.realpath(p) for p in wanted if os.path.exists(p)}
-    bound: list[str] = [*SYSTEM_TREES]
+    real = {r for r in map(existing_real_path, wanted) if r is not None}
+    bound: list[str] = []
     for path in sorted(runtime | real):
-        if any(_inside(path, b) for b in bound):
+        if _in_system_tree(path) or _inside_any(path, bound):
             continue  # bound already (sorted: an outer path comes first)
         if _allowed(path, forbidden, None if path in runtime else others):
             bound.append(path)
-    return bound[len(SYSTEM_TREES) :]
+    return bound
 
 
 def _parents(paths: Iterable[str]) -> list[str]:
@@ -331,7 +375,7 @@ def _parents(paths: Iterable[str]) -> list[str]:
     for path in paths:
         parent = os.path.dirname(path)
         while parent not in parents and parent not in ("/", "/tmp"):  # seen: its own are in
-            if any(_inside(parent, t) for t in SYSTEM_TREES):
+            if _in_system_tree(parent):
                 break
             parents.add(parent)
             parent = os.path.dirname(parent)
@@ -393,7 +437,7 @@ def bwrap_argv(
     argv += ["--dev", "/dev", "--proc", "/proc"]
     argv += _tmpfs("/dev/shm", sandbox.limits.shm_mb, "1777")
     argv += _tmpfs("/tmp", sandbox.limits.scratch_mb, "1777")
-    own = os.path.realpath(scratch)
+    own = real_path(scratch)
     etc = _etc()  # a link is bound as what it points at
     readable = readable_binds(program, own, sandbox, search_path)
     socket = [MODEL_SOCKET] if model_socket is not None else []
@@ -407,5 +451,5 @@ def bwrap_argv(
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     if user is None:  # else the supervisor changes to it once it is that uid
-        argv += ["--chdir", os.path.realpath(cwd)]
+        argv += ["--chdir", real_path(cwd)]
     return [*argv, "--", *supervised]
