@@ -12,7 +12,9 @@ taskset author's ``taketurns.taskset``):
 - tools: ``as_tools``, ``tool_schema``; MCP servers: ``McpServer``, ``McpTool``,
   ``McpConnection``, ``open_mcp_servers``
 - processes: ``start_owned``/``run_owned`` (the process owner), ``OwnedProcess``,
-  ``Captured``, ``Sandbox``
+  ``Captured``, ``Sandbox``; files in a rollout's scratch directory, which its
+  processes write too (never through a link they left): ``create_in_scratch``,
+  ``write_in_scratch``, ``read_in_scratch``, ``read_descriptor``
 - asyncio-only libraries inside an episode (a framework's agent loop, an env's
   client): ``run_asyncio``
 
@@ -37,6 +39,10 @@ from taketurns._procs.owner import Captured, OwnedProcess
 from taketurns._procs.owner import run as run_owned
 from taketurns._procs.owner import start as start_owned
 from taketurns._procs.sandbox import Sandbox
+from taketurns._procs.scratch import create as create_in_scratch
+from taketurns._procs.scratch import read_all as read_descriptor
+from taketurns._procs.scratch import read_bytes as read_in_scratch
+from taketurns._procs.scratch import write_text as write_in_scratch
 
 if typing.TYPE_CHECKING:  # the lazy names below, for type checkers
     from taketurns._http.interception import Endpoint
@@ -79,16 +85,20 @@ __all__ = [
     "ToolCall",
     "as_tools",
     "can_chat",
+    "create_in_scratch",
     "from_wire",
     "harness_registry",
     "load_reference",
     "messages_from_wire",
     "messages_to_wire",
     "open_mcp_servers",
+    "read_descriptor",
+    "read_in_scratch",
     "run_asyncio",
     "run_owned",
     "start_owned",
     "text_of",
     "to_wire",
     "tool_schema",
+    "write_in_scratch",
 ]

@@ -41,6 +41,7 @@ argv, default ``["codex-acp"]`` / ``["claude-agent-acp"]``), ``permissions``
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -49,7 +50,7 @@ import attrs
 import trio
 
 from taketurns import HarnessError, Message
-from taketurns.harness import OwnedProcess, Prompt, Rollout
+from taketurns.harness import OwnedProcess, Prompt, Rollout, create_in_scratch
 from taketurns.harnesses.acp_rpc import AcpConnection, AcpError, AcpGone, choose_permission
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
@@ -134,7 +135,7 @@ class AcpHarness(AgentCLIHarness):
         dirs = self.dirs(rollout)
         endpoint = self.endpoint(rollout)
         if self.agent == "codex":  # the system prompt in CODEX_HOME: argv is public
-            write_codex_home(dirs.home, rollout.state.get("system"))
+            write_codex_home(rollout.scratch_dir(), dirs.home, rollout.state.get("system"))
             sandbox = rollout_sandbox(self.sandbox, rollout)
             argv = [*codex_config(endpoint.base_url, sandbox, sub_agents=self.sub_agents)]
             argv += ["-c", f"model={rollout.boundary.model}"]
@@ -148,7 +149,9 @@ class AcpHarness(AgentCLIHarness):
         dirs = self.dirs(rollout)
         argv, env = self._wiring(rollout)
         n = rollout.state["starts"] = rollout.state.get("starts", 0) + 1
-        with (dirs.tmp.parent / f"stderr-{n}").open("wb") as stderr:
+        # made anew, never through a link the agent left (closed once spawned)
+        stderr = create_in_scratch(dirs.tmp.parent, dirs.tmp.parent / f"stderr-{n}")
+        try:
             owned = await self.start_owned(
                 rollout,
                 [self.path, *self.args, *argv],
@@ -158,6 +161,8 @@ class AcpHarness(AgentCLIHarness):
                 stdout=subprocess.PIPE,
                 stderr=stderr,
             )
+        finally:
+            os.close(stderr)
         process = owned.process
         assert process.stdin is not None
         assert process.stdout is not None

@@ -51,7 +51,15 @@ from taketurns import (
     UserMessage,
 )
 from taketurns.errors import RolloutStopped
-from taketurns.harness import ErrorInfo, McpTool, Rollout, ServedHarness, text_of
+from taketurns.harness import (
+    ErrorInfo,
+    McpTool,
+    Rollout,
+    ServedHarness,
+    create_in_scratch,
+    read_descriptor,
+    text_of,
+)
 
 KEEP_VARS = ("PATH", "LANG", "LC_ALL")
 
@@ -239,33 +247,39 @@ class AgentCLIHarness(ServedHarness):
         dirs = self.dirs(rollout)
         n = rollout.state.get("segments", 0)
         rollout.state["segments"] = n + 1
-        out_path, err_path = dirs.tmp.parent / f"stdout-{n}", dirs.tmp.parent / f"stderr-{n}"
-        in_path = dirs.tmp.parent / f"stdin-{n}"
-        in_path.write_text(stdin or "", encoding="utf-8")
-        with (
-            in_path.open("rb") as stdin_file,
-            out_path.open("wb") as stdout,
-            err_path.open("wb") as stderr,
-        ):
+        # the segment's files, made anew (never through a link the agent left) and
+        # read back through the descriptors kept here, never reopened by name
+        root = dirs.tmp.parent
+        names = [root / f"{kind}-{n}" for kind in ("stdin", "stdout", "stderr")]
+        fds: list[int] = []
+        try:
+            for name in names:
+                fds.append(create_in_scratch(root, name))
+            os.write(fds[0], (stdin or "").encode("utf-8"))
+            os.lseek(fds[0], 0, os.SEEK_SET)
             owned = await self.start_owned(
                 rollout,
                 [program or self.path, *argv],
                 cwd=dirs.work,
                 env=env,
-                stdin=stdin_file,
-                stdout=stdout,
-                stderr=stderr,
+                stdin=fds[0],
+                stdout=fds[1],
+                stderr=fds[2],
             )
-        try:
-            returncode = await owned.wait()
+            try:
+                returncode = await owned.wait()
+            finally:
+                await owned.aclose()  # cancelled: the agent's tree; exited: what it left
+                self.end_segment(rollout)
+            out, err = read_descriptor(fds[1]), read_descriptor(fds[2])
         finally:
-            await owned.aclose()  # cancelled: the agent's tree; exited: what it left
-            self.end_segment(rollout)
+            for fd in fds:
+                os.close(fd)
         secret = self.endpoint(rollout).secret
         return Finished(
             returncode,
-            out_path.read_text("utf-8", "replace").replace(secret, "***"),
-            err_path.read_text("utf-8", "replace").replace(secret, "***"),
+            out.decode("utf-8", "replace").replace(secret, "***"),
+            err.decode("utf-8", "replace").replace(secret, "***"),
         )
 
     def gave_up_on_cut_reply(self, finished: Finished) -> bool:

@@ -45,7 +45,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from taketurns import HarnessError, Message
-from taketurns.harness import Endpoint, Prompt, Rollout
+from taketurns.harness import Endpoint, Prompt, Rollout, write_in_scratch
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
     AgentDirs,
@@ -150,13 +150,13 @@ class ClaudeCodeHarness(AgentCLIHarness):
         servers = rollout.state["mcp_servers"] = rollout_servers(rollout, self.id)
         if servers:
             config = json.dumps(claude_mcp_config(servers), indent=2)
-            (home / "mcp.json").write_text(config, "utf-8")
+            write_in_scratch(rollout.scratch_dir(), home / "mcp.json", config)
         system, rest = split_system(prompt.wire_messages())
         if not rest:
             raise HarnessError("claude-code needs a user message to start from")
         text = rollout.state["system"] = "\n\n".join(system) or None
         if text:
-            (home / "system-prompt.md").write_text(text, "utf-8")
+            write_in_scratch(rollout.scratch_dir(), home / "system-prompt.md", text)
         session = rollout.state["session"] = str(uuid.uuid4())
         # the message on stdin (``-p`` with no prompt argument reads it there)
         argv = ["-p", *self._flags(rollout), "--session-id", session]

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from taketurns import HarnessError, Message
-from taketurns.harness import Prompt, Rollout
+from taketurns.harness import Prompt, Rollout, write_in_scratch
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
     AgentDirs,
@@ -137,16 +137,20 @@ def codex_config(base_url: str, sandbox: str, *, sub_agents: bool = False) -> li
     return argv
 
 
-def write_codex_home(home: Path, instructions: str | None, mcp_args: Sequence[str] = ()) -> None:
-    """``home/config.toml`` (``CODEX_HOME``): what must not be on the command line, where
-    every process could read it: the system prompt as ``developer_instructions`` and
-    the rollout's MCP servers (their environment may hold keys), the ``-c`` values of
+def write_codex_home(
+    root: Path, home: Path, instructions: str | None, mcp_args: Sequence[str] = ()
+) -> None:
+    """``home/config.toml`` (``CODEX_HOME``, in the scratch directory ``root``, never
+    written through a link the agent left: ``write_in_scratch``): what must not be on
+    the command line, where every process could read it: the system prompt as
+    ``developer_instructions`` and the rollout's MCP servers (their environment may
+    hold keys), the ``-c`` values of
     ``codex_mcp_args`` being TOML lines already."""
     assert all(flag == "-c" for flag in mcp_args[::2])
     lines = list(mcp_args[1::2])
     if instructions:
         lines.insert(0, f"developer_instructions = {_toml(instructions)}")
-    (home / "config.toml").write_text("".join(f"{line}\n" for line in lines), "utf-8")
+    write_in_scratch(root, home / "config.toml", "".join(f"{line}\n" for line in lines))
 
 
 class CodexHarness(AgentCLIHarness):
@@ -216,7 +220,8 @@ class CodexHarness(AgentCLIHarness):
         system, rest = split_system(prompt.wire_messages())
         if not rest:
             raise HarnessError("codex needs a user message to start from")
-        write_codex_home(self.dirs(rollout).home, "\n\n".join(system) or None, mcp_args)
+        home = self.dirs(rollout).home
+        write_codex_home(rollout.scratch_dir(), home, "\n\n".join(system) or None, mcp_args)
         # the prompt on stdin ("-"), the instructions in CODEX_HOME: argv is public
         argv = ["exec", *self._config(rollout), "-"]
         await self._segment(rollout, argv, prompt_text(rest))

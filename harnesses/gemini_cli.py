@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from taketurns import HarnessError, Message
-from taketurns.harness import Prompt, Rollout
+from taketurns.harness import Prompt, Rollout, write_in_scratch
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
     AgentDirs,
@@ -143,9 +143,10 @@ class GeminiCliHarness(AgentCLIHarness):
         settings = gemini_settings(sub_agents=self.sub_agents)
         if servers:  # a file in its home: a server's environment may hold keys
             settings["mcpServers"] = gemini_mcp_config(servers)
-        (config / "settings.json").write_text(json.dumps(settings, indent=2), "utf-8")
+        root = rollout.scratch_dir()
+        write_in_scratch(root, config / "settings.json", json.dumps(settings, indent=2))
         if system:  # a file, appended to the CLI's system instruction: argv is public
-            (config / "GEMINI.md").write_text("\n\n".join(system), "utf-8")
+            write_in_scratch(root, config / "GEMINI.md", "\n\n".join(system))
         session = rollout.state["session"] = str(uuid.uuid4())
         argv = [*self._flags(rollout), "--session-id", session]
         await self._segment(rollout, argv, prompt_text(rest))

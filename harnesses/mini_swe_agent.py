@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from taketurns import HarnessError
-from taketurns.harness import Rollout
+from taketurns.harness import Rollout, read_in_scratch, write_in_scratch
 from taketurns.harnesses.agent_cli import AgentCLIHarness, refuse
 
 DRIVER = Path(__file__).parent / "programs" / "mini_swe.py"
@@ -75,12 +75,12 @@ class MiniSweAgentHarness(AgentCLIHarness):
         self.check_tools(rollout)
         dirs = self.dirs(rollout)
         task_file, output = dirs.home / "task.txt", dirs.home / "output.json"
-        task_file.write_text(prompt, encoding="utf-8")
+        write_in_scratch(rollout.scratch_dir(), task_file, prompt)
         argv = [str(DRIVER), "--task-file", str(task_file), "--output-file", str(output)]
         argv += ["--step-limit", str(self.step_limit)]
         if rollout.task.system_prompt:
             system_file = dirs.home / "system.txt"
-            system_file.write_text(rollout.task.system_prompt, encoding="utf-8")
+            write_in_scratch(rollout.scratch_dir(), system_file, rollout.task.system_prompt)
             argv += ["--system-file", str(system_file)]
         endpoint = self.endpoint(rollout)
         extra = {
@@ -95,6 +95,10 @@ class MiniSweAgentHarness(AgentCLIHarness):
         finished = await self.run_agent(
             rollout, argv, self.environment(dirs, extra), program=self.python
         )
-        if output.exists():
-            rollout.trace.info["mini_swe_agent"] = json.loads(output.read_text("utf-8"))
+        try:  # never through a link the agent left (read_in_scratch)
+            data = read_in_scratch(rollout.scratch_dir(), output)
+        except OSError as exc:
+            raise HarnessError(f"mini-swe-agent's output file cannot be read: {exc}") from None
+        if data is not None:
+            rollout.trace.info["mini_swe_agent"] = json.loads(data.decode("utf-8"))
         self.settle(rollout, turns_before, self.exit_failure(finished))

@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from taketurns import HarnessError, Message
-from taketurns.harness import Prompt, Rollout
+from taketurns.harness import Prompt, Rollout, write_in_scratch
 from taketurns.harnesses.agent_cli import (
     AgentCLIHarness,
     Finished,
@@ -177,7 +177,7 @@ class OpencodeHarness(AgentCLIHarness):
             raise HarnessError("opencode needs a user message to start from")
         if system:
             path = self.dirs(rollout).home / "instructions.md"
-            path.write_text("\n\n".join(system), encoding="utf-8")
+            write_in_scratch(rollout.scratch_dir(), path, "\n\n".join(system))
             rollout.state["instructions"] = str(path)
         await self._segment(
             rollout, [*self._flags(rollout), "--title", "taketurns"], prompt_text(rest)

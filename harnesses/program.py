@@ -79,6 +79,8 @@ from taketurns.harness import (
     as_tools,
     messages_from_wire,
     messages_to_wire,
+    read_in_scratch,
+    write_in_scratch,
 )
 from taketurns.harnesses.program_pool import ProgramPool
 from taketurns.harnesses.program_process import ProgramProcess, scrubbed_environment
@@ -89,11 +91,12 @@ SERVE_FLAG = "--serve"
 ENDPOINT_VARS = frozenset({"OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"})
 
 
-def write_file(path: Path, text: str) -> None:
-    """Write a small scratch file synchronously. These files are a few KiB in the
-    rollout's private temp directory (the page cache, not the network): writing takes
-    microseconds, while a thread round trip (trio.Path) costs about a hundred."""
-    path.write_text(text, encoding="utf-8")
+def write_file(root: Path, path: Path, text: str) -> None:
+    """Write a small file in the scratch directory ``root`` synchronously, never through
+    a link the program left there (``write_in_scratch``). These files are a few KiB in
+    the rollout's private temp directory (the page cache, not the network): writing
+    takes microseconds, while a thread round trip (trio.Path) costs about a hundred."""
+    write_in_scratch(root, path, text)
 
 
 def _tail(data: bytes, chars: int, secret: str) -> str:
@@ -184,7 +187,7 @@ class ProgramHarness(ServedHarness):
             return
         workdir, n = self._files(rollout)
         prompt_file = workdir / f"prompt-{n}.json"
-        write_file(prompt_file, json.dumps(body))
+        write_file(workdir, prompt_file, json.dumps(body))
         output = workdir / f"output-{n}.json"
         await self.run_program(rollout, ["--prompt-file", str(prompt_file)], output)
 
@@ -215,7 +218,7 @@ class ProgramHarness(ServedHarness):
         finally:
             self.end_segment(rollout)
         try:
-            produced = self._read_output(output)
+            produced = self._read_output(rollout.scratch_dir(), output)
         except HarnessError as exc:  # its text may quote the file, key included
             raise HarnessError(str(exc).replace(secret, "***")) from None
         failure = None
@@ -225,9 +228,9 @@ class ProgramHarness(ServedHarness):
                 f"{_tail(result.stderr, self.tail_chars, secret)!r}; stdout tail: "
                 f"{_tail(result.stdout, self.tail_chars, secret)!r}"
             )
-        elif not produced and not output.exists():  # noqa: ASYNC240 - see write_file
+        elif produced is None:
             raise HarnessError(f"{self.command[-1]} exited 0 but wrote no output file")
-        self._settle(rollout, turns_before, produced, failure)
+        self._settle(rollout, turns_before, produced or [], failure)
 
     # -- persistent: the pool ---------------------------------------------------------
 
@@ -328,11 +331,18 @@ class ProgramHarness(ServedHarness):
         raise HarnessError(failure)
 
     @staticmethod
-    def _read_output(output: Path) -> list[Message]:
-        if not output.exists():
-            return []
+    def _read_output(root: Path, output: Path) -> list[Message] | None:
+        """The messages the program wrote to ``output``; None when it wrote no file.
+        A link or a non-file there is the program's fault (``HarnessError``), never
+        followed (``read_in_scratch``)."""
         try:
-            raw = json.loads(output.read_text(encoding="utf-8"))
+            data = read_in_scratch(root, output)
+        except OSError as exc:
+            raise HarnessError(f"the program's output file cannot be read: {exc}") from None
+        if data is None:
+            return None
+        try:
+            raw = json.loads(data.decode("utf-8"))
             return messages_from_wire(raw["messages"], "output.messages")
         except (ValueError, KeyError, TypeError) as exc:
             raise HarnessError(f"the program's output file is malformed: {exc}") from None

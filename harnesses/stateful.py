@@ -43,13 +43,14 @@ class StatefulHarness(ProgramHarness):
     async def launch(self, rollout: Rollout, prompt: Prompt) -> None:
         workdir, n = self._files(rollout)
         prompt_file = workdir / f"prompt-{n}.json"
-        write_file(prompt_file, json.dumps(self.prompt_body(rollout, prompt.wire_messages())))
+        body = self.prompt_body(rollout, prompt.wire_messages())
+        write_file(workdir, prompt_file, json.dumps(body))
         args = ["--session-dir", str(workdir), "--prompt-file", str(prompt_file)]
         await self.run_program(rollout, args, workdir / f"output-{n}.json")
 
     async def resume(self, rollout: Rollout, messages: Sequence[Message]) -> None:
         workdir, n = self._files(rollout)
         message_file = workdir / f"message-{n}.json"
-        write_file(message_file, json.dumps({"messages": messages_to_wire(messages)}))
+        write_file(workdir, message_file, json.dumps({"messages": messages_to_wire(messages)}))
         args = ["--session-dir", str(workdir), "--resume", "--message-file", str(message_file)]
         await self.run_program(rollout, args, workdir / f"output-{n}.json")

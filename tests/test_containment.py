@@ -763,3 +763,54 @@ async def test_kuhn_codex_against_claude_code_probing_through_their_shells(
     assert not (tmp_path / "escaped").exists()
     assert await none_left_async(mark) == []  # the probes' setsid and daemon children
     assert leftovers(scratch_root) == []
+
+
+# segment n leaves links where the engine writes segment n + 1's prompt (to a host file
+# the engine's uid may write) and, in segment n + 1, its own output file (to a host
+# file holding a well-formed answer)
+LINKING = """\
+import json, os, sys
+args = sys.argv[1:]
+prompt = args[args.index("--prompt-file") + 1]
+out = args[args.index("--output-file") + 1]
+folder = os.path.dirname(prompt)
+n = int(os.path.basename(prompt)[len("prompt-") : -len(".json")])
+messages = json.load(open(prompt))["messages"]
+if n == 0:
+    os.symlink(os.environ["TT_VICTIM"], os.path.join(folder, "prompt-1.json"))
+    with open(out, "w") as f:
+        json.dump({"messages": [{"role": "assistant", "content": "first"}]}, f)
+else:
+    assert messages[-1]["content"] == "again", messages  # a prompt of its own
+    os.symlink(os.environ["TT_ANSWER"], out)
+"""
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_the_engine_never_writes_or_reads_through_a_link_the_program_left(
+    server: InterceptionServer, tmp_path: Path, scratch_root: Path, sandbox: str
+) -> None:
+    """A program that leaves a link where the next segment's prompt goes does not get
+    the engine (root here) to overwrite the host file it points at; the next prompt is
+    a file of its own. An output file that is a link to a host file (here a
+    well-formed answer) is not read: the segment fails as the program's fault."""
+    victim, answer = tmp_path / "victim", tmp_path / "answer.json"
+    victim.write_text("precious")
+    secret = {"messages": [{"role": "assistant", "content": "host secret"}]}
+    answer.write_text(json.dumps(secret))
+    harness = ProgramHarness(
+        [sys.executable, "-c", LINKING],
+        env={"TT_VICTIM": str(victim), "TT_ANSWER": str(answer)},
+    )
+    config = AgentConfig(model="builtin/echo", harness="program", sandbox=sandbox)
+    agent = Agent("agent", config, harness=harness, services={"interception": server})
+    with trio.fail_after(LIMIT):
+        async with agent.chat(Task(0, prompt="go")) as session:
+            await session.turn()
+            assert session.trace.last_text == "first"
+            await session.turn("again")  # the harness's error ends the rollout
+    assert victim.read_text() == "precious"
+    assert session.trace.stop_condition == "harness_error"
+    assert "output file cannot be read" in session.trace.errors[-1].message
+    assert "host secret" not in repr(session.trace)
+    assert leftovers(scratch_root) == []

@@ -64,17 +64,19 @@ TIERS: dict[str, list[str]] = {
         *("Captured", "Endpoint", "ErrorInfo", "Harness", "ImagePart"),
         *("McpConnection", "McpServer", "McpTool", "NullHarness", "OwnedProcess"),
         *("Prompt", "Rollout", "Sandbox", "ServedHarness", "SessionState"),
-        *("TextPart", "ToolCall", "as_tools", "can_chat", "from_wire"),
+        *("TextPart", "ToolCall", "as_tools", "can_chat", "create_in_scratch", "from_wire"),
         *(
             "harness_registry",
             "load_reference",
             "messages_from_wire",
             "messages_to_wire",
             "open_mcp_servers",
+            "read_descriptor",
+            "read_in_scratch",
             "run_asyncio",
             "run_owned",
         ),
-        *("start_owned", "text_of", "to_wire", "tool_schema"),
+        *("start_owned", "text_of", "to_wire", "tool_schema", "write_in_scratch"),
     ],
     # an env author's door (issue 41)
     "taketurns.env": [

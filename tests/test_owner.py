@@ -20,7 +20,7 @@ import pytest
 import trio
 from procs import children, marked
 
-from taketurns._procs import owner, sandbox
+from taketurns._procs import owner, sandbox, scratch
 from taketurns._procs.process import open_process
 from taketurns._procs.sandbox import Sandbox
 
@@ -473,3 +473,31 @@ def test_a_readable_path_inside_one_bound_is_not_bound_again(tmp_path: Path) -> 
     assert str(tmp_path / "x") in binds
     assert str(tmp_path / "x-y") in binds
     assert str(tmp_path / "x" / "z") not in binds
+
+
+def test_scratch_files_are_never_reached_through_a_link_or_waited_on(tmp_path: Path) -> None:
+    """In a scratch directory an agent wrote: ``create`` replaces a link (never writes
+    through it), refuses a folder replaced by a link; ``read_bytes`` refuses a link and
+    a FIFO (without waiting on it) and says None for nothing there."""
+    root, victim = tmp_path / "scratch", tmp_path / "victim"
+    (root / "home").mkdir(parents=True)
+    victim.write_text("precious")
+    (root / "prompt").symlink_to(victim)
+    scratch.write_text(root, root / "prompt", "new")
+    assert victim.read_text() == "precious"
+    assert not (root / "prompt").is_symlink()
+    assert scratch.read_bytes(root, root / "prompt") == b"new"
+    (root / "away").symlink_to(tmp_path)  # a folder replaced by a link
+    with pytest.raises(OSError, match=r"symbolic links|Not a directory"):
+        scratch.write_text(root, root / "away" / "victim", "new")
+    assert victim.read_text() == "precious"
+    (root / "out").symlink_to(victim)
+    with pytest.raises(OSError, match="symbolic links"):
+        scratch.read_bytes(root, root / "out")
+    os.mkfifo(root / "fifo")
+    with pytest.raises(OSError, match="not a regular file"):
+        scratch.read_bytes(root, root / "fifo")
+    assert scratch.read_bytes(root, root / "missing") is None
+    assert scratch.read_bytes(root, root / "nowhere" / "missing") is None
+    with pytest.raises(ValueError, match="not in the subpath"):
+        scratch.write_text(root, tmp_path / "outside", "new")

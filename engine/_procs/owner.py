@@ -77,6 +77,7 @@ from taketurns._procs.sandbox import (
     host_ids,
     real_path,
 )
+from taketurns._procs.scratch import read_all
 
 __all__ = ["Captured", "Launch", "OwnedProcess", "run", "start"]
 
@@ -499,15 +500,6 @@ async def start(
     )
 
 
-def _read_all(fd: int) -> bytes:
-    """All of a memory file, from its start (the child moved the shared offset)."""
-    chunks, at = [], 0
-    while chunk := os.pread(fd, _CHUNK, at):
-        chunks.append(chunk)
-        at += len(chunk)
-    return b"".join(chunks)
-
-
 async def run(program: Sequence[str], **options: Any) -> Captured:
     """Run ``program`` to its exit with stdout and stderr captured (stdin: nothing),
     started as ``start`` starts it (``options``: ``start``'s keyword arguments but the
@@ -524,7 +516,7 @@ async def run(program: Sequence[str], **options: Any) -> Captured:
                 returncode = await owned.wait()
             finally:
                 await owned.aclose()
-            return Captured(returncode, _read_all(out), _read_all(err))
+            return Captured(returncode, read_all(out), read_all(err))
         finally:
             os.close(err)
     finally:
