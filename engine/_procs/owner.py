@@ -378,9 +378,11 @@ class OwnedProcess:
                 with trio.move_on_after(REAP_S):
                     await self.process.wait()
             code = self.process.returncode
-            reported = self._read_status()
-            if reported is not None and (code is None or code < 0):
-                # killed, not exited: it killed nothing (a namespace dies with its init)
+            # killed, not exited, it killed nothing (a namespace dies with its init);
+            # exited, what it reported is not needed (nor read)
+            killed = code is None or code < 0
+            reported = self._read_status() if killed else None
+            if reported is not None:
                 with contextlib.suppress(OSError):
                     if self.sandboxed:
                         os.kill(reported, signal.SIGKILL)
