@@ -501,3 +501,6 @@ def test_scratch_files_are_never_reached_through_a_link_or_waited_on(tmp_path: P
     assert scratch.read_bytes(root, root / "nowhere" / "missing") is None
     with pytest.raises(ValueError, match="not in the subpath"):
         scratch.write_text(root, tmp_path / "outside", "new")
+    with pytest.raises(ValueError, match="climbs out"):
+        scratch.write_text(root, root / "home" / ".." / ".." / "victim", "new")
+    assert victim.read_text() == "precious"

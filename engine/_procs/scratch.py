@@ -36,10 +36,12 @@ _CHUNK = 65536
 def _parent(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> tuple[int, str]:
     """An open descriptor of ``path``'s folder, reached from ``root`` without following
     a link, and ``path``'s last component. ``ValueError`` when ``path`` is not below
-    ``root``."""
+    ``root`` (``..`` in it included)."""
     parts = Path(path).relative_to(root).parts
     if not parts:
         raise ValueError(f"{path} is the scratch directory itself, not a file in it")
+    if ".." in parts:  # lexically below root, but a walk would climb out of it
+        raise ValueError(f"{path} climbs out of the scratch directory {root}")
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for part in parts[:-1]:
