@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from taketurns._startup import is_the_command, started
 
-__all__ = ["INTERRUPTED", "is_interrupt", "quiet_interrupts"]
+__all__ = ["INTERRUPTED", "is_interrupt", "quiet_interrupts", "status_decided"]
 
 INTERRUPTED = (
     "interrupted; episodes already written are kept (taketurns eval --resume -o DIR "
@@ -50,16 +50,19 @@ def quiet_interrupts(main: Callable[..., int]) -> Callable[..., int]:
         except BaseException as exc:
             if not is_interrupt(exc):
                 raise
+            status_decided()  # before the line: a Ctrl-C once it is out changes nothing
             print(INTERRUPTED, file=sys.stderr, flush=True)
             status = 130
-        _exiting()
+        status_decided()
         return status
 
     return guarded
 
 
-def _exiting() -> None:
+def status_decided() -> None:
     """The command decided its exit status: a Ctrl-C from here on changes nothing
-    (the module docstring). Only in the command's own process, main thread."""
+    (the module docstring). A command calls it before it says so (its
+    ``interrupted`` line), so no Ctrl-C sent after that line can land before it.
+    Idempotent; only in the command's own process, main thread."""
     if is_the_command() and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)

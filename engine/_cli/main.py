@@ -38,7 +38,7 @@ import trio
 from rich.console import Console
 from rich.markup import escape
 
-from taketurns._cli.interrupts import quiet_interrupts
+from taketurns._cli.interrupts import quiet_interrupts, status_decided
 from taketurns._cli.parser import (
     FLAGS,
     parser,
@@ -244,6 +244,7 @@ def _eval(args: argparse.Namespace, extra: Sequence[str], console: Console) -> i
                 )
             )
     except Interrupted as exc:
+        status_decided()  # before the line that says so
         console.print(f"[yellow]{exc}; continue with --resume -o {run_dir.path}")
         return 130
     s = result.summary
