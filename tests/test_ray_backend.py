@@ -137,15 +137,24 @@ def test_an_unknown_backend_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
 # --- on a local Ray cluster -------------------------------------------------------------
 
 
-def test_the_private_instance_leaves_nothing_in_the_home_or_the_temp_dir(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tmpdir", ["given", "long"])
+def test_the_private_instance_leaves_nothing_in_the_home_or_the_temp_dir(
+    tmp_path: Path, tmpdir: str
+) -> None:
     """``--backend ray`` with no address starts a Ray instance of its own; Ray (>= 2.52)
     would write its token to ``~/.ray/auth_token``, where the user's next cluster reads
     it, and leaves its session (logs, sockets) in ``$TMPDIR/ray``. The eval gives its
-    instance a token of its own and removes the session after stopping it."""
+    instance a token of its own and removes the session after stopping it. Under a
+    ``TMPDIR`` too long for Ray's socket paths (107 bytes), the instance runs from a
+    short folder of its own in ``/tmp``, removed with it."""
     home, out = tmp_path / "home", tmp_path / "run"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env |= {"HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
+    if tmpdir == "long":
+        env["TMPDIR"] = str(tmp_path / ("t" * 60))
+        Path(env["TMPDIR"]).mkdir()
+    own_before = set(Path("/tmp").glob("taketurns-ray-*"))
     cmd = [sys.executable, "-m", "taketurns", "eval", "kuhn-poker", "-n", "4"]
     done = subprocess.run(
         [*cmd, "--backend", "ray", "-o", str(out), "--no-progress"],
@@ -159,6 +168,7 @@ def test_the_private_instance_leaves_nothing_in_the_home_or_the_temp_dir(tmp_pat
     assert not (home / ".ray" / "auth_token").exists()
     sessions = Path(env["TMPDIR"]) / "ray"
     assert not sessions.exists() or [p.name for p in sessions.iterdir()] == []
+    assert set(Path("/tmp").glob("taketurns-ray-*")) == own_before
 
 
 def test_ray_writes_the_same_records_as_local(ray_cluster: Any, tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ import queue
 import secrets
 import shutil
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -148,11 +149,18 @@ def _guest_run(main: Callable[[], Awaitable[None]], out: Batch) -> Iterator[Batc
 _END = object()
 
 
+# the longest Ray's temp folder may be for its sockets to fit 107 bytes (the session's
+# name and ``/sockets/plasma_store`` take up to 64), and the short one made otherwise
+_RAY_TEMP_MAX = 40
+_OWN_TEMP = "taketurns-ray-"
+
+
 def _connect(address: str | None) -> tuple[bool, str | None]:
     """Connect to Ray (``address``, else ``RAY_ADDRESS``), or start a private instance
     on this machine's loopback. Returns whether this call started or joined it (and so
     should shut it down), and the private instance's session directory (Ray's logs and
-    sockets, under ``$TMPDIR/ray``: removed after its shutdown) or None; a process
+    sockets, under ``$TMPDIR/ray``, or a short folder in ``/tmp`` when that path would
+    make its sockets' too long: removed after its shutdown) or None; a process
     already connected is reused as it is. Process-wide, as Ray reads it: a private
     instance sets ``RAY_AUTH_TOKEN`` in ``os.environ`` when neither it nor
     ``RAY_AUTH_TOKEN_PATH`` is set, and it stays (a later private instance in the same
@@ -174,12 +182,19 @@ def _connect(address: str | None) -> tuple[bool, str | None]:
             # instance and is offered to every cluster they join later (whose GCS then
             # answers Unauthenticated). A private instance gets a token of its own
             os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+        # its sockets' paths (``<temp>/ray/session_<time>_<pid>/sockets/plasma_store``)
+        # must fit AF_UNIX's 107 bytes: under a long TMPDIR, a short folder of its own
+        # in /tmp instead (removed with the session)
+        options: dict[str, Any] = {}
+        if len(os.path.join(tempfile.gettempdir(), "ray")) > _RAY_TEMP_MAX:
+            options["_temp_dir"] = tempfile.mkdtemp(prefix=_OWN_TEMP, dir="/tmp")
         # its start-up chatter is about an instance private to this eval: errors only
         context = ray.init(
             address="local",
             include_dashboard=False,
             log_to_driver=False,
             logging_level=logging.ERROR,
+            **options,
         )
         # a RayContext (ray.init's return for a local instance) names its session
         info = getattr(context, "address_info", None) or {}
@@ -201,7 +216,11 @@ def _shutdown(ray: Any, session_dir: str | None) -> None:
     if session_dir is None:
         return
     shutil.rmtree(session_dir, ignore_errors=True)
-    latest = os.path.join(os.path.dirname(session_dir), "session_latest")
+    parent = os.path.dirname(session_dir)
+    if os.path.basename(parent).startswith(_OWN_TEMP):  # the short folder made for it
+        shutil.rmtree(parent, ignore_errors=True)
+        return
+    latest = os.path.join(parent, "session_latest")
     with contextlib.suppress(OSError):
         if os.path.islink(latest) and not os.path.exists(latest):
             os.unlink(latest)
