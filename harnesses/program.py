@@ -91,14 +91,6 @@ SERVE_FLAG = "--serve"
 ENDPOINT_VARS = frozenset({"OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"})
 
 
-def write_file(root: Path, path: Path, text: str) -> None:
-    """Write a small file in the scratch directory ``root`` synchronously, never through
-    a link the program left there (``write_in_scratch``). These files are a few KiB in
-    the rollout's private temp directory (the page cache, not the network): writing
-    takes microseconds, while a thread round trip (trio.Path) costs about a hundred."""
-    write_in_scratch(root, path, text)
-
-
 def _tail(data: bytes, chars: int, secret: str) -> str:
     text = data.decode("utf-8", "replace").replace(secret, "***")
     return text[-chars:]
@@ -187,7 +179,7 @@ class ProgramHarness(ServedHarness):
             return
         workdir, n = self._files(rollout)
         prompt_file = workdir / f"prompt-{n}.json"
-        write_file(workdir, prompt_file, json.dumps(body))
+        write_in_scratch(workdir, prompt_file, json.dumps(body))
         output = workdir / f"output-{n}.json"
         await self.run_program(rollout, ["--prompt-file", str(prompt_file)], output)
 
@@ -206,7 +198,7 @@ class ProgramHarness(ServedHarness):
         wrote. Raises ``RolloutStopped`` or ``HarnessError`` as the module says."""
         secret = self.endpoint(rollout).secret
         env = self._environment(rollout)
-        output.unlink(missing_ok=True)  # noqa: ASYNC240 - see write_file
+        output.unlink(missing_ok=True)  # noqa: ASYNC240 - as the scratch files: synchronous
         turns_before = len(rollout.trace.turns)
         try:
             result = await self.run_owned(

@@ -17,8 +17,8 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from taketurns import Message
-from taketurns.harness import Prompt, Rollout, messages_to_wire
-from taketurns.harnesses.program import ProgramHarness, write_file
+from taketurns.harness import Prompt, Rollout, messages_to_wire, write_in_scratch
+from taketurns.harnesses.program import ProgramHarness
 
 DEFAULT_COMMAND = (sys.executable, "-m", "taketurns.harnesses.programs.stateful")
 
@@ -44,13 +44,14 @@ class StatefulHarness(ProgramHarness):
         workdir, n = self._files(rollout)
         prompt_file = workdir / f"prompt-{n}.json"
         body = self.prompt_body(rollout, prompt.wire_messages())
-        write_file(workdir, prompt_file, json.dumps(body))
+        write_in_scratch(workdir, prompt_file, json.dumps(body))
         args = ["--session-dir", str(workdir), "--prompt-file", str(prompt_file)]
         await self.run_program(rollout, args, workdir / f"output-{n}.json")
 
     async def resume(self, rollout: Rollout, messages: Sequence[Message]) -> None:
         workdir, n = self._files(rollout)
         message_file = workdir / f"message-{n}.json"
-        write_file(workdir, message_file, json.dumps({"messages": messages_to_wire(messages)}))
+        body = {"messages": messages_to_wire(messages)}
+        write_in_scratch(workdir, message_file, json.dumps(body))
         args = ["--session-dir", str(workdir), "--resume", "--message-file", str(message_file)]
         await self.run_program(rollout, args, workdir / f"output-{n}.json")

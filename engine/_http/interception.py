@@ -130,15 +130,13 @@ class _Call:
 class _Calls:
     """A running segment's model calls: tasks of the segment's own nursery
     (``open_segment``), each in a cancel scope of its own, so ending the segment
-    cancels its calls and not the segment's body. A call started after the end is
-    cancelled at its first checkpoint."""
+    cancels its calls and not the segment's body. A call that starts once its
+    segment is no longer the registration's cancels itself (``_compute``)."""
 
     nursery: trio.Nursery
     scopes: set[trio.CancelScope] = attrs.field(factory=set)
-    ended: bool = False
 
     def cancel(self) -> None:
-        self.ended = True
         for scope in self.scopes:
             scope.cancel()
 
@@ -341,7 +339,7 @@ class InterceptionServer:
         try:
             with trio.CancelScope() as scope:
                 calls.scopes.add(scope)
-                if calls.ended:
+                if registration.segment is not calls:  # it ended before this started
                     scope.cancel()
                 try:
                     call.response = await registration.rollout.complete(

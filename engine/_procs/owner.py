@@ -84,7 +84,6 @@ __all__ = ["Captured", "Launch", "OwnedProcess", "run", "start"]
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 KILL_S = 3.0  # how long the supervisor may take to kill its tree and exit
 REAP_S = 5.0  # how long reaping after a hard kill may take
-_CHUNK = 65536
 
 
 @attrs.frozen

@@ -35,8 +35,9 @@ __all__ = ["Process", "open_process"]
 
 
 class Process:
-    """A started child (``open_process``): ``pid``, ``returncode`` (None until reaped),
-    ``poll``, ``wait``, ``send_signal``, ``kill`` and its piped streams."""
+    """A started child (``open_process``), as ``trio.Process`` has it (``OwnedProcess``
+    hands it out): ``args``, ``pid``, ``returncode`` (None until reaped), ``poll``,
+    ``wait``, ``send_signal``, ``terminate``, ``kill`` and its piped streams."""
 
     def __init__(
         self,
@@ -50,6 +51,7 @@ class Process:
         self.stdout = stdout
         self.stderr = stderr
         self.pid = popen.pid
+        self.args = popen.args
         self._wait_lock = trio.Lock()
         self._pidfd: int | None = None
         with contextlib.suppress(OSError, AttributeError):  # no pidfd: waitid in a thread
@@ -91,6 +93,9 @@ class Process:
     def send_signal(self, sig: int) -> None:
         """Send ``sig``, unless the child was reaped (its pid may be reused by then)."""
         self._popen.send_signal(sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

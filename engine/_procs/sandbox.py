@@ -118,13 +118,7 @@ class Sandbox:
 
 
 def bwrap_path() -> str | None:
-    """Where ``bwrap`` is on this process's ``PATH`` (looked up once per ``PATH``)."""
-    return _which("bwrap", os.environ.get("PATH"))
-
-
-@functools.lru_cache(maxsize=8)
-def _which(name: str, search_path: str | None) -> str | None:
-    return shutil.which(name, path=search_path)
+    return shutil.which("bwrap")
 
 
 def missing_bwrap(field: str) -> str:
@@ -135,11 +129,10 @@ def missing_bwrap(field: str) -> str:
     )
 
 
-@functools.cache
 def host_ids() -> tuple[int, int] | None:
     """The host uid and gid a sandbox's processes run as when the eval runs as root
     (``nobody``'s, else 65534); None otherwise (bwrap's user namespace maps the
-    eval's own unprivileged user). Read once per process, like the system trees."""
+    eval's own unprivileged user)."""
     if os.geteuid() != 0:
         return None
     try:
