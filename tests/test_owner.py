@@ -334,6 +334,21 @@ async def test_waits_on_one_process_take_turns_and_all_see_its_status(
     assert process.returncode == 7
 
 
+async def test_a_wait_is_a_checkpoint_before_and_after_the_exit(tmp_path: Path) -> None:
+    """``Process.wait`` is a checkpoint whether the child still runs or was reaped
+    already: it yields, and in a cancelled scope it raises ``Cancelled`` (the lock it
+    takes is the checkpoint of a child reaped already)."""
+    process = await open_process(["sh", "-c", "exit 3"], cwd=tmp_path)
+    with trio.fail_after(LIMIT), trio.testing.assert_checkpoints():
+        assert await process.wait() == 3
+    with trio.testing.assert_checkpoints():
+        assert await process.wait() == 3
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await process.wait()
+    assert scope.cancelled_caught
+
+
 @pytest.mark.parametrize("kind", ["none", "bwrap"])
 async def test_the_program_starts_with_the_standard_streams_and_default_signals(
     tmp_path: Path, kind: str
@@ -467,12 +482,44 @@ def test_a_readable_path_inside_one_bound_is_not_bound_again(tmp_path: Path) -> 
     readable = tuple(str(tmp_path / n) for n in ("x/z", "x-y", "x"))
     own = tmp_path / "scratches" / "taketurns-own"
     own.mkdir(parents=True)
-    binds = sandbox.readable_binds(
-        ["/bin/true"], str(own), Sandbox(readable=readable), os.environ["PATH"]
+    resolved = sandbox.layout(
+        Sandbox(readable=readable), "/bin/true", os.environ["PATH"], own.parent, None
     )
+    binds = resolved.readable([])
     assert str(tmp_path / "x") in binds
     assert str(tmp_path / "x-y") in binds
     assert str(tmp_path / "x" / "z") not in binds
+
+
+def test_a_kept_layout_gives_every_start_the_argv_it_would_get_alone(tmp_path: Path) -> None:
+    """A ``Layout`` resolved for one start and kept (as a served harness keeps it)
+    gives later starts of that program in other scratches of the same folder, with
+    other file arguments, exactly the command line each would get resolving its own:
+    a start's arguments and scratch are its own, never the first start's."""
+    root = tmp_path / "scratches"
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    (data / "b.txt").write_text("b")
+    kept = None
+    for n, name in enumerate(["a.txt", "b.txt"]):
+        scratch = root / f"taketurns-{n}"
+        scratch.mkdir(parents=True)
+        program = ["/bin/cat", str(data / name), str(scratch / "prompt.json")]
+        (scratch / "prompt.json").write_text("{}")
+        options = {
+            "program": program, "scratch": scratch, "cwd": scratch, "sandbox": Sandbox(),
+            "model_socket": None, "search_path": os.environ["PATH"],
+        }  # fmt: skip
+        if kept is None:
+            kept = sandbox.layout(Sandbox(), "/bin/cat", os.environ["PATH"], root, None)
+        alone = sandbox.bwrap_argv(program, **options)
+        assert sandbox.bwrap_argv(program, resolved=kept, **options) == alone
+        options_end = alone.index("--")  # then the supervised command line
+        ro = {alone[i + 1] for i in range(options_end) if alone[i] == "--ro-bind"}
+        assert str(data / name) in ro  # the argument of this start, bound
+        assert str(data / ["b.txt", "a.txt"][n]) not in ro  # the other start's, not
+        assert ["--bind", str(scratch), str(scratch)] == alone[alone.index("--bind") :][:3]
 
 
 def test_scratch_files_are_never_reached_through_a_link_or_waited_on(tmp_path: Path) -> None:

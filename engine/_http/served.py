@@ -18,9 +18,12 @@ from taketurns._exchange.harness import Harness, Rollout
 from taketurns._exchange.mcp_servers import McpTool
 from taketurns._http.interception import Endpoint, InterceptionServer
 from taketurns._procs import owner
-from taketurns._procs.sandbox import Sandbox, agent_paths
+from taketurns._procs.sandbox import Layout, Sandbox, agent_paths, host_ids, layout
 
 __all__ = ["ServedHarness"]
+
+
+_LAYOUTS = 64  # the most sandbox layouts a harness keeps
 
 
 def _mcp_paths(rollout: Rollout, sandbox: Sandbox) -> tuple[str, ...]:
@@ -112,10 +115,11 @@ class ServedHarness(Harness):
         server = rollout.services["interception"]
         sandbox = rollout.sandbox
         run_dir = rollout.services.get("run_dir")
-        if run_dir is not None:
-            sandbox = attrs.evolve(sandbox, hide=(*sandbox.hide, str(run_dir)))
+        hide = sandbox.hide if run_dir is None else (*sandbox.hide, str(run_dir))
         if sandbox.kind == "bwrap":
-            sandbox = attrs.evolve(sandbox, readable=_mcp_paths(rollout, sandbox))
+            sandbox = attrs.evolve(sandbox, hide=hide, readable=_mcp_paths(rollout, sandbox))
+        elif run_dir is not None:
+            sandbox = attrs.evolve(sandbox, hide=hide)
         rollout.trace.info["sandbox"] = sandbox.describe()
         if sandbox.kind == "bwrap":
             rollout.trace.info["sandbox_limits"] = sandbox.limits.record()
@@ -138,13 +142,11 @@ class ServedHarness(Harness):
         """Start one of ``rollout``'s processes, owned and contained
         (``taketurns._procs.owner.start``): its scratch directory is the only place
         it may write. ``stdio``: ``stdin``/``stdout``/``stderr``."""
+        scratch = rollout.scratch_dir()
+        containment = self.containment(rollout)
+        resolved = self._layout(containment["sandbox"], program, env, scratch)
         return await owner.start(
-            program,
-            cwd=cwd,
-            env=env,
-            scratch=rollout.scratch_dir(),
-            **self.containment(rollout),
-            **stdio,
+            program, cwd=cwd, env=env, scratch=scratch, resolved=resolved, **containment, **stdio
         )
 
     async def run_owned(
@@ -152,9 +154,31 @@ class ServedHarness(Harness):
     ) -> owner.Captured:
         """Run one of ``rollout``'s processes to its exit, output captured, owned and
         contained (``taketurns._procs.owner.run``)."""
+        scratch = rollout.scratch_dir()
+        containment = self.containment(rollout)
+        resolved = self._layout(containment["sandbox"], program, env, scratch)
         return await owner.run(
-            program, cwd=cwd, env=env, scratch=rollout.scratch_dir(), **self.containment(rollout)
+            program, cwd=cwd, env=env, scratch=scratch, resolved=resolved, **containment
         )
+
+    def _layout(
+        self, sandbox: Sandbox, program: Sequence[str], env: Mapping[str, str], scratch: Path
+    ) -> Layout | None:
+        """``sandbox`` resolved against the host for ``program`` (``Layout``), once per
+        sandbox, command, ``PATH`` and scratch folder for as long as this harness
+        lives (an eval: its rollouts share a sandbox and a command); None unsandboxed.
+        What a start adds (its arguments, its scratch) is resolved at every start."""
+        if sandbox.kind != "bwrap" or not program:
+            return None
+        user = host_ids()
+        key = (sandbox, program[0], env.get("PATH"), os.path.dirname(scratch), user)
+        layouts: dict[tuple[Any, ...], Layout] = self.__dict__.setdefault("_layouts", {})
+        found = layouts.get(key)
+        if found is None:
+            if len(layouts) >= _LAYOUTS:  # sandboxes or commands that vary: start afresh
+                layouts.clear()
+            found = layouts[key] = layout(sandbox, program[0], env.get("PATH"), key[3], user)
+        return found
 
     async def aclose(self, rollout: Rollout) -> None:
         endpoint = rollout.state.pop("endpoint", None)

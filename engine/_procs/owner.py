@@ -71,6 +71,7 @@ from taketurns._procs.limits import tree_cgroup
 from taketurns._procs.process import Process, open_process
 from taketurns._procs.sandbox import (
     MODEL_SOCKET,
+    Layout,
     Sandbox,
     bwrap_argv,
     hand_over,
@@ -97,7 +98,7 @@ class Captured:
 
 def _interpreter() -> str:
     # the real file, not a venv's link: the sandbox binds the base prefix back
-    return os.path.realpath(sys.executable)
+    return real_path(sys.executable)
 
 
 @functools.cache
@@ -168,7 +169,8 @@ class Launch:
     supervisor writes the name of a resource limit the tree passed; ``grace_s``: how
     long the program may take to exit on SIGTERM before it is killed; ``scratch``,
     ``cwd``, ``model_socket``/``model_port`` as for ``start``; ``search_path``: the
-    ``PATH`` the program is started with."""
+    ``PATH`` the program is started with; ``resolved``: the sandbox's ``Layout`` for
+    this program, kept from an earlier start (None: resolved by ``argv``)."""
 
     sandbox: Sandbox
     scratch: Path
@@ -180,6 +182,7 @@ class Launch:
     model_socket: str | None = None
     model_port: int | None = None
     search_path: str | None = None
+    resolved: Layout | None = None
 
     @property
     def bridged(self) -> bool:
@@ -223,6 +226,7 @@ class Launch:
             info_fd=self.status,
             user=user,
             cgroup=tree_cgroup(sandbox.limits),  # where cgroup v2 is delegated
+            resolved=self.resolved,
         )
 
 
@@ -441,6 +445,7 @@ async def start(
     stderr: Any = subprocess.DEVNULL,
     grace_s: float = 0.0,
     on_limit: Callable[[str], None] | None = None,
+    resolved: Layout | None = None,
 ) -> OwnedProcess:
     """Start ``program`` in ``cwd`` with exactly ``env``, owned (module docstring).
     ``scratch``: the only writable directory when sandboxed (``cwd`` lies in it);
@@ -450,7 +455,9 @@ async def start(
     the program may take to exit on SIGTERM when stopped before it is killed (0: no
     SIGTERM, killed at once). ``on_limit``: called with the limit's name when a
     sandboxed tree passed one of its resource limits and was killed (at the latest
-    when ``wait`` returns)."""
+    when ``wait`` returns). ``resolved``: ``sandbox``'s ``Layout`` for ``program``
+    kept from an earlier start (``taketurns._procs.sandbox.layout``; None: resolved
+    for this start)."""
     if sandbox.kind == "bwrap":
         hand_over(scratch, host_ids())  # its uid may write it (the eval runs as root)
     read_end, write_end = os.pipe()
@@ -468,6 +475,7 @@ async def start(
             model_socket=model_socket,
             model_port=model_port,
             search_path=env.get("PATH"),
+            resolved=resolved,
         )
         process = await open_process(
             launch.argv(program),

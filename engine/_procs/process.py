@@ -73,7 +73,9 @@ class Process:
         return code
 
     async def wait(self) -> int:
-        """Wait for the child to exit and reap it; its ``returncode``. A checkpoint."""
+        """Wait for the child to exit and reap it; its ``returncode``. A checkpoint:
+        taking the lock is one (``trio.Lock.acquire``), so a child reaped already costs
+        no second yield."""
         async with self._wait_lock:
             if self.poll() is None:
                 if self._pidfd is not None:
@@ -84,8 +86,6 @@ class Process:
                     await trio.to_thread.run_sync(_wait_exiting, self.pid, abandon_on_cancel=True)
                 self._popen.wait()
                 self._close_pidfd()
-            else:
-                await trio.lowlevel.checkpoint()
         code = self._popen.returncode
         assert code is not None
         return code

@@ -67,10 +67,12 @@ __all__ = [
     "MODEL_SOCKET",
     "SANDBOXES",
     "Sandbox",
+    "Layout",
     "bwrap_argv",
     "bwrap_path",
     "hand_over",
     "host_ids",
+    "layout",
     "missing_bwrap",
     "real_path",
 ]
@@ -168,11 +170,11 @@ def _system_homes() -> frozenset[str]:
     return frozenset(os.path.realpath(p) for p in homes)
 
 
-def forbidden_paths(scratch: Path, extra: Iterable[str]) -> list[str]:
+def forbidden_paths(scratch_root: str, extra: Iterable[str]) -> list[str]:
     """What no bind may contain (real paths): the cwd, the homes (the user database's,
-    once per process; ``HOME``'s, on every call), the temp directories, the directory
-    of every rollout's scratch, and ``extra`` (the run directory)."""
-    wanted = {tempfile.gettempdir(), str(scratch.parent), os.getcwd(), *extra}
+    once per process; ``HOME``'s), the temp directories, ``scratch_root`` (the
+    directory of every rollout's scratch), and ``extra`` (the run directory)."""
+    wanted = {tempfile.gettempdir(), scratch_root, os.getcwd(), *extra}
     if "HOME" in os.environ:
         wanted.add(os.environ["HOME"])
     return sorted((_system_homes() | {real_path(p) for p in wanted}) - {"/"})
@@ -291,18 +293,27 @@ def install_tree(program: str) -> list[str]:
     return found
 
 
+def command_paths(command: str, search_path: str | None) -> list[str]:
+    """What an agent's program ``command`` (its argv[0]) needs: its install tree and
+    its ``#!`` interpreter's."""
+    first = _resolve(command, search_path)
+    if first is None:
+        return []
+    wanted = install_tree(first)
+    for interpreter in _shebang(real_path(first)):
+        resolved = _resolve(interpreter, search_path)
+        if resolved is not None:
+            wanted += install_tree(resolved)
+    return wanted
+
+
 def agent_paths(program: Sequence[str], search_path: str | None) -> list[str]:
     """What the agent program needs (from the agent's argv, never the supervisor's):
-    its install tree and its ``#!`` interpreter's, and every absolute path on its
-    command line."""
+    its install tree and its ``#!`` interpreter's (``command_paths``), and every
+    absolute path on its command line."""
     wanted: list[str] = [a for a in program[1:] if os.path.isabs(a) and os.path.exists(a)]
-    first = _resolve(program[0], search_path) if program else None
-    if first is not None:
-        wanted += install_tree(first)
-        for interpreter in _shebang(real_path(first)):
-            resolved = _resolve(interpreter, search_path)
-            if resolved is not None:
-                wanted += install_tree(resolved)
+    if program:
+        wanted += command_paths(program[0], search_path)
     return wanted
 
 
@@ -336,26 +347,74 @@ def _tmpfs(path: str, size_mb: int, perms: str) -> list[str]:
     return ["--perms", perms, "--size", str(size_mb * 1024 * 1024), "--tmpfs", path]
 
 
-def readable_binds(
-    program: Sequence[str], own: str, sandbox: Sandbox, search_path: str | None
-) -> list[str]:
-    """The host paths bound read-only beside the system trees (module docstring),
-    outermost first, none inside another. The runtime is bound wherever it lies (a
-    checkout under the temp directory shares its parent with every scratch
-    directory); what the agent's command line names is not, when it lies in another
-    rollout's scratch."""
-    forbidden = forbidden_paths(Path(own), sandbox.hide)
-    others = os.path.dirname(own)  # every rollout's scratch lives there
-    runtime = set(runtime_paths())  # real paths that exist already
-    wanted = {*agent_paths(program, search_path), *sandbox.readable}
-    real = {r for r in map(existing_real_path, wanted) if r is not None}
-    bound: list[str] = []
-    for path in sorted(runtime | real):
-        if _in_system_tree(path) or _inside_any(path, bound):
-            continue  # bound already (sorted: an outer path comes first)
-        if _allowed(path, forbidden, None if path in runtime else others):
-            bound.append(path)
-    return bound
+@attrs.frozen
+class Layout:
+    """A sandbox's host side for one agent program, resolved against the host once
+    (``layout``) for every start of that program in that sandbox: ``bwrap``'s path and
+    its options before the binds (``head``), ``/etc``'s files bound, what no bind may
+    contain (``forbidden``), where every rollout's scratch lies (``others``), the
+    runtime's trees and what the program's command and ``Sandbox.readable`` need
+    (``needed``), as real paths that existed when resolved. A served harness keeps one
+    per sandbox, command, ``PATH`` and scratch folder for as long as it lives (an eval):
+    a program or a home moved while it runs is not followed. A start adds its
+    arguments' paths, its own scratch and the model socket (``bwrap_argv``)."""
+
+    bwrap: str
+    head: tuple[str, ...]
+    etc: tuple[str, ...]
+    forbidden: tuple[str, ...]
+    others: str
+    runtime: frozenset[str]
+    needed: frozenset[str]
+
+    def readable(self, args: Iterable[str]) -> list[str]:
+        """The host paths bound read-only beside the system trees for a start whose
+        program's arguments are ``args`` (module docstring), outermost first, none
+        inside another. The runtime is bound wherever it lies (a checkout under the
+        temp directory shares its parent with every scratch directory); what the
+        program needs is not, when it lies in another rollout's scratch."""
+        real = {r for a in args if os.path.isabs(a) and (r := existing_real_path(a)) is not None}
+        bound: list[str] = []
+        for path in sorted(self.runtime | self.needed | real):
+            if _in_system_tree(path) or _inside_any(path, bound):
+                continue  # bound already (sorted: an outer path comes first)
+            if _allowed(path, self.forbidden, None if path in self.runtime else self.others):
+                bound.append(path)
+        return bound
+
+
+def layout(
+    sandbox: Sandbox,
+    command: str | None,
+    search_path: str | None,
+    scratch_root: str | os.PathLike[str],
+    user: tuple[int, int] | None,
+) -> Layout:
+    """``sandbox`` and the agent's program ``command`` (its argv[0], found on
+    ``search_path``; None: no program's tree) resolved against the host, for scratch
+    directories made in ``scratch_root`` and a sandbox run as ``user`` (``host_ids()``).
+    Raises ``FileNotFoundError`` where bubblewrap is not on PATH."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise FileNotFoundError(INSTALL_HINT)
+    head = [bwrap, *_namespaces(sandbox, as_root=user is not None)]
+    # --as-pid-1: the program (the supervisor) is the PID namespace's init, so when it
+    # exits the kernel kills everything left in the namespace. bwrap's own init would
+    # wait for every process in it instead (measured: a setsid child kept it alive).
+    head += ["--as-pid-1", "--new-session", *_system_trees(), "--dev", "/dev", "--proc", "/proc"]
+    head += _tmpfs("/dev/shm", sandbox.limits.shm_mb, "1777")
+    head += _tmpfs("/tmp", sandbox.limits.scratch_mb, "1777")
+    others = real_path(scratch_root)
+    wanted = [*(command_paths(command, search_path) if command else ()), *sandbox.readable]
+    return Layout(
+        bwrap,
+        tuple(head),
+        _etc(),  # a link is bound as what it points at
+        tuple(forbidden_paths(others, sandbox.hide)),
+        others,
+        frozenset(runtime_paths()),  # real paths that exist already
+        frozenset(r for r in map(existing_real_path, wanted) if r is not None),
+    )
 
 
 def _parents(paths: Iterable[str]) -> list[str]:
@@ -404,38 +463,32 @@ def bwrap_argv(
     info_fd: int | None = None,
     user: tuple[int, int] | None = None,
     cgroup: Path | None = None,
+    resolved: Layout | None = None,
 ) -> list[str]:
     """``bwrap`` options then ``--`` and ``supervised`` (the supervisor's argv around
-            ``program``, the agent's own, whose install tree is bound): see the module
-            docstring. ``model_socket``: the host's interception socket, mounted at
-            ``MODEL_SOCKET``; ``search_path``: the ``PATH`` the program is started with;
-            ``info_fd``: where bwrap writes its JSON info (``child-pid``: the host pid of
-            the sandbox's first process, the PID namespace's init); ``user``: ``host_ids()``
-            when the eval runs as root (``supervised`` then drops to them and changes to ``cwd``
-        itself: its ``--user``); ``cgroup``: the tree's cgroup v2 (``limits.tree_cgroup``),
-    which bwrap is started in (``ENTER``: the interpreter writes its own pid into it, then
-    executes bwrap, so every process of the tree is in it from its start)."""
-    bwrap = bwrap_path()
-    if bwrap is None:
-        raise FileNotFoundError(INSTALL_HINT)
-    argv = [bwrap, *_namespaces(sandbox, as_root=user is not None)]
-    if cgroup is not None:
-        enter = [os.path.realpath(sys.executable), "-I", "-S", "-c", ENTER]
-        argv = [*enter, str(cgroup / "cgroup.procs"), *argv]
-    # --as-pid-1: the program (the supervisor) is the PID namespace's init, so when it
-    # exits the kernel kills everything left in the namespace. bwrap's own init would
-    # wait for every process in it instead (measured: a setsid child kept it alive).
-    argv += ["--as-pid-1", "--new-session"]
-    argv += _system_trees()
-    argv += ["--dev", "/dev", "--proc", "/proc"]
-    argv += _tmpfs("/dev/shm", sandbox.limits.shm_mb, "1777")
-    argv += _tmpfs("/tmp", sandbox.limits.scratch_mb, "1777")
+    ``program``, the agent's own, whose install tree is bound): see the module
+    docstring. ``model_socket``: the host's interception socket, mounted at
+    ``MODEL_SOCKET``; ``search_path``: the ``PATH`` the program is started with;
+    ``info_fd``: where bwrap writes its JSON info (``child-pid``: the host pid of the
+    sandbox's first process, the PID namespace's init); ``user``: ``host_ids()`` when
+    the eval runs as root (``supervised`` then drops to them and changes to ``cwd``
+    itself: its ``--user``); ``cgroup``: the tree's cgroup v2 (``limits.tree_cgroup``),
+    which bwrap is started in (``ENTER``: the interpreter writes its own pid into it,
+    then executes bwrap, so every process of the tree is in it from its start);
+    ``resolved``: ``layout(sandbox, program[0], search_path, scratch's folder, user)``
+    kept from an earlier start (None: resolved here)."""
     own = real_path(scratch)
-    etc = _etc()  # a link is bound as what it points at
-    readable = readable_binds(program, own, sandbox, search_path)
+    if resolved is None:
+        command = program[0] if program else None
+        resolved = layout(sandbox, command, search_path, os.path.dirname(own), user)
+    argv = list(resolved.head)
+    if cgroup is not None:
+        enter = [real_path(sys.executable), "-I", "-S", "-c", ENTER]
+        argv = [*enter, str(cgroup / "cgroup.procs"), *argv]
+    readable = resolved.readable(program[1:])
     socket = [MODEL_SOCKET] if model_socket is not None else []
-    argv += _parents([*etc, *readable, own, *socket])
-    for path in [*etc, *readable]:
+    argv += _parents([*resolved.etc, *readable, own, *socket])
+    for path in [*resolved.etc, *readable]:
         argv += ["--ro-bind", path, path]
     argv += ["--bind", own, own]
     if model_socket is not None:
