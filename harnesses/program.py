@@ -49,7 +49,8 @@ when done with the harness; a later segment opens a new pool). A program's tree
 is also killed when the eval's process dies (the supervisor's lifeline).
 
 Options (``--env.<role>.harness_options.<name>=...``): ``command`` (argv list;
-default: the reference program ``python -m taketurns.harnesses.programs.chat``), ``env``
+default: the reference program ``taketurns/harnesses/programs/chat.py`` run by path
+with ``python -S``, standard library only: ``programs.command``), ``env``
 (extra environment variables), ``tail_chars`` (how much stderr/stdout to keep on
 failure), ``persistent`` (true: the pool above), ``max_programs`` (with
 ``persistent``: how many programs may exist at once, a segment waiting for one while
@@ -61,7 +62,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -82,10 +82,11 @@ from taketurns.harness import (
     read_in_scratch,
     write_in_scratch,
 )
+from taketurns.harnesses import programs
 from taketurns.harnesses.program_pool import ProgramPool
 from taketurns.harnesses.program_process import ProgramProcess, scrubbed_environment
 
-DEFAULT_COMMAND = (sys.executable, "-m", "taketurns.harnesses.programs.chat")
+DEFAULT_COMMAND = programs.command("chat")
 SERVE_FLAG = "--serve"
 # a pooled program gets its endpoint per line; these would name no rollout
 ENDPOINT_VARS = frozenset({"OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"})

@@ -7,20 +7,21 @@ user's message, launches fresh.
 
 Options as for ``program`` except ``persistent`` and ``max_programs``: no pool of
 shared programs (a relaunch per segment on the rollout's own session is the point);
-``command`` defaults to the reference program ``python -m taketurns.harnesses.programs.stateful``.
+``command`` defaults to the reference program ``taketurns/harnesses/programs/stateful.py``,
+run by path with ``python -S`` (``programs.command``).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Mapping, Sequence
 
 from taketurns import Message
 from taketurns.harness import Prompt, Rollout, messages_to_wire, write_in_scratch
+from taketurns.harnesses import programs
 from taketurns.harnesses.program import ProgramHarness
 
-DEFAULT_COMMAND = (sys.executable, "-m", "taketurns.harnesses.programs.stateful")
+DEFAULT_COMMAND = programs.command("stateful")
 
 
 class StatefulHarness(ProgramHarness):

@@ -66,8 +66,8 @@ from taketurns._procs.limits import TreeLimits
 __all__ = [
     "MODEL_SOCKET",
     "SANDBOXES",
-    "Sandbox",
     "Layout",
+    "Sandbox",
     "bwrap_argv",
     "bwrap_path",
     "hand_over",

@@ -27,13 +27,14 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import httpx2
-
-from taketurns.harnesses.programs import loop
+if __package__:  # python -m taketurns.harnesses.programs.chat
+    from taketurns.harnesses.programs import loop
+else:  # by path, as the harness starts it (``programs.command``): no package imported
+    import loop  # this file's folder is sys.path[0]
 
 
 def segment(
-    prompt: dict[str, Any], http: httpx2.Client | None = None
+    prompt: dict[str, Any], http: loop.Client | None = None
 ) -> tuple[list[dict[str, Any]], bool]:
     """Run the loop on one prompt object against its endpoint; (new messages, stopped)."""
     return loop.run(

@@ -14,7 +14,10 @@ import json
 import sys
 from pathlib import Path
 
-from taketurns.harnesses.programs import loop
+if __package__:  # python -m taketurns.harnesses.programs.stateful
+    from taketurns.harnesses.programs import loop
+else:  # by path, as the harness starts it (``programs.command``): no package imported
+    import loop  # this file's folder is sys.path[0]
 
 SESSION = "session.json"
 
