@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 if __package__:  # python -m taketurns.harnesses.programs.chat
     from taketurns.harnesses.programs import loop
 else:  # by path, as the harness starts it (``programs.command``): no package imported
-    import loop  # this file's folder is sys.path[0]
+    import loop  # type: ignore[import-not-found,no-redef]  # this folder is sys.path[0]
 
 
 def segment(
