@@ -522,6 +522,32 @@ def test_a_kept_layout_gives_every_start_the_argv_it_would_get_alone(tmp_path: P
         assert ["--bind", str(scratch), str(scratch)] == alone[alone.index("--bind") :][:3]
 
 
+def test_a_kept_layout_reads_what_no_bind_may_contain_at_every_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What no bind may contain (the homes, the cwd) is read at every start, not kept
+    with the layout: a folder named on the command line is bound until ``HOME`` moves
+    inside it, and no longer after, with the same kept layout."""
+    data = tmp_path / "data"
+    (data / "home").mkdir(parents=True)
+    scratch = tmp_path / "scratches" / "taketurns-0"
+    scratch.mkdir(parents=True)
+    program = ["/bin/ls", str(data)]
+    kept = sandbox.layout(Sandbox(), "/bin/ls", os.environ["PATH"], scratch.parent, None)
+
+    def bound() -> set[str]:
+        argv = sandbox.bwrap_argv(
+            program, program=program, scratch=scratch, cwd=scratch, sandbox=Sandbox(),
+            model_socket=None, resolved=kept,
+        )  # fmt: skip
+        end = argv.index("--")
+        return {argv[i + 1] for i in range(end) if argv[i] == "--ro-bind"}
+
+    assert str(data) in bound()
+    monkeypatch.setenv("HOME", str(data / "home"))
+    assert str(data) not in bound()
+
+
 def test_scratch_files_are_never_reached_through_a_link_or_waited_on(tmp_path: Path) -> None:
     """In a scratch directory an agent wrote: ``create`` replaces a link (never writes
     through it), refuses a folder replaced by a link; ``read_bytes`` refuses a link and

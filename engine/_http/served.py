@@ -142,24 +142,26 @@ class ServedHarness(Harness):
         """Start one of ``rollout``'s processes, owned and contained
         (``taketurns._procs.owner.start``): its scratch directory is the only place
         it may write. ``stdio``: ``stdin``/``stdout``/``stderr``."""
-        scratch = rollout.scratch_dir()
-        containment = self.containment(rollout)
-        resolved = self._layout(containment["sandbox"], program, env, scratch)
-        return await owner.start(
-            program, cwd=cwd, env=env, scratch=scratch, resolved=resolved, **containment, **stdio
-        )
+        options = self._owned(rollout, program, env)
+        return await owner.start(program, cwd=cwd, env=env, **options, **stdio)
 
     async def run_owned(
         self, rollout: Rollout, program: Sequence[str], *, cwd: Path, env: Mapping[str, str]
     ) -> owner.Captured:
         """Run one of ``rollout``'s processes to its exit, output captured, owned and
         contained (``taketurns._procs.owner.run``)."""
+        return await owner.run(program, cwd=cwd, env=env, **self._owned(rollout, program, env))
+
+    def _owned(
+        self, rollout: Rollout, program: Sequence[str], env: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """``owner.start``'s keyword arguments for one of ``rollout``'s processes
+        but the program, its directory, environment and streams: the scratch, the
+        containment and the sandbox's layout for ``program``."""
         scratch = rollout.scratch_dir()
         containment = self.containment(rollout)
         resolved = self._layout(containment["sandbox"], program, env, scratch)
-        return await owner.run(
-            program, cwd=cwd, env=env, scratch=scratch, resolved=resolved, **containment
-        )
+        return {"scratch": scratch, "resolved": resolved, **containment}
 
     def _layout(
         self, sandbox: Sandbox, program: Sequence[str], env: Mapping[str, str], scratch: Path
@@ -167,7 +169,8 @@ class ServedHarness(Harness):
         """``sandbox`` resolved against the host for ``program`` (``Layout``), once per
         sandbox, command, ``PATH`` and scratch folder for as long as this harness
         lives (an eval: its rollouts share a sandbox and a command); None unsandboxed.
-        What a start adds (its arguments, its scratch) is resolved at every start."""
+        What no bind may contain and what a start adds (its arguments, its scratch)
+        are read at every start."""
         if sandbox.kind != "bwrap" or not program:
             return None
         user = host_ids()

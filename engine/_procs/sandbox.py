@@ -172,8 +172,9 @@ def _system_homes() -> frozenset[str]:
 
 def forbidden_paths(scratch_root: str, extra: Iterable[str]) -> list[str]:
     """What no bind may contain (real paths): the cwd, the homes (the user database's,
-    once per process; ``HOME``'s), the temp directories, ``scratch_root`` (the
-    directory of every rollout's scratch), and ``extra`` (the run directory)."""
+    once per process; ``HOME``'s and the cwd on every call: a start sees where the
+    process is now), the temp directories, ``scratch_root`` (the directory of every
+    rollout's scratch), and ``extra`` (the run directory)."""
     wanted = {tempfile.gettempdir(), scratch_root, os.getcwd(), *extra}
     if "HOME" in os.environ:
         wanted.add(os.environ["HOME"])
@@ -351,19 +352,21 @@ def _tmpfs(path: str, size_mb: int, perms: str) -> list[str]:
 class Layout:
     """A sandbox's host side for one agent program, resolved against the host once
     (``layout``) for every start of that program in that sandbox: ``bwrap``'s path and
-    its options before the binds (``head``), ``/etc``'s files bound, what no bind may
-    contain (``forbidden``), where every rollout's scratch lies (``others``), the
-    runtime's trees and what the program's command and ``Sandbox.readable`` need
+    its options before the binds (``head``), ``/etc``'s files bound, where every
+    rollout's scratch lies (``others``), what the sandbox hides besides (``hide``),
+    the runtime's trees and what the program's command and ``Sandbox.readable`` need
     (``needed``), as real paths that existed when resolved. A served harness keeps one
-    per sandbox, command, ``PATH`` and scratch folder for as long as it lives (an eval):
-    a program or a home moved while it runs is not followed. A start adds its
-    arguments' paths, its own scratch and the model socket (``bwrap_argv``)."""
+    per sandbox, command, ``PATH`` and scratch folder for as long as it lives (an
+    eval): a bwrap or a program installed elsewhere while it runs is found by the next
+    eval. What no bind may contain (the cwd, the homes) is read at every start
+    (``readable``), as are the start's own arguments, scratch and model socket
+    (``bwrap_argv``)."""
 
     bwrap: str
     head: tuple[str, ...]
     etc: tuple[str, ...]
-    forbidden: tuple[str, ...]
     others: str
+    hide: tuple[str, ...]
     runtime: frozenset[str]
     needed: frozenset[str]
 
@@ -373,12 +376,13 @@ class Layout:
         inside another. The runtime is bound wherever it lies (a checkout under the
         temp directory shares its parent with every scratch directory); what the
         program needs is not, when it lies in another rollout's scratch."""
+        forbidden = forbidden_paths(self.others, self.hide)
         real = {r for a in args if os.path.isabs(a) and (r := existing_real_path(a)) is not None}
         bound: list[str] = []
         for path in sorted(self.runtime | self.needed | real):
             if _in_system_tree(path) or _inside_any(path, bound):
                 continue  # bound already (sorted: an outer path comes first)
-            if _allowed(path, self.forbidden, None if path in self.runtime else self.others):
+            if _allowed(path, forbidden, None if path in self.runtime else self.others):
                 bound.append(path)
         return bound
 
@@ -410,8 +414,8 @@ def layout(
         bwrap,
         tuple(head),
         _etc(),  # a link is bound as what it points at
-        tuple(forbidden_paths(others, sandbox.hide)),
         others,
+        sandbox.hide,
         frozenset(runtime_paths()),  # real paths that exist already
         frozenset(r for r in map(existing_real_path, wanted) if r is not None),
     )
